@@ -1,0 +1,53 @@
+"""nanopy: pure-Python scalability protocols (nanomsg/NNG wire-compatible) on trio.
+
+    import nanopy
+    with nanopy.Socket("pull", bind="tcp://127.0.0.1:5555") as pull:
+        print(pull.recv())
+"""
+
+from __future__ import annotations
+
+from ._endpoint import Endpoint as Endpoint
+from ._errors import AddressError as AddressError
+from ._errors import AddressInUse as AddressInUse
+from ._errors import Closed as Closed
+from ._errors import MessageTooLarge as MessageTooLarge
+from ._errors import NanopyError as NanopyError
+from ._errors import ProtocolError as ProtocolError
+from ._errors import RemoteProtocolError as RemoteProtocolError
+from ._errors import Timeout as Timeout
+from ._message import Message as Message
+from ._message import Pipe as Pipe
+from ._socket import Socket as Socket
+from ._stats import SocketStats as SocketStats
+
+__version__ = "0.1.0"
+
+PAIR = "pair"
+PAIR1 = "pair1"
+PUB = "pub"
+SUB = "sub"
+REQ = "req"
+REP = "rep"
+PUSH = "push"
+PULL = "pull"
+SURVEYOR = "surveyor"
+RESPONDENT = "respondent"
+BUS = "bus"
+
+__all__ = [
+    "AddressError", "AddressInUse", "BUS", "Closed", "Endpoint", "Message", "MessageTooLarge",
+    "NanopyError", "PAIR", "PAIR1", "PUB", "PULL", "PUSH", "Pipe", "ProtocolError", "REP", "REQ",
+    "RESPONDENT", "RemoteProtocolError", "SUB", "SURVEYOR", "Socket", "SocketStats", "Timeout",
+]
+
+
+def _fix_module_names() -> None:
+    # Show public classes as nanopy.X in reprs, docs and tracebacks.
+    for name in __all__:
+        obj = globals()[name]
+        if isinstance(obj, type):
+            obj.__module__ = "nanopy"
+
+
+_fix_module_names()

@@ -1,0 +1,237 @@
+"""The Sans-I/O contract between protocol cores and the engine.
+
+A protocol core is a plain object holding one socket's message-level protocol
+state. It performs no I/O, reads no clock and takes no locks; the engine calls it
+under the socket's lock and carries out the actions it emits.
+
+Inputs (engine -> core):
+    ``add_pipe``, ``remove_pipe``, ``pipe_credit``, ``messages_received``,
+    ``timer_fired``, and the user operations ``send``/``recv`` (which raise
+    :class:`WouldBlock` when they cannot complete now).
+Queries: ``can_send()``, ``can_recv()`` -- the engine wakes waiters when they turn true.
+Outputs: after *any* input the engine drains ``core.actions`` (a list of tuples):
+
+    (TRANSMIT, pid, payload)    write ``payload`` (header + body) on pipe ``pid``;
+                                costs one credit of that pipe
+    (CLOSE_PIPE, pid, reason)   the peer broke the protocol (or is surplus): drop it
+    (RESUME_READ, pid)          the pipe's inbound queue drained: read from it again
+    (ARM_TIMER, key, delay)     call ``timer_fired(key)`` after ``delay`` seconds
+    (CANCEL_TIMER, key)         forget that timer
+
+Flow control is by credits: a pipe added with ``credit`` n may be handed n
+TRANSMITs; the engine returns credits with ``pipe_credit`` as data leaves.
+``messages_received`` returns False when that pipe's inbound queue is full; the
+engine then stops reading it until RESUME_READ.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, ClassVar
+
+from ._errors import ProtocolError, WouldBlock
+from ._message import Message
+from ._priolist import PrioList
+
+TRANSMIT = 1
+CLOSE_PIPE = 2
+RESUME_READ = 3
+ARM_TIMER = 4
+CANCEL_TIMER = 5
+
+Action = tuple
+
+
+class PipeInfo:
+    """What a core knows about one pipe."""
+
+    __slots__ = ("id", "token", "send_priority", "recv_priority")
+
+    def __init__(self, pid: int, token: Any, send_priority: int, recv_priority: int) -> None:
+        self.id = pid
+        self.token = token  # opaque to the core: put into Message.pipe
+        self.send_priority = send_priority
+        self.recv_priority = recv_priority
+
+
+class Core:
+    """Base class of protocol cores. Subclasses set the identity attributes.
+
+    Attributes:
+        protocol_id, peer_id: SP protocol numbers (WIRE.md section 2).
+        name, peer_name: protocol names (also the WebSocket subprotocol stems).
+        can_send_ok, can_recv_ok: whether the protocol sends/receives at all.
+    """
+
+    protocol_id: ClassVar[int]
+    peer_id: ClassVar[int]
+    name: ClassVar[str]
+    peer_name: ClassVar[str]
+    sends: ClassVar[bool] = True
+    receives: ClassVar[bool] = True
+
+    def __init__(self, options: Any, raw: bool = False) -> None:
+        self.options = options
+        self.raw = raw
+        self.actions: list[Action] = []
+        self.pipes: dict[int, PipeInfo] = {}
+        self.closed = False
+        # Counted by cores, reported in stats(): messages dropped by protocol rules.
+        self.dropped = 0
+        self.protocol_errors = 0
+
+    # -- pipes -----------------------------------------------------------------
+    def add_pipe(self, pipe: PipeInfo, credit: int) -> None:
+        self.pipes[pipe.id] = pipe
+
+    def remove_pipe(self, pid: int) -> None:
+        self.pipes.pop(pid, None)
+
+    def pipe_credit(self, pid: int, n: int) -> None:
+        """``n`` more messages may be transmitted on ``pid``."""
+
+    def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
+        raise NotImplementedError
+
+    def timer_fired(self, key: Any) -> None:
+        """A timer armed with ARM_TIMER expired."""
+
+    # -- user operations -------------------------------------------------------
+    def send(self, body: bytes, header: bytes = b"") -> None:
+        raise ProtocolError(f"{self.name} sockets cannot send")
+
+    def recv(self) -> Message:
+        raise ProtocolError(f"{self.name} sockets cannot receive")
+
+    def can_send(self) -> bool:
+        return False
+
+    def can_recv(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        self.closed = True
+
+    # -- helpers for subclasses -------------------------------------------------
+    def protocol_violation(self, pid: int, reason: str) -> None:
+        """Close ``pid`` for breaking the protocol (counted in stats)."""
+        self.protocol_errors += 1
+        self.actions.append((CLOSE_PIPE, pid, reason))
+
+
+class FairQueue:
+    """Per-pipe inbound queues served by priority, round robin within a priority."""
+
+    __slots__ = ("_queues", "_ready", "_paused", "_actions", "_options", "_priority")
+
+    def __init__(self, actions: list[Action], options: Any) -> None:
+        self._queues: dict[int, deque[Message]] = {}
+        self._ready = PrioList()
+        self._paused: set[int] = set()
+        self._actions = actions
+        self._options = options
+        self._priority: dict[int, int] = {}
+
+    def add(self, pid: int, priority: int) -> None:
+        self._queues[pid] = deque()
+        self._priority[pid] = priority
+
+    def remove(self, pid: int) -> None:
+        """Forget the pipe and anything it had queued."""
+        self._queues.pop(pid, None)
+        self._priority.pop(pid, None)
+        self._ready.deactivate(pid)
+        self._paused.discard(pid)
+
+    def push(self, pid: int, msgs: list[Message]) -> bool:
+        """Queue messages from ``pid``; False means stop reading that pipe."""
+        q = self._queues.get(pid)
+        if q is None:
+            return False
+        q.extend(msgs)
+        if q:
+            self._ready.activate(pid, self._priority[pid])
+        if len(q) >= self._options.recv_buffer:
+            self._paused.add(pid)
+            return False
+        return True
+
+    def pop(self) -> Message:
+        pid = self._ready.current()
+        if pid is None:
+            raise WouldBlock
+        q = self._queues[pid]
+        msg = q.popleft()
+        if q:
+            self._ready.advance()
+        else:
+            self._ready.deactivate(pid)
+        if pid in self._paused and len(q) <= self._options.recv_buffer // 2:
+            self._paused.discard(pid)
+            self._actions.append((RESUME_READ, pid))
+        return msg
+
+    def __bool__(self) -> bool:
+        return bool(self._ready)
+
+    def queued(self) -> int:
+        return sum(len(q) for q in self._queues.values())
+
+
+class LoadBalancer:
+    """Per-pipe send credits; picks the best-priority pipe that can take a message."""
+
+    __slots__ = ("_credit", "_ready", "_priority")
+
+    def __init__(self) -> None:
+        self._credit: dict[int, int] = {}
+        self._ready = PrioList()
+        self._priority: dict[int, int] = {}
+
+    def add(self, pid: int, priority: int, credit: int) -> None:
+        self._credit[pid] = credit
+        self._priority[pid] = priority
+        if credit > 0:
+            self._ready.activate(pid, priority)
+
+    def remove(self, pid: int) -> None:
+        self._credit.pop(pid, None)
+        self._priority.pop(pid, None)
+        self._ready.deactivate(pid)
+
+    def give(self, pid: int, n: int) -> None:
+        c = self._credit.get(pid)
+        if c is None:
+            return
+        self._credit[pid] = c + n
+        if c <= 0 < c + n:
+            self._ready.activate(pid, self._priority[pid])
+
+    def take(self) -> int | None:
+        """Consume one credit of the pipe to use next; None if none can send."""
+        pid = self._ready.current()
+        if pid is None:
+            return None
+        c = self._credit[pid] - 1
+        self._credit[pid] = c
+        if c > 0:
+            self._ready.advance()
+        else:
+            self._ready.deactivate(pid)
+        return pid  # type: ignore[return-value]
+
+    def take_pipe(self, pid: int) -> bool:
+        """Consume one credit of a specific pipe; False if it cannot send now."""
+        c = self._credit.get(pid, 0)
+        if c <= 0:
+            return False
+        self._credit[pid] = c - 1
+        if c == 1:
+            self._ready.deactivate(pid)
+        return True
+
+    def ready(self) -> list[int]:
+        return self._ready.active()  # type: ignore[return-value]
+
+    def __bool__(self) -> bool:
+        return bool(self._ready)

@@ -1,0 +1,146 @@
+"""The process-wide trio engine: one background thread running one trio loop.
+
+Started lazily by the first socket that needs it (never at import), re-created in
+a child after ``os.fork()``, and shut down at interpreter exit after live sockets
+have had their ``linger`` to flush. All pipe I/O, dialers, listeners and timers run
+here; user threads only touch socket state under each socket's lock and wake the
+loop when a task there is parked.
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+log = logging.getLogger("nanopy")
+
+
+class Engine:
+    def __init__(self) -> None:
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._nursery: trio.Nursery | None = None
+        self._ready = threading.Event()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._thread_main, name="nanopy-engine", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        self.thread_id = self._thread.ident
+
+    def _thread_main(self) -> None:
+        try:
+            trio.run(self._main)
+        except BaseException:  # pragma: no cover - the engine must never die silently
+            log.exception("nanopy engine crashed")
+        finally:
+            self._ready.set()
+
+    async def _main(self) -> None:
+        self._token = trio.lowlevel.current_trio_token()
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            self._ready.set()
+            await trio.sleep_forever()
+
+    # -- doors in from other threads --------------------------------------------
+    def in_engine_thread(self) -> bool:
+        return threading.get_ident() == self.thread_id
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the engine thread soon (from any thread)."""
+        try:
+            self._token.run_sync_soon(fn, *args)  # type: ignore[union-attr]
+        except trio.RunFinishedError:
+            pass
+
+    def spawn(self, afn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Start ``afn(*args)`` as a task in the engine's nursery."""
+        if self.in_engine_thread():
+            self._nursery.start_soon(afn, *args)  # type: ignore[union-attr]
+        else:
+            self.call_soon(self._nursery.start_soon, afn, *args)  # type: ignore[union-attr]
+
+    def run(self, afn: Callable[..., Awaitable[Any]], *args: Any, timeout: float | None = None) -> Any:
+        """Run ``afn(*args)`` in the engine and block the calling thread for its result."""
+        if self.in_engine_thread():
+            raise RuntimeError(
+                "a blocking nanopy call was made on the nanopy engine thread (from a pipe "
+                "callback?); use the *_nowait or async forms there"
+            )
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        async def runner() -> None:
+            try:
+                result = await afn(*args)
+            except BaseException as exc:  # handed to the caller
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+
+        if self._stopped:
+            raise RuntimeError("the nanopy engine has shut down")
+        self.call_soon(self._nursery.start_soon, runner)  # type: ignore[union-attr]
+        return future.result(timeout)
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._nursery is not None:
+            self.call_soon(self._nursery.cancel_scope.cancel)
+        if not self.in_engine_thread():
+            self._thread.join(timeout=5)
+
+
+_lock = threading.Lock()
+_engine: Engine | None = None
+_sockets: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def get_engine() -> Engine:
+    """The engine of this process, started on first use."""
+    global _engine
+    engine = _engine
+    if engine is not None:
+        return engine
+    with _lock:
+        if _engine is None:
+            _engine = Engine()
+        return _engine
+
+
+def track_socket(sock: Any) -> None:
+    _sockets.add(sock)
+
+
+def _after_fork_in_child() -> None:
+    """The parent's engine thread does not exist here: start afresh, lazily."""
+    global _engine, _lock
+    _lock = threading.Lock()
+    _engine = None
+    for sock in list(_sockets):
+        sock._forked()
+    _sockets.clear()
+
+
+def _shutdown_at_exit() -> None:
+    engine = _engine
+    if engine is None:
+        return
+    for sock in list(_sockets):
+        try:
+            sock.close()
+        except Exception:  # pragma: no cover
+            log.debug("error closing %r at exit", sock, exc_info=True)
+    engine.stop()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_shutdown_at_exit)

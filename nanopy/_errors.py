@@ -1,0 +1,39 @@
+"""The nanopy exception hierarchy (see docs/api.md)."""
+
+from __future__ import annotations
+
+
+class NanopyError(Exception):
+    """Base class of every error nanopy raises on purpose."""
+
+
+class Timeout(NanopyError, TimeoutError):
+    """An operation did not complete within its timeout (``timeout=0``: at once)."""
+
+
+class Closed(NanopyError):
+    """The socket (or endpoint) is closed, or was created before ``os.fork()``."""
+
+
+class AddressError(NanopyError, ValueError):
+    """A URL is malformed or names a scheme no transport is registered for."""
+
+
+class AddressInUse(NanopyError, OSError):
+    """``bind`` found the address already taken by a live listener."""
+
+
+class ProtocolError(NanopyError):
+    """The operation is not valid for this protocol or in its current state."""
+
+
+class MessageTooLarge(NanopyError):
+    """A message exceeds ``recv_max_size`` (the pipe that carried it is closed)."""
+
+
+class WouldBlock(Exception):
+    """Internal signal from a protocol core: the operation cannot complete now."""
+
+
+class RemoteProtocolError(NanopyError):
+    """A peer broke the wire protocol; only that peer's pipe is closed."""

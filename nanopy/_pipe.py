@@ -1,0 +1,184 @@
+"""Pipe drivers: move one connection's messages between the wire and the core.
+
+Each pipe has a reader task and a writer task in the engine. Sending is designed
+so a busy sender never waits for the engine and an idle one never pays for it:
+
+* ``transmit`` (any thread) writes straight to the socket when the pipe has been
+  idle (nothing queued, no write in progress, nothing sent in the last
+  ``DIRECT_IDLE`` seconds) -- the low-latency path;
+* otherwise it appends to the outbox, waking the writer only if it is parked; the
+  writer then frames the whole outbox into one write -- the high-throughput path.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ._errors import MessageTooLarge, RemoteProtocolError
+
+if TYPE_CHECKING:
+    from ._message import Pipe
+    from ._socket import Socket
+    from .transports._base import Connection
+
+log = logging.getLogger("nanopy")
+
+# Sends closer together than this are batched by the writer instead of written directly.
+DIRECT_IDLE = 50e-6
+
+SENT_DIRECT = 1  # written (or taken) at once: the credit can be returned now
+QUEUED = 2  # in the outbox: the writer returns the credit
+DROPPED = 0  # the pipe is closing
+
+
+class PipeDriver:
+    def __init__(self, sock: Socket, conn: Connection, pipe: Pipe, engine: Any) -> None:
+        self.sock = sock
+        self.conn = conn
+        self.pipe = pipe
+        self.pid = pipe.id
+        self.engine = engine
+        self.lock = threading.Lock()
+        self.outbox: list[bytes] = []
+        self.writing = False
+        self.closed = False
+        self.last_tx = 0.0
+        self._writer_event: trio.Event | None = None
+        self._reader_event: trio.Event | None = None
+        self._resume_pending = False
+        self._idle_event: trio.Event | None = None
+        self._scope = trio.CancelScope()
+        pipe._driver = self
+
+    # -- any thread ------------------------------------------------------------
+    def transmit(self, payload: bytes) -> int:
+        conn = self.conn
+        with self.lock:
+            if self.closed:
+                return DROPPED
+            now = time.monotonic()
+            idle = now - self.last_tx > DIRECT_IDLE
+            self.last_tx = now
+            if idle and not self.outbox and not self.writing and conn.try_send(payload):
+                if conn.has_pending:
+                    self._kick_writer()
+                return QUEUED if conn.manages_credit else SENT_DIRECT
+            self.outbox.append(payload)
+            self._kick_writer()
+            return QUEUED
+
+    def _kick_writer(self) -> None:
+        event = self._writer_event
+        if event is not None:
+            self._writer_event = None
+            self._set(event)
+
+    def _set(self, event: trio.Event) -> None:
+        if self.engine.in_engine_thread():
+            event.set()
+        else:
+            self.engine.call_soon(event.set)
+
+    def resume_read(self) -> None:
+        with self.lock:
+            event, self._reader_event = self._reader_event, None
+            if event is None:
+                self._resume_pending = True
+        if event is not None:
+            self._set(event)
+
+    def close_soon(self) -> None:
+        """Close this pipe (from any thread); the reader and writer stop."""
+        with self.lock:
+            self.closed = True
+        if self.engine.in_engine_thread():
+            self._scope.cancel()
+        else:
+            self.engine.call_soon(self._scope.cancel)
+
+    def release_credit(self, n: int) -> None:
+        self.sock._pipe_credit(self.pid, n)
+
+    # -- engine thread ---------------------------------------------------------
+    async def run(self) -> None:
+        """Drive the pipe until it fails, the peer leaves, or it is closed."""
+        if self.conn.manages_credit:
+            self.conn.release_credit = self.release_credit
+        with self._scope:
+            if not self.closed:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._until_failure, self._writer, nursery.cancel_scope)
+                    await self._until_failure(self._reader, nursery.cancel_scope)
+        with self.lock:
+            self.closed = True
+            self.outbox.clear()
+        self._notify_idle()
+
+    async def _until_failure(self, loop: Any, scope: trio.CancelScope) -> None:
+        """Run the reader or writer loop; when it fails, end the whole pipe."""
+        try:
+            await loop()
+        except (RemoteProtocolError, MessageTooLarge) as exc:
+            self.sock._note_protocol_error(self.pipe, exc)
+        except (EOFError, OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            log.debug("%s: pipe %d closed: %s", self.sock.name, self.pid, exc)
+        finally:
+            scope.cancel()
+
+    async def _reader(self) -> None:
+        conn = self.conn
+        deliver = self.sock._deliver
+        pid = self.pid
+        while True:
+            payloads = await conn.receive()
+            if not deliver(pid, payloads):
+                # The core's queue for this pipe is full: wait until it drains.
+                with self.lock:
+                    if self._resume_pending:
+                        self._resume_pending = False
+                        continue
+                    event = self._reader_event = trio.Event()
+                await event.wait()
+
+    async def _writer(self) -> None:
+        conn = self.conn
+        credit_back = not conn.manages_credit
+        while True:
+            with self.lock:
+                batch = self.outbox
+                if batch or conn.has_pending:
+                    self.outbox = []
+                    self.writing = True
+                    event = None
+                else:
+                    event = self._writer_event = trio.Event()
+            if event is not None:
+                self._notify_idle()
+                await event.wait()
+                continue
+            try:
+                await conn.send(batch)
+            finally:
+                with self.lock:
+                    self.writing = False
+            if batch and credit_back:
+                self.sock._pipe_credit(self.pid, len(batch))
+
+    def _notify_idle(self) -> None:
+        event, self._idle_event = self._idle_event, None
+        if event is not None:
+            event.set()
+
+    def flushed(self) -> bool:
+        return self.closed or not (self.outbox or self.writing or self.conn.has_pending)
+
+    async def wait_flushed(self) -> None:
+        """Return once everything queued on this pipe has been written."""
+        while not self.flushed():
+            self._idle_event = event = trio.Event()
+            await event.wait()

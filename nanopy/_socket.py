@@ -1,0 +1,745 @@
+"""The public :class:`Socket`: thread-safe and context-free.
+
+Concurrency model: all protocol state lives in the socket's Sans-I/O core, which is
+touched only under ``self._lock`` -- by user threads and tasks (``send``/``recv``)
+and by the engine thread (pipes, timers). Calls that can complete do so on the
+caller's thread without any trio hop; calls that cannot park a waiter (a plain lock
+for a thread, an event for a trio or asyncio task) that the engine wakes. Actions
+the core emits are carried out after the lock is released, so two sockets never
+hold each other's locks.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import trio
+
+from . import _engine
+from ._core import ARM_TIMER, CANCEL_TIMER, CLOSE_PIPE, RESUME_READ, TRANSMIT, Core, PipeInfo
+from ._endpoint import Endpoint
+from ._errors import AddressError, Closed, ProtocolError, Timeout, WouldBlock
+from ._message import Message, Pipe
+from ._options import make_descriptors, new_options, validate_priority
+from ._pipe import SENT_DIRECT, PipeDriver
+from ._registry import protocols as _protocols
+from ._registry import transports as _transports
+from ._stats import SocketStats
+from ._timers import Timers
+from ._waiters import ThreadWaiter, WaitQueue, async_waiter
+from .transports._base import Connection, PipeContext
+
+log = logging.getLogger("nanopy")
+
+_DEFAULT: Any = object()  # "use the socket's timeout option"
+_ASYNC_YIELD_EVERY = 64  # fast-path async calls between forced checkpoints
+
+_pipe_ids_lock = threading.Lock()
+_pipe_ids = itertools.count(random.randrange(1, 1 << 30))
+
+
+def _new_pipe_id() -> int:
+    with _pipe_ids_lock:
+        return (next(_pipe_ids) % 0x7FFFFFFF) or next(_pipe_ids)
+
+
+def as_bytes(data: Any) -> bytes:
+    """Accept bytes-like data; refuse text with advice."""
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    if isinstance(data, str):
+        raise TypeError("nanopy sends bytes, not str: encode it first, e.g. data.encode()")
+    try:
+        return bytes(memoryview(data))
+    except TypeError:
+        raise TypeError(f"nanopy sends bytes-like data, not {type(data).__name__}") from None
+
+
+def _as_list(value: str | Iterable[str] | None) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    return list(value)
+
+
+async def _yield_to_loop() -> None:
+    import sniffio
+
+    if sniffio.current_async_library() == "trio":
+        await trio.lowlevel.checkpoint()
+    else:
+        import asyncio
+
+        await asyncio.sleep(0)
+
+
+class Socket:
+    """A scalability-protocols socket.
+
+    Args:
+        protocol: a protocol name (``"req"``, ``nanopy.PUSH``, ...), looked up in the
+            protocol registry.
+        raw: raw mode (headers exposed, no protocol state machine), for devices.
+        bind, connect: a URL or a list of URLs to bind/connect at once.
+        **options: any socket option (see the attributes), validated at once.
+
+    Any thread may call any method at any time; ``asend``/``arecv`` and friends
+    work from trio and asyncio tasks.
+    """
+
+    _core: Core
+
+    def __init__(
+        self,
+        protocol: str,
+        *,
+        raw: bool = False,
+        bind: str | Iterable[str] | None = None,
+        connect: str | Iterable[str] | None = None,
+        **options: Any,
+    ) -> None:
+        if not isinstance(protocol, str):
+            raise TypeError(f"protocol must be a name such as 'req', not {type(protocol).__name__}")
+        core_cls = _protocols.get(protocol)
+        self._options = new_options(protocol)
+        self._lock = threading.Lock()
+        self._closed = False
+        self._fork_closed = False
+        self._engine_obj: _engine.Engine | None = None
+        self._pipes: dict[int, PipeDriver] = {}
+        self._endpoints: list[Endpoint] = []
+        self._endpoint_tasks: list[trio.Event] = []
+        self._timers: Timers | None = None
+        self._added_callbacks: list[Callable[[Pipe], Any]] = []
+        self._removed_callbacks: list[Callable[[Pipe], Any]] = []
+        self._async_calls = 0
+        self._pipes_changed = threading.Condition(threading.Lock())  # for nanopy.testing
+        # counters (stats)
+        self._sent = self._received = self._bytes_sent = self._bytes_received = 0
+        self._dropped = self._connects = self._disconnects = 0
+        self._reconnects = self._protocol_errors = 0
+        for key, value in options.items():
+            if key not in _OPTION_NAMES:
+                raise TypeError(
+                    f"unknown socket option {key!r}; options are: {', '.join(sorted(_OPTION_NAMES))}"
+                )
+            setattr(self, key, value)
+        self._core = core_cls(self._options, raw=raw)
+        self.raw = raw
+        self._send_q = WaitQueue(self._core.can_send)
+        self._recv_q = WaitQueue(self._core.can_recv)
+        self._wait_queues: list[WaitQueue] = [self._send_q, self._recv_q]
+        _engine.track_socket(self)
+        try:
+            for url in _as_list(bind):
+                self.bind(url)
+            for url in _as_list(connect):
+                self.connect(url)
+        except BaseException:
+            self.close(linger=0)
+            raise
+
+    # -- identity --------------------------------------------------------------
+    @property
+    def protocol(self) -> str:
+        """The protocol name (``"req"``, ...)."""
+        return self._core.name
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def endpoints(self) -> list[Endpoint]:
+        """The live endpoints (binds and connects)."""
+        return list(self._endpoints)
+
+    @property
+    def pipes(self) -> list[Pipe]:
+        """The currently connected pipes."""
+        return [d.pipe for d in list(self._pipes.values())]
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{len(self._pipes)} pipes"
+        return f"<nanopy.Socket {self.name!r} ({self._core.name}{' raw' if self.raw else ''}), {state}>"
+
+    def _option_changed(self, name: str) -> None:
+        """Hook for options that must reach running parts (none yet need it)."""
+
+    # -- endpoints ---------------------------------------------------------------
+    @property
+    def _engine(self) -> _engine.Engine:
+        engine = self._engine_obj
+        if engine is None:
+            engine = self._engine_obj = _engine.get_engine()
+        return engine
+
+    def _make_endpoint(self, url: str, dialer: bool, options: dict[str, Any]) -> Endpoint:
+        self._check_open()
+        if not isinstance(url, str):
+            raise TypeError(f"address must be a str URL, not {type(url).__name__}")
+        scheme, sep, _ = url.partition("://")
+        if not sep or not scheme:
+            raise AddressError(
+                f"{url!r} is not a URL; expected scheme://address with a scheme among: "
+                f"{', '.join(_transports.names())}"
+            )
+        transport = _transports.get(scheme)
+        transport.check_url(url)
+        priority = validate_priority("priority", options.pop("priority", 8))
+        recv_priority = validate_priority("recv_priority", options.pop("recv_priority", 8))
+        allowed = set(getattr(transport, "endpoint_options", ()))
+        unknown = set(options) - allowed
+        if unknown:
+            raise TypeError(
+                f"unknown endpoint option(s) {', '.join(sorted(unknown))} for {scheme}://; "
+                f"accepted: priority, recv_priority{''.join(', ' + a for a in sorted(allowed))}"
+            )
+        return Endpoint(self, url, transport, dialer, priority, recv_priority, options)
+
+    def bind(self, url: str, **options: Any) -> Endpoint:
+        """Listen on ``url``; returns once listening (``ep.url`` has the real port).
+
+        Raises:
+            AddressInUse: the address is taken.
+            AddressError: unknown scheme or malformed URL.
+        """
+        ep = self._make_endpoint(url, False, options)
+        self._engine.run(self._start_listener, ep)
+        return ep
+
+    def connect(self, url: str, **options: Any) -> Endpoint:
+        """Connect to ``url`` in the background, retrying with back-off; returns at once."""
+        ep = self._make_endpoint(url, True, options)
+        self._add_endpoint(ep)
+        self._engine.spawn(self._run_endpoint, ep, ep.run_dialer)
+        return ep
+
+    async def _start_listener(self, ep: Endpoint) -> None:
+        await ep.open_listener()
+        self._add_endpoint(ep)
+        self._engine.spawn(self._run_endpoint, ep, ep.run_listener)
+
+    def _add_endpoint(self, ep: Endpoint) -> None:
+        with self._lock:
+            if self._closed:
+                raise self._closed_error()
+            self._endpoints.append(ep)
+            done = trio.Event()
+            ep._done = done  # type: ignore[attr-defined]
+            self._endpoint_tasks.append(done)
+
+    async def _run_endpoint(self, ep: Endpoint, body: Callable[[], Any]) -> None:
+        try:
+            await body()
+        except Exception:
+            log.exception("%s: endpoint %s failed", self.name, ep.url)
+        finally:
+            ep._done.set()  # type: ignore[attr-defined]
+
+    def _forget_endpoint(self, ep: Endpoint) -> None:
+        with self._lock:
+            if ep in self._endpoints:
+                self._endpoints.remove(ep)
+
+    def _pipe_context(self, ep: Endpoint) -> PipeContext:
+        core = self._core
+        opts = self._options
+        return PipeContext(
+            protocol_id=core.protocol_id,
+            peer_id=core.peer_id,
+            protocol_name=core.name,
+            peer_name=core.peer_name,
+            recv_max_size=opts.recv_max_size,
+            options={"tcp_nodelay": opts.tcp_nodelay, **ep.options},
+        )
+
+    # -- pipes (engine thread) -----------------------------------------------------
+    async def _run_pipe(self, conn: Connection, ep: Endpoint) -> None:
+        pipe = Pipe(_new_pipe_id(), conn.remote_address, ep)
+        driver = PipeDriver(self, conn, pipe, self._engine)
+        try:
+            if not self._call_pipe_callbacks(self._added_callbacks, pipe, accept=True):
+                log.debug("%s: pipe %d rejected by on_pipe_added", self.name, pipe.id)
+                return
+            with self._lock:
+                if self._closed:
+                    return
+                self._pipes[pipe.id] = driver
+                self._connects += 1
+                info = PipeInfo(pipe.id, pipe, ep.priority, ep.recv_priority)
+                self._core.add_pipe(info, self._options.send_buffer)
+                actions = self._take_actions()
+                self._wake()
+            if actions:
+                self._execute(actions)
+            self._notify_pipes_changed()
+            try:
+                await driver.run()
+            finally:
+                with self._lock:
+                    del self._pipes[pipe.id]
+                    self._disconnects += 1
+                    self._core.remove_pipe(pipe.id)
+                    actions = self._take_actions()
+                    self._wake()
+                if actions:
+                    self._execute(actions)
+                self._notify_pipes_changed()
+                self._call_pipe_callbacks(self._removed_callbacks, pipe, accept=False)
+        finally:
+            with trio.CancelScope(shield=True):
+                await conn.aclose()
+
+    def _notify_pipes_changed(self) -> None:
+        with self._pipes_changed:
+            self._pipes_changed.notify_all()
+
+    def _call_pipe_callbacks(self, callbacks: list[Callable[[Pipe], Any]], pipe: Pipe, accept: bool) -> bool:
+        for cb in list(callbacks):
+            try:
+                if cb(pipe) is False and accept:
+                    return False
+            except Exception:
+                log.exception("%s: pipe callback %r failed", self.name, cb)
+        return True
+
+    def _deliver(self, pid: int, payloads: list[bytes]) -> bool:
+        """Payloads read from pipe ``pid``; False = stop reading it for now."""
+        with self._lock:
+            keep = self._core.messages_received(pid, payloads)
+            actions = self._take_actions()
+            self._wake()
+        if actions:
+            self._execute(actions)
+        return keep
+
+    def _pipe_credit(self, pid: int, n: int) -> None:
+        with self._lock:
+            self._core.pipe_credit(pid, n)
+            actions = self._take_actions()
+            self._wake()
+        if actions:
+            self._execute(actions)
+
+    def _timer_fired(self, key: Any) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._core.timer_fired(key)
+            actions = self._take_actions()
+            self._wake()
+        if actions:
+            self._execute(actions)
+
+    def _note_protocol_error(self, pipe: Pipe | None, exc: BaseException) -> None:
+        self._protocol_errors += 1
+        where = f"pipe {pipe.id} ({pipe.remote_address})" if pipe else "a new connection"
+        log.warning("%s: closing %s: %s", self.name, where, exc)
+
+    def _count_reconnect(self) -> None:
+        self._reconnects += 1
+
+    # -- core plumbing -------------------------------------------------------------
+    def _take_actions(self) -> list[tuple] | None:
+        """Drain the core's actions (lock held)."""
+        actions = self._core.actions
+        if not actions:
+            return None
+        out = actions.copy()
+        actions.clear()
+        return out
+
+    def _wake(self) -> None:
+        """Wake one waiter of each condition that now holds (lock held)."""
+        for queue in self._wait_queues:
+            if queue.waiters:
+                queue.wake_one()
+
+    def _execute(self, actions: list[tuple]) -> None:
+        """Carry out core actions (lock *not* held)."""
+        credits: dict[int, int] | None = None
+        pipes = self._pipes
+        for action in actions:
+            kind = action[0]
+            if kind == TRANSMIT:
+                driver = pipes.get(action[1])
+                if driver is None:
+                    self._dropped += 1
+                elif driver.transmit(action[2]) == SENT_DIRECT:
+                    if credits is None:
+                        credits = {}
+                    credits[action[1]] = credits.get(action[1], 0) + 1
+            elif kind == RESUME_READ:
+                driver = pipes.get(action[1])
+                if driver is not None:
+                    driver.resume_read()
+            elif kind == CLOSE_PIPE:
+                driver = pipes.get(action[1])
+                if driver is not None:
+                    log.info("%s: closing pipe %d: %s", self.name, action[1], action[2])
+                    driver.close_soon()
+            elif kind == ARM_TIMER:
+                if self._timers is None:
+                    self._timers = Timers(self._engine, self._timer_fired)
+                self._timers.arm(action[1], action[2])
+            elif kind == CANCEL_TIMER:
+                if self._timers is not None:
+                    self._timers.cancel(action[1])
+        if credits:
+            for pid, n in credits.items():
+                self._pipe_credit(pid, n)
+
+    # -- blocking machinery ---------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise self._closed_error()
+
+    def _closed_error(self) -> Closed:
+        if self._fork_closed:
+            return Closed(
+                f"{self.name}: this socket was created before os.fork(); "
+                "create a new socket in the child process"
+            )
+        return Closed(f"{self.name}: socket is closed")
+
+    def _forked(self) -> None:
+        """Called in a child process: the engine serving this socket is gone."""
+        self._closed = True
+        self._fork_closed = True
+        self._lock = threading.Lock()
+
+    def _timeout(self, timeout: Any, default: float | None) -> float | None:
+        if timeout is _DEFAULT:
+            return default
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+                raise TypeError(f"timeout must be a number of seconds or None, not {type(timeout).__name__}")
+            if timeout < 0:
+                raise ValueError(f"timeout must be >= 0, got {timeout}")
+        return timeout
+
+    def _call(self, attempt: Callable[[], Any], queue: WaitQueue, timeout: float | None, what: str) -> Any:
+        """Run ``attempt`` under the lock until it stops raising WouldBlock."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise self._closed_error()
+                try:
+                    result = attempt()
+                except WouldBlock:
+                    waiter = None
+                    if deadline is None or deadline > time.monotonic():
+                        waiter = ThreadWaiter()
+                        queue.waiters.append(waiter)
+                else:
+                    actions = self._take_actions()
+                    self._wake()
+                    break
+            if waiter is None:
+                raise Timeout(f"{self.name}: {what} timed out")
+            if self._engine_obj is not None and self._engine_obj.in_engine_thread():
+                with self._lock:
+                    queue.abandon(waiter)
+                raise RuntimeError(
+                    f"{self.name}: a blocking {what} on the nanopy engine thread would deadlock; "
+                    "pass timeout=0 in pipe callbacks"
+                )
+            try:
+                woken = waiter.wait(None if deadline is None else deadline - time.monotonic())
+            except BaseException:
+                with self._lock:
+                    queue.abandon(waiter)
+                raise
+            if not woken:
+                with self._lock:
+                    queue.abandon(waiter)
+                    # One last try: the condition may have turned true as we timed out.
+                    if not self._closed:
+                        try:
+                            result = attempt()
+                        except WouldBlock:
+                            pass
+                        else:
+                            actions = self._take_actions()
+                            self._wake()
+                            break
+                raise Timeout(f"{self.name}: {what} timed out")
+        if actions:
+            self._execute(actions)
+        return result
+
+    async def _acall(self, attempt: Callable[[], Any], queue: WaitQueue, timeout: float | None, what: str) -> Any:
+        """Async twin of :meth:`_call` for trio and asyncio tasks."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._async_calls += 1
+        if self._async_calls % _ASYNC_YIELD_EVERY == 0:
+            await _yield_to_loop()
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise self._closed_error()
+                try:
+                    result = attempt()
+                except WouldBlock:
+                    waiter = None
+                    if deadline is None or deadline > time.monotonic():
+                        waiter = async_waiter()
+                        queue.waiters.append(waiter)
+                else:
+                    actions = self._take_actions()
+                    self._wake()
+                    break
+            if waiter is None:
+                raise Timeout(f"{self.name}: {what} timed out")
+            try:
+                woken = await waiter.wait(None if deadline is None else deadline - time.monotonic())
+            except BaseException:
+                with self._lock:
+                    queue.abandon(waiter)
+                raise
+            if not woken:
+                with self._lock:
+                    queue.abandon(waiter)
+                raise Timeout(f"{self.name}: {what} timed out")
+        if actions:
+            self._execute(actions)
+        return result
+
+    # -- sending and receiving -------------------------------------------------------
+    def _send_attempt(self, data: bytes, header: bytes = b"") -> Callable[[], None]:
+        core = self._core
+
+        def attempt() -> None:
+            core.send(data, header)
+            self._sent += 1
+            self._bytes_sent += len(data)
+
+        return attempt
+
+    def _recv_attempt(self) -> Message:
+        msg = self._core.recv()
+        self._received += 1
+        self._bytes_received += len(msg.body)
+        return msg
+
+    def send(self, data: Any, *, timeout: float | None = _DEFAULT) -> None:
+        """Send a message (bytes-like).
+
+        Args:
+            timeout: seconds to wait for room; ``None`` waits forever; ``0`` never
+                waits. Defaults to the ``send_timeout`` option.
+
+        Raises:
+            Timeout: no room in time. Closed: the socket is closed.
+            ProtocolError: the protocol cannot send (SUB, PULL) or not now.
+        """
+        if data.__class__ is not bytes:
+            data = as_bytes(data)
+        # Fast path: one lock round, no waiter, no engine hop.
+        with self._lock:
+            if self._closed:
+                raise self._closed_error()
+            try:
+                self._core.send(data)
+            except WouldBlock:
+                sent = False
+            else:
+                sent = True
+                self._sent += 1
+                self._bytes_sent += len(data)
+                actions = self._take_actions()
+                self._wake()
+        if sent:
+            if actions:
+                self._execute(actions)
+            return
+        timeout = self._timeout(timeout, self._options.send_timeout)
+        self._call(self._send_attempt(data), self._send_q, timeout, "send")
+
+    def recv(self, *, timeout: float | None = _DEFAULT) -> bytes:
+        """Receive the next message body.
+
+        Raises:
+            Timeout: nothing arrived in time. Closed: the socket is closed.
+            ProtocolError: the protocol cannot receive (PUB, PUSH) or not now.
+        """
+        return self.recv_msg(timeout=timeout).body
+
+    def recv_msg(self, *, timeout: float | None = _DEFAULT) -> Message:
+        """Receive the next message as a :class:`Message` (body, pipe, header)."""
+        with self._lock:
+            if self._closed:
+                raise self._closed_error()
+            try:
+                msg = self._core.recv()
+            except WouldBlock:
+                msg = None
+            else:
+                self._received += 1
+                self._bytes_received += len(msg.body)
+                actions = self._take_actions()
+                self._wake()
+        if msg is not None:
+            if actions:
+                self._execute(actions)
+            return msg
+        timeout = self._timeout(timeout, self._options.recv_timeout)
+        return self._call(self._recv_attempt, self._recv_q, timeout, "recv")
+
+    async def asend(self, data: Any, *, timeout: float | None = _DEFAULT) -> None:
+        """Async :meth:`send` (trio or asyncio)."""
+        data = as_bytes(data)
+        timeout = self._timeout(timeout, self._options.send_timeout)
+        await self._acall(self._send_attempt(data), self._send_q, timeout, "send")
+
+    async def arecv(self, *, timeout: float | None = _DEFAULT) -> bytes:
+        """Async :meth:`recv` (trio or asyncio)."""
+        return (await self.arecv_msg(timeout=timeout)).body
+
+    async def arecv_msg(self, *, timeout: float | None = _DEFAULT) -> Message:
+        """Async :meth:`recv_msg` (trio or asyncio)."""
+        timeout = self._timeout(timeout, self._options.recv_timeout)
+        return await self._acall(self._recv_attempt, self._recv_q, timeout, "recv")
+
+    # -- protocol conveniences ----------------------------------------------------------
+    # Each delegates to an optional core method; a protocol without it raises
+    # ProtocolError. REQ/REP and SURVEYOR methods live below (issue: protocols).
+    def _core_method(self, name: str, what: str) -> Callable[..., Any]:
+        method = getattr(self._core, name, None)
+        if method is None:
+            raise ProtocolError(f"{self.name}: {what} is not available on {self._core.name} sockets")
+        return method
+
+    def subscribe(self, topic: bytes | str) -> None:
+        """SUB: receive messages that start with ``topic`` (``b""`` = everything).
+
+        A ``str`` topic is UTF-8 encoded. Subscribing twice needs two unsubscribes.
+        """
+        topic = topic.encode() if isinstance(topic, str) else as_bytes(topic)
+        with self._lock:
+            self._check_open()
+            self._core_method("subscribe", "subscribe()")(topic)
+
+    def unsubscribe(self, topic: bytes | str) -> None:
+        """SUB: drop one subscription to ``topic`` (``ValueError`` if there is none)."""
+        topic = topic.encode() if isinstance(topic, str) else as_bytes(topic)
+        with self._lock:
+            self._check_open()
+            self._core_method("unsubscribe", "unsubscribe()")(topic)
+
+    # -- observability -------------------------------------------------------------------
+    def stats(self) -> SocketStats:
+        """A snapshot of this socket's counters."""
+        core = self._core
+        return SocketStats(
+            messages_sent=self._sent,
+            messages_received=self._received,
+            bytes_sent=self._bytes_sent,
+            bytes_received=self._bytes_received,
+            messages_dropped=self._dropped + core.dropped,
+            pipes=len(self._pipes),
+            connects=self._connects,
+            disconnects=self._disconnects,
+            reconnect_attempts=self._reconnects,
+            protocol_errors=self._protocol_errors + core.protocol_errors,
+        )
+
+    def on_pipe_added(self, callback: Callable[[Pipe], Any]) -> None:
+        """Call ``callback(pipe)`` on the engine thread for each new pipe.
+
+        Returning ``False`` rejects (closes) the pipe. The callback must not block.
+        """
+        self._added_callbacks.append(callback)
+
+    def on_pipe_removed(self, callback: Callable[[Pipe], Any]) -> None:
+        """Call ``callback(pipe)`` on the engine thread when a pipe goes away."""
+        self._removed_callbacks.append(callback)
+
+    # -- closing -------------------------------------------------------------------------
+    def close(self, linger: float | None = None) -> None:
+        """Close the socket; idempotent and callable from any thread.
+
+        Queued sends get up to ``linger`` seconds (default: the ``linger`` option)
+        to be written. Every blocked call on this socket raises :class:`Closed`.
+        """
+        if self._fork_closed or self._closed:
+            return
+        if linger is None:
+            linger = self._options.linger
+        engine = self._engine_obj
+        off_engine = engine is not None and not engine.in_engine_thread()
+        if linger > 0 and off_engine and self._pipes:
+            try:
+                engine.run(self._flush, linger)  # type: ignore[union-attr]
+            except Exception:
+                log.debug("%s: linger flush failed", self.name, exc_info=True)
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._core.close()
+            endpoints = list(self._endpoints)
+            for queue in self._wait_queues:
+                queue.wake_all()
+        for ep in endpoints:
+            ep.close()
+        for driver in list(self._pipes.values()):
+            driver.close_soon()
+        if self._timers is not None:
+            self._timers.stop()
+        if off_engine and self._endpoint_tasks:
+            try:
+                engine.run(self._wait_endpoints, timeout=5.0)  # type: ignore[union-attr]
+            except Exception:
+                log.debug("%s: endpoints slow to stop", self.name, exc_info=True)
+
+    async def _flush(self, linger: float) -> None:
+        with trio.move_on_after(linger):
+            for driver in list(self._pipes.values()):
+                await driver.wait_flushed()
+
+    async def _wait_endpoints(self) -> None:
+        for done in list(self._endpoint_tasks):
+            await done.wait()
+
+    async def aclose(self, linger: float | None = None) -> None:
+        """Async :meth:`close` (the linger wait does not block the event loop)."""
+        import sniffio
+
+        if sniffio.current_async_library() == "trio":
+            await trio.to_thread.run_sync(self.close, linger)
+        else:
+            import asyncio
+
+            await asyncio.get_running_loop().run_in_executor(None, self.close, linger)
+
+    def __enter__(self) -> Socket:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Socket:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+
+_OPTION_NAMES = set()
+for _name, _descriptor in make_descriptors().items():
+    _descriptor.__set_name__(Socket, _name)
+    setattr(Socket, _name, _descriptor)
+    _OPTION_NAMES.add(_name)

@@ -1,0 +1,137 @@
+"""SP wire codec for byte-stream transports (tcp, ipc, tls): Sans-I/O.
+
+* Connection header: ``00 'S' 'P' 00 <type:u16> 00 00``, sent by both sides at once.
+* tcp/tls framing: ``<len:u64> payload``; ipc framing: ``01 <len:u64> payload``.
+
+The decoder parses as many frames as a chunk holds and checks every length against
+the receive limit *before* buffering the payload, so a hostile length never makes
+us allocate.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from ._errors import MessageTooLarge, RemoteProtocolError
+
+HEADER_SIZE = 8
+_HEADER = struct.Struct(">4sH2s")
+_MAGIC = b"\x00SP\x00"
+_U64 = struct.Struct(">Q")
+_IPC_PREFIX = struct.Struct(">BQ")
+IPC_MSG_NORMAL = 1
+
+
+def encode_header(protocol_id: int) -> bytes:
+    """The 8-byte connection header announcing ``protocol_id``."""
+    return _HEADER.pack(_MAGIC, protocol_id, b"\x00\x00")
+
+
+def parse_header(data: bytes, peer_id: int) -> int:
+    """Validate a received connection header; return the peer's protocol id.
+
+    Raises:
+        RemoteProtocolError: not an SP header, reserved bytes set, or the peer's
+            protocol is not ``peer_id``.
+    """
+    if len(data) != HEADER_SIZE:
+        raise RemoteProtocolError(f"short SP header ({len(data)} bytes)")
+    magic, proto, reserved = _HEADER.unpack(data)
+    if magic != _MAGIC:
+        raise RemoteProtocolError(f"not an SP peer: header {data.hex()}")
+    if reserved != b"\x00\x00":
+        raise RemoteProtocolError(f"SP header has reserved bytes set: {data.hex()}")
+    if proto != peer_id:
+        raise RemoteProtocolError(
+            f"incompatible peer protocol 0x{proto:x} (expected 0x{peer_id:x})"
+        )
+    return proto
+
+
+def encode_frames(payloads: list[bytes], ipc: bool = False) -> bytes:
+    """Frame a batch of payloads into one buffer for a single write."""
+    if ipc:
+        pack = _IPC_PREFIX.pack
+        parts = []
+        for p in payloads:
+            parts.append(pack(IPC_MSG_NORMAL, len(p)))
+            parts.append(p)
+    else:
+        pack = _U64.pack
+        parts = []
+        for p in payloads:
+            parts.append(pack(len(p)))
+            parts.append(p)
+    return b"".join(parts)
+
+
+def encode_frame(payload: bytes, ipc: bool = False) -> bytes:
+    if ipc:
+        return _IPC_PREFIX.pack(IPC_MSG_NORMAL, len(payload)) + payload
+    return _U64.pack(len(payload)) + payload
+
+
+class FrameDecoder:
+    """Incremental frame parser: bytes in, complete payloads out.
+
+    ``feed(chunk)`` returns every payload the data completes (possibly none).
+    ``max_size`` of 0 means no limit.
+    """
+
+    __slots__ = ("_ipc", "_prefix", "max_size", "_buf", "_parts", "_have", "_need")
+
+    def __init__(self, ipc: bool = False, max_size: int = 0) -> None:
+        self._ipc = ipc
+        self._prefix = 9 if ipc else 8
+        self.max_size = max_size
+        self._buf = b""  # leftover bytes that start a frame (prefix not yet complete)
+        self._parts: list[bytes] = []  # pieces of a large payload being collected
+        self._have = 0
+        self._need = 0  # payload bytes still missing for the frame in _parts
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        out: list[bytes] = []
+        if self._need:
+            # Continue collecting a large payload without re-copying what we have.
+            if len(chunk) < self._need:
+                self._parts.append(chunk)
+                self._need -= len(chunk)
+                return out
+            self._parts.append(chunk[: self._need])
+            out.append(b"".join(self._parts))
+            chunk = chunk[self._need :]
+            self._parts = []
+            self._need = 0
+        data = self._buf + chunk if self._buf else chunk
+        pos = 0
+        end = len(data)
+        prefix = self._prefix
+        limit = self.max_size
+        ipc = self._ipc
+        unpack = _U64.unpack_from
+        while end - pos >= prefix:
+            if ipc:
+                if data[pos] != IPC_MSG_NORMAL:
+                    raise RemoteProtocolError(f"ipc message type {data[pos]} is not 1")
+                (size,) = unpack(data, pos + 1)
+            else:
+                (size,) = unpack(data, pos)
+            if limit and size > limit:
+                raise MessageTooLarge(f"peer sent a {size}-byte message; recv_max_size is {limit}")
+            start = pos + prefix
+            stop = start + size
+            if stop > end:
+                # Partial payload: keep what we have, wait for the rest.
+                self._parts = [data[start:]]
+                self._need = stop - end
+                self._buf = b""
+                return out
+            out.append(data[start:stop])
+            pos = stop
+        self._buf = data[pos:] if pos < end else b""
+        return out
+
+    @property
+    def pending(self) -> int:
+        """Bytes buffered for an incomplete frame."""
+        return len(self._buf) + sum(len(p) for p in self._parts)

@@ -1,0 +1,57 @@
+"""Helpers for testing code that uses nanopy (and for nanopy's own tests)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import tempfile
+import time
+
+from ._socket import Socket
+
+_counter = itertools.count()
+
+
+def ipc_url(tag: str = "t") -> str:
+    """A fresh ``ipc://`` URL in the temporary directory (short enough for sun_path)."""
+    return f"ipc://{tempfile.gettempdir()}/np-{os.getpid()}-{tag}-{next(_counter)}.ipc"
+
+
+def inproc_url(tag: str = "t") -> str:
+    """A fresh, process-unique ``inproc://`` URL."""
+    return f"inproc://{tag}-{os.getpid()}-{next(_counter)}"
+
+
+def wait_pipes(sock: Socket, count: int = 1, timeout: float = 5.0) -> None:
+    """Block until ``sock`` has at least ``count`` pipes (woken by pipe events, no polling).
+
+    Raises:
+        TimeoutError: the pipes did not come up in time.
+    """
+    deadline = time.monotonic() + timeout
+    cond = sock._pipes_changed
+    with cond:
+        while len(sock._pipes) < count:
+            left = deadline - time.monotonic()
+            if left <= 0 or not cond.wait(left) and len(sock._pipes) < count and time.monotonic() >= deadline:
+                raise TimeoutError(f"{sock!r}: {count} pipe(s) not connected within {timeout}s")
+
+
+def wait_no_pipes(sock: Socket, timeout: float = 5.0) -> None:
+    """Block until ``sock`` has no pipes."""
+    deadline = time.monotonic() + timeout
+    cond = sock._pipes_changed
+    with cond:
+        while sock._pipes:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{sock!r}: pipes still connected after {timeout}s")
+            cond.wait(left)
+
+
+def connect_pair(a: Socket, b: Socket, url: str, timeout: float = 5.0) -> None:
+    """Bind ``a`` on ``url``, connect ``b`` to it and wait until both see the pipe."""
+    ep = a.bind(url)
+    b.connect(ep.url)
+    wait_pipes(a, 1, timeout)
+    wait_pipes(b, 1, timeout)

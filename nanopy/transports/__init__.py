@@ -1,0 +1,40 @@
+"""Transports and the transport registry.
+
+Third-party packages add URL schemes through the ``nanopy.transports`` entry-point
+group (name = scheme, value = a :class:`Transport` instance or class). In-process
+code can call :func:`register`. Built-in schemes cannot be replaced silently.
+"""
+
+from __future__ import annotations
+
+from .._registry import transports as _registry
+from ._base import Connection as Connection
+from ._base import Listener as Listener
+from ._base import PipeContext as PipeContext
+from ._base import Transport as Transport
+
+
+def register(scheme: str, transport: Transport | type[Transport], *, override: bool = False) -> None:
+    """Register ``transport`` for URLs ``scheme://...`` in this process.
+
+    Raises:
+        ValueError: the scheme is taken (a built-in or an earlier registration)
+            and ``override`` is False.
+        TypeError: ``transport`` is not a :class:`Transport`.
+    """
+    _registry.register(scheme, transport, override=override)
+
+
+def unregister(scheme: str) -> None:
+    """Forget an in-process registration (built-ins and entry points stay)."""
+    _registry.unregister(scheme)
+
+
+def get(scheme: str) -> Transport:
+    """The transport for ``scheme`` (raises :class:`nanopy.AddressError` naming the known ones)."""
+    return _registry.get(scheme)
+
+
+def schemes() -> list[str]:
+    """Every scheme known: built-in, registered and installed plug-ins."""
+    return _registry.names()

@@ -1,0 +1,193 @@
+"""``inproc://name`` -- in-process pipes that hand message objects over as they are.
+
+Nothing is framed or copied: a payload travels as the same ``bytes`` object. A
+sender's ``try_send`` appends to the peer's inbox from any thread and wakes the
+peer's reader only if it is parked; the reader takes everything queued at once.
+Credits return to the sender when the receiver's reader takes the messages, so
+the receiver's back-pressure reaches the sender as on a real wire.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+
+import trio
+
+from .._errors import AddressError, AddressInUse, RemoteProtocolError
+from ._base import Connection, Listener, PipeContext, Transport
+
+
+class _Inbox:
+    """One direction of an inproc pipe: any thread puts, the engine takes."""
+
+    __slots__ = ("_lock", "_items", "_event", "_token", "closed")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: list[bytes] = []
+        self._event: trio.Event | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self.closed = False
+
+    def put(self, items: list[bytes]) -> bool:
+        with self._lock:
+            if self.closed:
+                return False
+            self._items.extend(items)
+            event, self._event = self._event, None
+        if event is not None:
+            self._wake(event)
+        return True
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+            event, self._event = self._event, None
+        if event is not None:
+            self._wake(event)
+
+    def _wake(self, event: trio.Event) -> None:
+        try:
+            self._token.run_sync_soon(event.set)  # type: ignore[union-attr]
+        except trio.RunFinishedError:
+            pass
+
+    async def take_all(self) -> list[bytes]:
+        while True:
+            with self._lock:
+                if self._items:
+                    items, self._items = self._items, []
+                    break
+                if self.closed:
+                    raise EOFError("inproc peer closed")
+                event = self._event = trio.Event()
+                self._token = trio.lowlevel.current_trio_token()
+            await event.wait()
+        await trio.lowlevel.checkpoint()
+        return items
+
+
+class InprocConnection(Connection):
+    manages_credit = True
+
+    def __init__(self, inbox: _Inbox, outbox: _Inbox, remote_address: str) -> None:
+        self._inbox = inbox
+        self._outbox = outbox
+        self.remote_address = remote_address
+        self.peer: InprocConnection | None = None
+        self.release_credit: Callable[[int], None] = lambda n: None
+
+    def try_send(self, payload: bytes) -> bool:
+        return self._outbox.put([payload])
+
+    async def send(self, payloads: list[bytes]) -> None:
+        if payloads and not self._outbox.put(payloads):
+            raise EOFError("inproc peer closed")
+        await trio.lowlevel.checkpoint()
+
+    async def receive(self) -> list[bytes]:
+        items = await self._inbox.take_all()
+        if self.peer is not None:
+            self.peer.release_credit(len(items))
+        return items
+
+    async def aclose(self) -> None:
+        self._inbox.close()
+        self._outbox.close()
+
+
+class _InprocListener(Listener):
+    def __init__(self, name: str, url: str, ctx: PipeContext) -> None:
+        self.name = name
+        self.url = url
+        self.ctx = ctx
+        self._send, self._recv = trio.open_memory_channel[InprocConnection](256)
+
+    def offer(self, conn: InprocConnection) -> None:
+        try:
+            self._send.send_nowait(conn)
+        except (trio.WouldBlock, trio.ClosedResourceError):
+            raise ConnectionRefusedError(f"{self.url}: listener busy or closed") from None
+
+    async def accept(self) -> Connection:
+        try:
+            return await self._recv.receive()
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            raise OSError("inproc listener closed") from None
+
+    async def aclose(self) -> None:
+        _registry.remove(self.name, self)
+        self._send.close()
+        async with self._recv:
+            pass
+
+
+class _Names:
+    """The process's inproc names (reset in a child after fork)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._listeners: dict[str, _InprocListener] = {}
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._listeners = {}
+
+    def add(self, listener: _InprocListener) -> None:
+        with self._lock:
+            if listener.name in self._listeners:
+                raise AddressInUse(98, f"{listener.url}: address already in use")
+            self._listeners[listener.name] = listener
+
+    def remove(self, name: str, listener: _InprocListener) -> None:
+        with self._lock:
+            if self._listeners.get(name) is listener:
+                del self._listeners[name]
+
+    def get(self, name: str) -> _InprocListener | None:
+        return self._listeners.get(name)
+
+
+_registry = _Names()
+
+
+def _name(url: str) -> str:
+    name = url[len("inproc://") :]
+    if not name:
+        raise AddressError(f"{url!r}: inproc needs a name, e.g. inproc://jobs")
+    return name
+
+
+class InprocTransport(Transport):
+    schemes = ("inproc",)
+
+    def check_url(self, url: str) -> None:
+        _name(url)
+
+    async def listen(self, url: str, ctx: PipeContext) -> Listener:
+        listener = _InprocListener(_name(url), url, ctx)
+        _registry.add(listener)
+        return listener
+
+    async def dial(self, url: str, ctx: PipeContext) -> Connection:
+        listener = _registry.get(_name(url))
+        if listener is None:
+            raise ConnectionRefusedError(f"{url}: no inproc listener")
+        if listener.ctx.protocol_id != ctx.peer_id or listener.ctx.peer_id != ctx.protocol_id:
+            raise RemoteProtocolError(
+                f"{url}: listener speaks {listener.ctx.protocol_name}, "
+                f"which is not a peer of {ctx.protocol_name}"
+            )
+        to_listener, to_dialer = _Inbox(), _Inbox()
+        mine = InprocConnection(to_dialer, to_listener, url)
+        theirs = InprocConnection(to_listener, to_dialer, url)
+        mine.peer, theirs.peer = theirs, mine
+        listener.offer(theirs)
+        await trio.lowlevel.checkpoint()
+        return mine
+
+
+transport = InprocTransport()

@@ -1,0 +1,149 @@
+"""``tcp://host:port`` -- SP over TCP (IPv4 and IPv6).
+
+Bind accepts ``*`` or an empty host for all IPv4 interfaces and port 0 for "any
+free port" (the endpoint's url then names the real port). IPv6 literals go in
+brackets: ``tcp://[::1]:5555``. Host names are resolved (connect and bind).
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import socket
+
+import trio
+
+from .._errors import AddressError, AddressInUse
+from ._base import Connection, Listener, PipeContext, Transport
+from ._stream import StreamConnection, StreamListener, connect_socket
+
+
+def split_host_port(url: str, scheme: str, *, bind: bool) -> tuple[str, int]:
+    """Split ``scheme://host:port`` (IPv6 in brackets); validate the port."""
+    rest = url[len(scheme) + 3 :]
+    if "/" in rest:
+        raise AddressError(f"{url!r}: a {scheme} address has no path (use {scheme}://host:port)")
+    if rest.startswith("["):
+        host, sep, port = rest[1:].partition("]:")
+        if not sep:
+            raise AddressError(f"{url!r}: expected {scheme}://[ipv6]:port")
+    else:
+        host, sep, port = rest.rpartition(":")
+        if not sep:
+            raise AddressError(f"{url!r}: missing port (expected {scheme}://host:port)")
+        if ":" in host:
+            raise AddressError(f"{url!r}: put IPv6 addresses in brackets, e.g. {scheme}://[::1]:5555")
+    if host == "*":
+        host = ""
+    if not host and not bind:
+        raise AddressError(f"{url!r}: connect needs a host")
+    try:
+        port_n = int(port)
+    except ValueError:
+        raise AddressError(f"{url!r}: port {port!r} is not a number") from None
+    if not 0 <= port_n <= 65535 or (port_n == 0 and not bind):
+        raise AddressError(f"{url!r}: port must be 1..65535 (0 only when binding)")
+    return host, port_n
+
+
+def format_host_port(scheme: str, host: str, port: int) -> str:
+    if ":" in host:
+        return f"{scheme}://[{host}]:{port}"
+    return f"{scheme}://{host}:{port}"
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+async def resolve(host: str, port: int) -> list[tuple]:
+    if _is_ip(host):
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        return [(family, (host, port) if family == socket.AF_INET else (host, port, 0, 0))]
+    infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [(fam, addr) for fam, _, _, _, addr in infos]
+
+
+def bind_tcp_socket(url: str, scheme: str) -> socket.socket:
+    """A bound, listening TCP socket for ``url`` (shared with tls/ws transports)."""
+    host, port = split_host_port(url, scheme, bind=True)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    if host and not _is_ip(host):
+        try:
+            family, _, _, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        except socket.gaierror as exc:
+            raise AddressError(f"{url!r}: cannot resolve {host!r}: {exc}") from None
+        host = addr[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host or ("::" if family == socket.AF_INET6 else "0.0.0.0"), port))
+        sock.listen(1024)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise AddressInUse(exc.errno, f"{url}: address already in use") from None
+        if exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+            raise AddressError(f"{url!r}: cannot bind: {exc.strerror}") from None
+        raise
+    return sock
+
+
+def set_nodelay(sock: socket.socket, ctx: PipeContext) -> None:
+    if ctx.options.get("tcp_nodelay", True):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+async def dial_tcp_socket(url: str, scheme: str, ctx: PipeContext) -> tuple[socket.socket, str]:
+    """A connected TCP socket for ``url`` and the peer's address as text."""
+    host, port = split_host_port(url, scheme, bind=False)
+    last: OSError | None = None
+    for family, addr in await resolve(host, port):
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            await connect_socket(sock, addr)
+        except OSError as exc:
+            sock.close()
+            last = exc
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        set_nodelay(sock, ctx)
+        return sock, f"{addr[0]}:{addr[1]}"
+    raise last or OSError(f"cannot resolve {host!r}")
+
+
+class _TcpListener(StreamListener):
+    def configure(self, conn_sock: socket.socket) -> None:
+        set_nodelay(conn_sock, self._ctx)
+
+    def describe_peer(self, addr: object) -> str:
+        return f"{addr[0]}:{addr[1]}"  # type: ignore[index]
+
+
+class TcpTransport(Transport):
+    schemes = ("tcp",)
+
+    def check_url(self, url: str) -> None:
+        split_host_port(url, "tcp", bind=True)
+
+    async def listen(self, url: str, ctx: PipeContext) -> Listener:
+        sock = bind_tcp_socket(url, "tcp")
+        host, port = sock.getsockname()[:2]
+        asked_host, _ = split_host_port(url, "tcp", bind=True)
+        real = format_host_port("tcp", asked_host or host, port) if asked_host else f"tcp://*:{port}"
+        if not asked_host:
+            real = f"tcp://0.0.0.0:{port}"
+        return _TcpListener(sock, real, ctx, ipc=False)
+
+    async def dial(self, url: str, ctx: PipeContext) -> Connection:
+        sock, remote = await dial_tcp_socket(url, "tcp", ctx)
+        return StreamConnection(sock, ctx, False, remote)
+
+
+transport = TcpTransport()
