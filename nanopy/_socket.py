@@ -480,12 +480,33 @@ class Socket:
             self._execute(actions)
         return result
 
+    def _try_now(self, attempt: Callable[[], Any]) -> Any:
+        """Async fast path: run ``attempt`` once; None if it would block.
+
+        Every ``_ASYNC_YIELD_EVERY`` calls it declines, so the async caller takes
+        the slow path, which checkpoints: a task looping on ready data cannot
+        starve its event loop.
+        """
+        self._async_calls += 1
+        if self._async_calls % _ASYNC_YIELD_EVERY == 0:
+            return None
+        with self._lock:
+            if self._closed:
+                raise self._closed_error()
+            try:
+                result = attempt()
+            except WouldBlock:
+                return None
+            actions = self._take_actions()
+            self._wake()
+        if actions:
+            self._execute(actions)
+        return True if result is None else result
+
     async def _acall(self, attempt: Callable[[], Any], queue: WaitQueue, timeout: float | None, what: str) -> Any:
         """Async twin of :meth:`_call` for trio and asyncio tasks."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        self._async_calls += 1
-        if self._async_calls % _ASYNC_YIELD_EVERY == 0:
-            await _yield_to_loop()
+        await _yield_to_loop()
         while True:
             with self._lock:
                 if self._closed:
@@ -600,7 +621,10 @@ class Socket:
 
     async def asend(self, data: Any, *, timeout: float | None = _DEFAULT) -> None:
         """Async :meth:`send` (trio or asyncio)."""
-        data = as_bytes(data)
+        if data.__class__ is not bytes:
+            data = as_bytes(data)
+        if self._try_now(self._send_attempt(data)):
+            return
         timeout = self._timeout(timeout, self._options.send_timeout)
         await self._acall(self._send_attempt(data), self._send_q, timeout, "send")
 
@@ -610,6 +634,9 @@ class Socket:
 
     async def arecv_msg(self, *, timeout: float | None = _DEFAULT) -> Message:
         """Async :meth:`recv_msg` (trio or asyncio)."""
+        msg = self._try_now(self._recv_attempt)
+        if msg is not None:
+            return msg
         timeout = self._timeout(timeout, self._options.recv_timeout)
         return await self._acall(self._recv_attempt, self._recv_q, timeout, "recv")
 
