@@ -52,6 +52,13 @@ def format_host_port(scheme: str, host: str, port: int) -> str:
     return f"{scheme}://{host}:{port}"
 
 
+def bound_url(scheme: str, url: str, sock: socket.socket) -> str:
+    """``url`` with the port the kernel chose (the host as the user wrote it)."""
+    host, port = sock.getsockname()[:2]
+    asked_host, _ = split_host_port(url, scheme, bind=True)
+    return format_host_port(scheme, asked_host or host, port)
+
+
 def _is_ip(host: str) -> bool:
     try:
         ipaddress.ip_address(host)
@@ -134,12 +141,7 @@ class TcpTransport(Transport):
 
     async def listen(self, url: str, ctx: PipeContext) -> Listener:
         sock = bind_tcp_socket(url, "tcp")
-        host, port = sock.getsockname()[:2]
-        asked_host, _ = split_host_port(url, "tcp", bind=True)
-        real = format_host_port("tcp", asked_host or host, port) if asked_host else f"tcp://*:{port}"
-        if not asked_host:
-            real = f"tcp://0.0.0.0:{port}"
-        return _TcpListener(sock, real, ctx, ipc=False)
+        return _TcpListener(sock, bound_url("tcp", url, sock), ctx, ipc=False)
 
     async def dial(self, url: str, ctx: PipeContext) -> Connection:
         sock, remote = await dial_tcp_socket(url, "tcp", ctx)
