@@ -1,0 +1,61 @@
+"""Shared pytest configuration and fixtures for nanopy's tests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import nanopy
+from nanopy.testing import inproc_url, ipc_url
+
+# Transports every socket-level test can run over.
+TRANSPORTS = ("tcp", "ipc", "inproc")
+STREAM_TRANSPORTS = ("tcp", "ipc")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Also declared in pyproject.toml; repeated here so the markers exist however
+    # pytest is invoked (e.g. with -c /dev/null or another rootdir).
+    config.addinivalue_line("markers", "interop: talks to real peers (pynng, nanocat, nngcat)")
+    config.addinivalue_line("markers", "slow: long-running stress tests")
+    config.addinivalue_line("markers", "spark: needs a local SparkSession")
+
+
+def bind_url(transport: str, tag: str = "t") -> str:
+    """A fresh address to bind for ``transport`` (tcp port 0 = any free port)."""
+    if transport == "tcp":
+        return "tcp://127.0.0.1:0"
+    if transport == "ipc":
+        return ipc_url(tag)
+    if transport == "inproc":
+        return inproc_url(tag)
+    raise ValueError(transport)
+
+
+@pytest.fixture(params=TRANSPORTS)
+def transport(request: pytest.FixtureRequest) -> str:
+    """Each of tcp, ipc and inproc in turn."""
+    return request.param
+
+
+@pytest.fixture(params=STREAM_TRANSPORTS)
+def stream_transport(request: pytest.FixtureRequest) -> str:
+    """tcp and ipc (the transports with a wire format) in turn."""
+    return request.param
+
+
+@pytest.fixture
+def make_socket() -> Iterator[Callable[..., nanopy.Socket]]:
+    """A factory of sockets that are all closed (without linger) after the test."""
+    made: list[nanopy.Socket] = []
+
+    def make(protocol: str, **kwargs: Any) -> nanopy.Socket:
+        sock = nanopy.Socket(protocol, **kwargs)
+        made.append(sock)
+        return sock
+
+    yield make
+    for sock in made:
+        sock.close(linger=0)
