@@ -103,6 +103,10 @@ class Core:
     def recv(self) -> Message:
         raise ProtocolError(f"{self.name} sockets cannot receive")
 
+    def recv_body(self) -> bytes:
+        """Like :meth:`recv` but only the body (cores may skip building a Message)."""
+        return self.recv().body
+
     def can_send(self) -> bool:
         return False
 
@@ -120,9 +124,13 @@ class Core:
 
 
 class FairQueue:
-    """Per-pipe inbound queues served by priority, round robin within a priority."""
+    """Per-pipe inbound queues served by priority, round robin within a priority.
 
-    __slots__ = ("_queues", "_ready", "_paused", "_actions", "_options", "_priority")
+    Items are opaque (a core may queue Messages or raw payloads); after ``pop``,
+    ``last_pid`` names the pipe the item came from.
+    """
+
+    __slots__ = ("_queues", "_ready", "_paused", "_actions", "_options", "_priority", "last_pid")
 
     def __init__(self, actions: list[Action], options: Any) -> None:
         self._queues: dict[int, deque[Message]] = {}
@@ -131,6 +139,7 @@ class FairQueue:
         self._actions = actions
         self._options = options
         self._priority: dict[int, int] = {}
+        self.last_pid = 0
 
     def add(self, pid: int, priority: int) -> None:
         self._queues[pid] = deque()
@@ -143,7 +152,7 @@ class FairQueue:
         self._ready.deactivate(pid)
         self._paused.discard(pid)
 
-    def push(self, pid: int, msgs: list[Message]) -> bool:
+    def push(self, pid: int, msgs: list[Any]) -> bool:
         """Queue messages from ``pid``; False means stop reading that pipe."""
         q = self._queues.get(pid)
         if q is None:
@@ -156,10 +165,11 @@ class FairQueue:
             return False
         return True
 
-    def pop(self) -> Message:
+    def pop(self) -> Any:
         pid = self._ready.current()
         if pid is None:
             raise WouldBlock
+        self.last_pid = pid  # type: ignore[assignment]
         q = self._queues[pid]
         msg = q.popleft()
         if q:

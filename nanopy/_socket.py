@@ -549,6 +549,12 @@ class Socket:
 
         return attempt
 
+    def _recv_body_attempt(self) -> bytes:
+        body = self._core.recv_body()
+        self._received += 1
+        self._bytes_received += len(body)
+        return body
+
     def _recv_attempt(self) -> Message:
         msg = self._core.recv()
         self._received += 1
@@ -596,7 +602,24 @@ class Socket:
             Timeout: nothing arrived in time. Closed: the socket is closed.
             ProtocolError: the protocol cannot receive (PUB, PUSH) or not now.
         """
-        return self.recv_msg(timeout=timeout).body
+        with self._lock:
+            if self._closed:
+                raise self._closed_error()
+            try:
+                body = self._core.recv_body()
+            except WouldBlock:
+                body = None
+            else:
+                self._received += 1
+                self._bytes_received += len(body)
+                actions = self._take_actions()
+                self._wake()
+        if body is not None:
+            if actions:
+                self._execute(actions)
+            return body
+        timeout = self._timeout(timeout, self._options.recv_timeout)
+        return self._call(self._recv_body_attempt, self._recv_q, timeout, "recv")
 
     def recv_msg(self, *, timeout: float | None = _DEFAULT) -> Message:
         """Receive the next message as a :class:`Message` (body, pipe, header)."""

@@ -47,8 +47,8 @@ class Pair0(Core):
     def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
         if pid != self.peer:
             return False
-        token = self.pipes[pid].token
-        return self._fq.push(pid, [Message(p, token) for p in payloads])
+        # Queue raw payloads; a Message is built only if the user asks for one.
+        return self._fq.push(pid, payloads)
 
     def send(self, body: bytes, header: bytes = b"") -> None:
         pid = self._lb.take()
@@ -57,6 +57,10 @@ class Pair0(Core):
         self.actions.append((TRANSMIT, pid, body))
 
     def recv(self) -> Message:
+        body = self._fq.pop()
+        return Message(body, self.pipes[self._fq.last_pid].token)
+
+    def recv_body(self) -> bytes:
         return self._fq.pop()
 
     def can_send(self) -> bool:

@@ -73,10 +73,14 @@ class Pull0(Core):
         self._fq.remove(pid)
 
     def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
-        token = self.pipes[pid].token
-        return self._fq.push(pid, [Message(p, token) for p in payloads])
+        # Queue raw payloads; a Message is built only if the user asks for one.
+        return self._fq.push(pid, payloads)
 
     def recv(self) -> Message:
+        body = self._fq.pop()
+        return Message(body, self.pipes[self._fq.last_pid].token)
+
+    def recv_body(self) -> bytes:
         return self._fq.pop()
 
     def can_recv(self) -> bool:
