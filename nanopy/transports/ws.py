@@ -1,0 +1,652 @@
+"""``ws://host:port/path`` and ``wss://host:port/path`` -- SP over WebSocket (NNG compatible).
+
+Built on the Sans-I/O protocol objects of the ``websockets`` package
+(:class:`~websockets.client.ClientProtocol`, :class:`~websockets.server.ServerProtocol`)
+driven by our own trio code; ``wss`` adds the TLS layer of :mod:`nanopy.transports.tls`
+(endpoint option ``ssl_context``).
+
+Wire rules (those of NNG): one SP message is one binary WebSocket message, the SP
+header at the start of its payload; the subprotocol is
+``<listener's protocol>.sp.nanomsg.org`` (a dialer offers its peer's name, a
+listener requires its own); messages go out in frames of at most 64 KiB. A text
+frame or any framing error closes that pipe only.
+
+Listeners share ports: every ``bind`` on one host:port joins one HTTP server that
+routes the upgrade request by path (``/a`` also answers ``/a/`` and ``/a?x``; an
+empty request target is ``/``); an unknown path gets 404.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import ssl
+import struct
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import trio
+from websockets.client import ClientProtocol
+from websockets.exceptions import InvalidHandshake, PayloadTooBig
+from websockets.frames import CloseCode, Opcode
+from websockets.http11 import Request, Response
+from websockets.protocol import State
+from websockets.server import ServerProtocol
+from websockets.uri import parse_uri
+
+try:
+    from websockets.speedups import apply_mask
+except ImportError:  # pragma: no cover - pure-Python build of websockets
+    from websockets.utils import apply_mask
+
+from .._errors import AddressError, AddressInUse, MessageTooLarge, RemoteProtocolError
+from ._base import Connection, Listener, PipeContext, Transport
+from .tls import (
+    CLOSE_TIMEOUT,
+    SocketChannel,
+    StreamChannel,
+    client_context,
+    server_context,
+    tls_client,
+    tls_server,
+)
+from .tcp import bind_tcp_socket, dial_tcp_socket, format_host_port, set_nodelay, split_host_port
+
+log = logging.getLogger("nanopy")
+
+#: outgoing messages are split into frames of at most this many bytes (NNG drops > 1 MiB frames)
+FRAGMENT_SIZE = 1 << 16
+RECV_SIZE = 1 << 16
+#: a new HTTP connection must send its upgrade request (and finish TLS) within this time
+REQUEST_TIMEOUT = 10.0
+#: accepted upgrades waiting for Listener.accept() before new ones are refused (503)
+BACKLOG = 128
+SUBPROTOCOL_SUFFIX = ".sp.nanomsg.org"
+
+_U16 = struct.Struct("!BBH")
+_U64 = struct.Struct("!BBQ")
+
+
+# -- URLs ------------------------------------------------------------------------
+def parse_ws_url(url: str, scheme: str, *, bind: bool) -> tuple[str, int, str]:
+    """``(host, port, path)`` of ``ws[s]://host[:port][/path]``; the path is normalised."""
+    rest = url[len(scheme) + 3 :]
+    hostport, slash, path = rest.partition("/")
+    if not hostport:
+        if not bind:
+            raise AddressError(f"{url!r}: connect needs a host")
+        hostport = "*"
+    has_port = hostport.rpartition("]")[2].count(":") == 1 if hostport.startswith("[") else ":" in hostport
+    if not has_port:
+        hostport += ":443" if scheme == "wss" else ":80"
+    host, port = split_host_port(f"{scheme}://{hostport}", scheme, bind=bind)
+    return host, port, normalize_path(slash + path)
+
+
+def normalize_path(target: str) -> str:
+    """Routing key of a request target: no query or fragment, no trailing ``/``, ``''`` -> ``/``."""
+    path = target.split("?", 1)[0].split("#", 1)[0]
+    if not path.startswith("/"):
+        path = "/" + path
+    if len(path) > 1:
+        path = path.rstrip("/") or "/"
+    return path
+
+
+def _subprotocol(name: str) -> str:
+    return name + SUBPROTOCOL_SUFFIX
+
+
+# -- frames -------------------------------------------------------------------------
+def _header(first: int, size: int, masked: bool) -> bytes:
+    bit = 0x80 if masked else 0
+    if size < 126:
+        return bytes((first, bit | size))
+    if size < 65536:
+        return _U16.pack(first, bit | 126, size)
+    return _U64.pack(first, bit | 127, size)
+
+
+def encode_message(payload: bytes, masked: bool, out: list) -> None:
+    """Append the frames of one binary message to ``out`` (fragmented at 64 KiB)."""
+    size = len(payload)
+    if size <= FRAGMENT_SIZE:
+        if masked:
+            key = os.urandom(4)
+            out.append(_header(0x82, size, True) + key)
+            out.append(apply_mask(payload, key))
+        else:
+            out.append(_header(0x82, size, False))
+            out.append(payload)
+        return
+    view = memoryview(payload)
+    opcode = 0x02
+    for start in range(0, size, FRAGMENT_SIZE):
+        chunk = view[start : start + FRAGMENT_SIZE]
+        first = opcode | (0x80 if start + FRAGMENT_SIZE >= size else 0)
+        if masked:
+            key = os.urandom(4)
+            out.append(_header(first, len(chunk), True) + key)
+            out.append(apply_mask(chunk, key))
+        else:
+            out.append(_header(first, len(chunk), False))
+            out.append(chunk)
+        opcode = 0x00
+
+
+# -- the connection ---------------------------------------------------------------------
+class WsConnection(Connection):
+    """One WebSocket connection carrying SP messages.
+
+    Data frames are encoded here (so ``try_send`` can write from any thread); the
+    ``websockets`` protocol object parses incoming bytes and produces control frames
+    (PONG, CLOSE). All writes are serialised: at most one async writer at a time,
+    and bytes a writer could not take wait in ``_pending`` for the active one.
+    """
+
+    def __init__(
+        self,
+        channel: SocketChannel | StreamChannel,
+        ctx: PipeContext,
+        remote_address: str,
+        *,
+        url: str | None = None,
+        proto: ServerProtocol | None = None,
+        request: Request | None = None,
+    ) -> None:
+        self._chan = channel
+        self._ctx = ctx
+        self._client = proto is None
+        self._url = url
+        self._proto: ClientProtocol | ServerProtocol | None = proto
+        self._request = request
+        self.remote_address = remote_address
+        self._parts: list[bytes] = []
+        self._early: list[Any] = []  # frames read together with the handshake response
+        self._peer_closed = False
+        self._closed = False
+        self._tlock = threading.Lock()  # guards _pending/_writing against try_send's thread
+        self._alock = trio.Lock()  # one async writer at a time
+        self._pending: list[bytes | memoryview] = []
+        self._writing = False
+        self._broken = False  # a write was cut short: no more frames on this stream
+        self._direct = channel.send_nowait
+
+    @property
+    def subprotocol(self) -> str | None:
+        return None if self._proto is None else self._proto.subprotocol
+
+    # -- handshake ---------------------------------------------------------------
+    async def handshake(self) -> None:
+        if self._client:
+            await self._client_handshake()
+        else:
+            await self._server_handshake()
+
+    async def _client_handshake(self) -> None:
+        await self._chan.start()
+        ctx = self._ctx
+        wanted = _subprotocol(ctx.peer_name)
+        assert self._url is not None
+        proto = ClientProtocol(
+            parse_uri(self._url), subprotocols=[wanted], max_size=ctx.recv_max_size or None
+        )
+        self._proto = proto
+        proto.send_request(proto.connect())
+        await self._flush_proto()
+        while True:
+            data = await self._chan.recv(RECV_SIZE)
+            if data:
+                proto.receive_data(data)
+            else:
+                proto.receive_eof()
+            events = proto.events_received()
+            if events or not data or proto.handshake_exc is not None:
+                break
+        if proto.handshake_exc is not None or not events or not isinstance(events[0], Response):
+            exc = proto.handshake_exc
+            raise RemoteProtocolError(f"{self._url}: WebSocket upgrade refused: {exc or 'connection closed'}")
+        got = proto.subprotocol
+        if got is None or got.lower() != wanted:
+            raise RemoteProtocolError(
+                f"{self._url}: server answered subprotocol {got!r}, expected {wanted!r}"
+            )
+        self._early = events[1:]
+
+    async def _server_handshake(self) -> None:
+        proto = self._proto
+        assert isinstance(proto, ServerProtocol) and self._request is not None
+        own = _subprotocol(self._ctx.protocol_name)
+        proto.available_subprotocols = [own]
+        proto.select_subprotocol = lambda offered: _pick(offered, own)  # type: ignore[method-assign]
+        proto.max_message_size = self._ctx.recv_max_size or None
+        response = proto.accept(self._request)
+        proto.send_response(response)
+        await self._flush_proto()
+        if response.status_code != 101:
+            offered = self._request.headers.get_all("Sec-WebSocket-Protocol")
+            raise RemoteProtocolError(
+                f"WebSocket upgrade from {self.remote_address} refused ({response.status_code}): "
+                f"subprotocol {', '.join(offered) or 'none'} offered, {own} required"
+            )
+
+    # -- writing ------------------------------------------------------------------
+    def try_send(self, payload: bytes) -> bool:
+        direct = self._direct
+        if direct is None:
+            return False
+        with self._tlock:
+            if self._writing or self._pending or self._closed:
+                return False
+            parts: list = []
+            encode_message(payload, self._client, parts)
+            data = b"".join(parts)
+            try:
+                n = direct(data)
+            except OSError:
+                return False  # the writer task meets (and reports) the error
+            if n < len(data):
+                self._pending.append(memoryview(data)[n:])
+                self.has_pending = True
+        return True
+
+    async def send(self, payloads: list[bytes]) -> None:
+        if not payloads:
+            await self._write(b"")
+            return
+        parts: list = []
+        masked = self._client
+        for payload in payloads:
+            encode_message(payload, masked, parts)
+        await self._write(b"".join(parts))
+
+    async def _write(self, data: bytes) -> None:
+        """Write ``data`` after everything pending (engine thread; one writer at a time)."""
+        async with self._alock:
+            with self._tlock:
+                chunks = self._pending
+                self._pending = []
+                self.has_pending = False
+                self._writing = True
+            try:
+                if data:
+                    chunks.append(data)
+                while chunks:
+                    await self._chan.send_all(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+                    with self._tlock:
+                        chunks = self._pending
+                        self._pending = []
+                        self.has_pending = False
+                        if not chunks:
+                            self._writing = False
+                if not data:
+                    await trio.lowlevel.checkpoint()
+            except BaseException:
+                self._broken = True
+                raise
+            finally:
+                with self._tlock:
+                    self._writing = False
+
+    async def _flush_proto(self) -> None:
+        """Write what the protocol object produced (handshake, PONG, CLOSE, EOF)."""
+        proto = self._proto
+        assert proto is not None
+        out = proto.data_to_send()
+        if not out:
+            return
+        eof = b"" in out
+        data = b"".join(out)
+        if self._alock.locked() and not eof:
+            # A writer is busy: it takes our bytes before it lets go (the reader
+            # never waits on a slow writer just to answer a PING).
+            with self._tlock:
+                self._pending.append(data)
+                self.has_pending = True
+            return
+        await self._write(data)
+        if eof:
+            await self._chan.send_eof()
+
+    # -- reading --------------------------------------------------------------------
+    async def receive(self) -> list[bytes]:
+        proto = self._proto
+        assert proto is not None
+        if self._early:
+            early, self._early = self._early, []
+            msgs = self._collect(early)
+            if msgs:
+                return msgs
+        while True:
+            if self._peer_closed:
+                raise EOFError(f"peer closed the WebSocket ({proto.close_rcvd or 'no close frame'})")
+            data = await self._chan.recv(RECV_SIZE)
+            if data:
+                proto.receive_data(data)
+            else:
+                proto.receive_eof()
+                self._peer_closed = True
+            events = proto.events_received()
+            await self._flush_proto()  # PONG, CLOSE echo, failure CLOSE
+            exc = proto.parser_exc
+            if exc is not None and not isinstance(exc, EOFError):
+                self._peer_closed = True
+                if isinstance(exc, PayloadTooBig):
+                    raise MessageTooLarge(
+                        f"peer sent a message over recv_max_size ({self._ctx.recv_max_size}): {exc}"
+                    )
+                raise RemoteProtocolError(f"WebSocket protocol error from {self.remote_address}: {exc}")
+            msgs = self._collect(events) if events else None
+            if msgs:
+                return msgs
+            if not data and self._parts:
+                raise RemoteProtocolError("peer closed in the middle of a message")
+
+    def _collect(self, events: Sequence[Any]) -> list[bytes]:
+        msgs: list[bytes] = []
+        parts = self._parts
+        for frame in events:
+            op = frame.opcode
+            if op is Opcode.BINARY:
+                if frame.fin:
+                    msgs.append(frame.data)
+                else:
+                    parts.append(frame.data)
+            elif op is Opcode.CONT:
+                parts.append(frame.data)
+                if frame.fin:
+                    msgs.append(b"".join(parts))
+                    parts.clear()
+            elif op is Opcode.TEXT:
+                self._fail(CloseCode.UNSUPPORTED_DATA, "SP over WebSocket takes binary frames only")
+                raise RemoteProtocolError(f"{self.remote_address} sent a text frame")
+            elif op is Opcode.CLOSE:
+                self._peer_closed = True
+            # PING is answered by the protocol object; PONG needs nothing.
+        return msgs
+
+    def _fail(self, code: int, reason: str) -> None:
+        proto = self._proto
+        if proto is not None and proto.state is State.OPEN:
+            proto.fail(code, reason)
+            self._peer_closed = True
+
+    # -- closing ------------------------------------------------------------------------
+    async def aclose(self) -> None:
+        with self._tlock:
+            if self._closed:
+                return
+            self._closed = True
+        proto = self._proto
+        with trio.CancelScope(shield=True):
+            if proto is not None and not self._chan.closed and not self._broken:
+                with trio.move_on_after(CLOSE_TIMEOUT):
+                    try:
+                        await self._goodbye(proto)
+                    except (OSError, EOFError, trio.BrokenResourceError, trio.ClosedResourceError):
+                        pass
+            await self._chan.aclose()
+
+    async def _goodbye(self, proto: ClientProtocol | ServerProtocol) -> None:
+        """Close handshake: send CLOSE (unless done), flush, then wait for the peer's EOF."""
+        if proto.state is State.OPEN:
+            proto.send_close(CloseCode.NORMAL_CLOSURE)
+        await self._flush_proto()
+        if self._peer_closed and not self._client:
+            return
+        while proto.state is not State.CLOSED:
+            data = await self._chan.recv(RECV_SIZE)
+            if not data:
+                break
+            proto.receive_data(data)
+            proto.events_received()
+            await self._flush_proto()
+
+
+def _pick(offered: Sequence[str], own: str) -> str | None:
+    """NNG compares the subprotocol case-insensitively and echoes the client's spelling."""
+    for name in offered:
+        if name.lower() == own:
+            return name
+    return None
+
+
+# -- the shared per-port HTTP server ------------------------------------------------------
+class _PortServer:
+    """One listening TCP socket serving every ws listener bound on its host:port."""
+
+    def __init__(self, key: tuple, sock: socket.socket, secure: bool, ssl_ctx: ssl.SSLContext | None) -> None:
+        sock.setblocking(False)
+        self.key = key
+        self.sock = sock
+        self.secure = secure
+        self.ssl_ctx = ssl_ctx
+        self.routes: dict[str, WsListener] = {}
+        self._scope = trio.CancelScope()
+        self._closed = False
+
+    def start(self) -> None:
+        trio.lowlevel.spawn_system_task(self._serve, name=f"nanopy ws server {self.key[1:]}")
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        _servers.remove(self)
+        self._scope.cancel()
+        try:
+            trio.lowlevel.notify_closing(self.sock)
+        except Exception:
+            pass
+        self.sock.close()
+
+    async def _serve(self) -> None:
+        try:
+            with self._scope:
+                async with trio.open_nursery() as nursery:
+                    while True:
+                        try:
+                            conn, addr = self.sock.accept()
+                        except (BlockingIOError, InterruptedError):
+                            await trio.lowlevel.wait_readable(self.sock)
+                            continue
+                        except OSError as exc:
+                            if self._closed:
+                                return
+                            log.warning("ws server %s: accept failed: %s", self.key[1:], exc)
+                            await trio.sleep(0.1)
+                            continue
+                        nursery.start_soon(self._route, conn, addr)
+        except Exception:  # a system task must never raise
+            log.exception("ws server %s failed", self.key[1:])
+        finally:
+            self.close()
+
+    async def _route(self, sock: socket.socket, addr: Any) -> None:
+        """Read the upgrade request, then hand the connection to the listener of its path."""
+        peer = f"{addr[0]}:{addr[1]}"
+        chan: SocketChannel | StreamChannel
+        chan = tls_server(sock, self.ssl_ctx, peer) if self.secure else SocketChannel(sock)  # type: ignore[arg-type]
+        proto = ServerProtocol(max_size=None)
+        handed_over = False
+        try:
+            with trio.move_on_after(REQUEST_TIMEOUT):
+                await chan.start()
+                request = await _read_request(chan, proto)
+                if request is None:
+                    return
+                listener = self.routes.get(normalize_path(request.path))
+                if listener is None:
+                    await _answer(chan, proto, 404, "Not Found")
+                    return
+                set_nodelay(sock, listener.ctx)
+                conn = WsConnection(chan, listener.ctx, peer, proto=proto, request=request)
+                if listener.offer(conn):
+                    handed_over = True
+                else:
+                    await _answer(chan, proto, 503, "Service Unavailable")
+        except (OSError, EOFError, RemoteProtocolError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            log.debug("ws server %s: connection from %s dropped: %s", self.key[1:], peer, exc)
+        finally:
+            if not handed_over:
+                with trio.CancelScope(shield=True):
+                    await chan.aclose()
+
+
+async def _read_request(chan: SocketChannel | StreamChannel, proto: ServerProtocol) -> Request | None:
+    while True:
+        data = await chan.recv(RECV_SIZE)
+        if data:
+            proto.receive_data(data)
+        else:
+            proto.receive_eof()
+        for event in proto.events_received():
+            if isinstance(event, Request):
+                return event
+        if proto.handshake_exc is not None or not data:
+            return None
+
+
+async def _answer(chan: SocketChannel | StreamChannel, proto: ServerProtocol, status: int, text: str) -> None:
+    proto.send_response(proto.reject(status, text + "\n"))
+    data = b"".join(proto.data_to_send())
+    await chan.send_all(data)
+    await chan.send_eof()
+
+
+class _Servers:
+    """The process's ws servers by (trio run, host, port); reset in a child after fork."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_key: dict[tuple, _PortServer] = {}
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._by_key = {}
+
+    def get(self, key: tuple) -> _PortServer | None:
+        with self._lock:
+            return self._by_key.get(key)
+
+    def add(self, server: _PortServer) -> None:
+        with self._lock:
+            self._by_key[server.key] = server
+
+    def remove(self, server: _PortServer) -> None:
+        with self._lock:
+            if self._by_key.get(server.key) is server:
+                del self._by_key[server.key]
+
+
+_servers = _Servers()
+
+
+def _host_key(host: str) -> str:
+    return "" if host in ("", "*", "0.0.0.0") else host
+
+
+class WsListener(Listener):
+    """One path on a shared :class:`_PortServer`."""
+
+    def __init__(self, server: _PortServer, path: str, url: str, ctx: PipeContext) -> None:
+        self.server = server
+        self.path = path
+        self.url = url
+        self.ctx = ctx
+        self._send, self._recv = trio.open_memory_channel[WsConnection](BACKLOG)
+        self._closed = False
+
+    def offer(self, conn: WsConnection) -> bool:
+        try:
+            self._send.send_nowait(conn)
+        except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+            return False
+        return True
+
+    async def accept(self) -> Connection:
+        try:
+            return await self._recv.receive()
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            raise OSError(f"{self.url}: listener closed") from None
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        server = self.server
+        if server.routes.get(self.path) is self:
+            del server.routes[self.path]
+        if not server.routes:
+            server.close()
+        self._send.close()
+        with trio.CancelScope(shield=True):
+            while True:
+                try:
+                    conn = self._recv.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                    break
+                await conn.aclose()
+            self._recv.close()
+
+
+class WsTransport(Transport):
+    """``ws://`` (plain) or ``wss://`` (TLS, endpoint option ``ssl_context``)."""
+
+    endpoint_options: tuple[str, ...] = ()
+
+    def __init__(self, secure: bool = False) -> None:
+        self.secure = secure
+        self.scheme = "wss" if secure else "ws"
+        self.schemes = (self.scheme,)
+        if secure:
+            self.endpoint_options = ("ssl_context",)
+
+    def check_url(self, url: str) -> None:
+        parse_ws_url(url, self.scheme, bind=True)
+
+    async def listen(self, url: str, ctx: PipeContext) -> Listener:
+        scheme = self.scheme
+        host, port, path = parse_ws_url(url, scheme, bind=True)
+        ssl_ctx = server_context(ctx.options, url) if self.secure else None
+        token = trio.lowlevel.current_trio_token()
+        server = _servers.get((token, _host_key(host), port)) if port else None
+        if server is not None:
+            if server.secure != self.secure:
+                other = "wss" if server.secure else "ws"
+                raise AddressInUse(98, f"{url}: the port already serves {other}://")
+            if self.secure and server.ssl_ctx is not ssl_ctx:
+                raise AddressInUse(98, f"{url}: the port already serves wss:// with another ssl_context")
+            if path in server.routes:
+                raise AddressInUse(98, f"{url}: address already in use (path {path!r} is bound)")
+        else:
+            sock = bind_tcp_socket(format_host_port(scheme, host, port), scheme)
+            real_port = sock.getsockname()[1]
+            server = _PortServer((token, _host_key(host), real_port), sock, self.secure, ssl_ctx)
+            _servers.add(server)
+            server.start()
+            port = real_port
+        shown = host or "0.0.0.0"
+        listener = WsListener(server, path, format_host_port(scheme, shown, port) + path, ctx)
+        server.routes[path] = listener
+        return listener
+
+    async def dial(self, url: str, ctx: PipeContext) -> Connection:
+        scheme = self.scheme
+        host, port, path = parse_ws_url(url, scheme, bind=False)
+        hostport = format_host_port(scheme, host, port)
+        sock, remote = await dial_tcp_socket(hostport, scheme, ctx)
+        target = url if "/" in url[len(scheme) + 3 :] else url + "/"
+        chan: SocketChannel | StreamChannel
+        if self.secure:
+            chan = tls_client(sock, client_context(ctx.options), host, remote)
+        else:
+            chan = SocketChannel(sock)
+        return WsConnection(chan, ctx, remote, url=target)
+
+
+transport = WsTransport(secure=False)
+secure_transport = WsTransport(secure=True)
