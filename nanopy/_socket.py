@@ -195,7 +195,11 @@ class Socket:
                 f"{', '.join(_transports.names())}"
             )
         transport = _transports.get(scheme)
-        transport.check_url(url)
+        # A connect must fail now, not in its background dialer, on a bind-only address.
+        if dialer:
+            transport.check_dial_url(url)
+        else:
+            transport.check_url(url)
         priority = validate_priority("priority", options.pop("priority", 8))
         recv_priority = validate_priority("recv_priority", options.pop("recv_priority", 8))
         allowed = set(getattr(transport, "endpoint_options", ()))

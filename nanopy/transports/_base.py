@@ -110,6 +110,10 @@ class Transport(abc.ABC):
     def check_url(self, url: str) -> None:
         """Raise :class:`nanopy.AddressError` if ``url`` is malformed (called at once by bind/connect)."""
 
+    def check_dial_url(self, url: str) -> None:
+        """As :meth:`check_url`, for ``connect`` (e.g. a wildcard host or port 0 is bind-only)."""
+        self.check_url(url)
+
     @abc.abstractmethod
     async def listen(self, url: str, ctx: PipeContext) -> Listener:
         """Bind ``url``; raise :class:`nanopy.AddressInUse` if it is taken."""

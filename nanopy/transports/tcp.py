@@ -139,6 +139,9 @@ class TcpTransport(Transport):
     def check_url(self, url: str) -> None:
         split_host_port(url, "tcp", bind=True)
 
+    def check_dial_url(self, url: str) -> None:
+        split_host_port(url, "tcp", bind=False)
+
     async def listen(self, url: str, ctx: PipeContext) -> Listener:
         sock = bind_tcp_socket(url, "tcp")
         return _TcpListener(sock, bound_url("tcp", url, sock), ctx, ipc=False)
