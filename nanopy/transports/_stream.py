@@ -27,6 +27,7 @@ class StreamConnection(Connection):
         self._ipc = ipc
         self._decoder = FrameDecoder(ipc, ctx.recv_max_size)
         self._pending: memoryview | None = None
+        self._drained = False
         self._closed = False
         self.remote_address = remote_address
 
@@ -80,9 +81,8 @@ class StreamConnection(Connection):
 
     # -- receiving -------------------------------------------------------------
     async def receive(self) -> list[bytes]:
-        waited = False
         while True:
-            chunk = await self._recv_some(RECV_SIZE, waited)
+            chunk = await self._recv_some(RECV_SIZE)
             if not chunk:
                 if self._decoder.pending:
                     raise RemoteProtocolError("peer closed in the middle of a message")
@@ -90,10 +90,19 @@ class StreamConnection(Connection):
             msgs = self._decoder.feed(chunk)
             if msgs:
                 return msgs
-            waited = True
 
-    async def _recv_some(self, size: int, waited: bool = False) -> bytes:
+    async def _recv_some(self, size: int) -> bytes:
+        """Read up to ``size`` bytes, waiting for readability as needed.
+
+        After a short read the socket is most likely drained, so we wait for
+        readability first instead of paying for a recv that fails with EAGAIN;
+        after a full read more is probably buffered, so we read at once.
+        """
         sock = self._sock
+        waited = False
+        if self._drained:
+            await trio.lowlevel.wait_readable(sock)
+            waited = True
         while True:
             try:
                 data = sock.recv(size)
@@ -101,6 +110,7 @@ class StreamConnection(Connection):
                 await trio.lowlevel.wait_readable(sock)
                 waited = True
                 continue
+            self._drained = len(data) < size
             if not waited:
                 # Data was already there: still give other tasks a turn.
                 await trio.lowlevel.checkpoint()
