@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import re
 import threading
 from collections.abc import Callable
 from importlib.metadata import entry_points
@@ -41,13 +42,33 @@ class Registry:
             raise TypeError(f"{self.kind} name must be a non-empty str")
         obj = self._validate(name, obj)
         with self._lock:
-            taken = name in self._registered or name in self._builtins
-            if taken and not override:
-                raise ValueError(
-                    f"{self.kind} {name!r} is already registered; pass override=True to replace it"
-                )
+            if not override:
+                owner = self._owner(name)
+                if owner is not None:
+                    raise ValueError(
+                        f"{self.kind} {name!r} is already provided by {owner}; "
+                        "pass override=True to replace it in this process"
+                    )
+            elif name in self._builtins:
+                log.info("%s %r: built-in replaced by %r (override=True)", self.kind, name, obj)
             self._registered[name] = obj
             self._loaded.pop(name, None)
+
+    def _owner(self, name: str) -> str | None:
+        """Who provides ``name`` already (None if nobody)."""
+        if name in self._registered:
+            return "an earlier register() call"
+        if name in self._builtins:
+            return "nanopy (built-in)"
+        for ep in self._entry_points(name):
+            return f"the installed plug-in {ep.value!r}"
+        return None
+
+    def _entry_points(self, name: str) -> list[Any]:
+        try:
+            return [ep for ep in entry_points(group=self.group) if ep.name == name]
+        except Exception:  # pragma: no cover - broken metadata must not break lookups
+            return []
 
     def unregister(self, name: str) -> None:
         with self._lock:
@@ -75,8 +96,16 @@ class Registry:
 
     def _load(self, name: str) -> Any:
         target = self._builtins.get(name)
+        if target is not None:
+            # A third-party distribution claiming a built-in name is ignored, but not silently.
+            for ep in self._entry_points(name):
+                if ep.value != target:
+                    log.warning(
+                        "ignoring %s plug-in %r = %r: %r is built in (use register(..., override=True))",
+                        self.kind, name, ep.value, name,
+                    )
         if target is None:
-            eps = [ep for ep in entry_points(group=self.group) if ep.name == name]
+            eps = self._entry_points(name)
             if not eps:
                 raise self._error(
                     f"unknown {self.kind} {name!r}; registered: {', '.join(self.names())}"
@@ -94,31 +123,52 @@ class Registry:
             obj = getattr(importlib.import_module(module), attr)
         try:
             return self._validate(name, obj)
-        except (TypeError, ValueError) as exc:
+        except Exception as exc:
             raise self._error(f"{self.kind} plug-in {name!r} is broken: {exc}") from exc
+
+
+# RFC 3986 scheme syntax, lower case only (URLs are matched exactly).
+_SCHEME = re.compile(r"[a-z][a-z0-9+.\-]*\Z")
+_PROTOCOL_NAME = re.compile(r"[A-Za-z0-9_.\-]+\Z")
 
 
 def _validate_protocol(name: str, obj: Any) -> Any:
     from ._core import Core
 
+    if not _PROTOCOL_NAME.match(name):
+        raise ValueError(f"protocol name {name!r} may hold only letters, digits, '_', '.' and '-'")
     if not (isinstance(obj, type) and issubclass(obj, Core)):
         raise TypeError(f"protocol {name!r} must be a nanopy.protocols.Core subclass, got {obj!r}")
-    for attr in ("protocol_id", "peer_id", "name", "peer_name"):
-        if not hasattr(obj, attr):
-            raise TypeError(f"protocol {name!r} lacks the class attribute {attr!r}")
+    for attr in ("protocol_id", "peer_id"):
+        value = getattr(obj, attr, None)
+        if not isinstance(value, int) or not 0 <= value <= 0xFFFF:
+            raise TypeError(f"protocol {name!r}: class attribute {attr} must be an int 0..65535, got {value!r}")
+    for attr in ("name", "peer_name"):
+        if not isinstance(getattr(obj, attr, None), str):
+            raise TypeError(f"protocol {name!r}: class attribute {attr} must be a str")
     return obj
 
 
 def _validate_transport(name: str, obj: Any) -> Any:
     from .transports._base import Transport
 
+    if not _SCHEME.match(name):
+        raise ValueError(
+            f"transport scheme {name!r} is not a valid URL scheme (lower-case letter, then a-z 0-9 + . -)"
+        )
     if isinstance(obj, type) and issubclass(obj, Transport):
         obj = obj()
     if not isinstance(obj, Transport):
         raise TypeError(f"transport {name!r} must be a nanopy.transports.Transport, got {obj!r}")
-    for method in ("listen", "dial"):
+    for method in ("listen", "dial", "check_url"):
         if not callable(getattr(obj, method, None)):
             raise TypeError(f"transport {name!r} lacks {method}()")
+    options = getattr(obj, "endpoint_options", ())
+    if isinstance(options, str) or not all(isinstance(o, str) for o in options):
+        raise TypeError(f"transport {name!r}: endpoint_options must be a tuple of str, got {options!r}")
+    schemes = tuple(getattr(obj, "schemes", ()) or ())
+    if schemes and name not in schemes:
+        raise ValueError(f"transport registered as {name!r} declares schemes {schemes!r}")
     return obj
 
 
