@@ -23,19 +23,16 @@ def brute_match(topics: Counter[bytes], message: bytes) -> bool:
 def check_shape(tree: RadixTree) -> None:
     """The structural invariants documented in nanopy/_radix.py."""
     root = tree._root
-    assert root.prefix == b""
-    stack = list((root.children or {}).values())
+    assert isinstance(root, _Node) and root.prefix == b""
+    stack = list(root.values())
     while stack:
         node = stack.pop()
         if isinstance(node, bytes):
             continue
         assert isinstance(node, _Node)
-        children = node.children
-        assert children is None or children, "empty children dict kept"
-        n = len(children or ())
-        assert node.count >= 1 or n >= 2, "unsubscribed node with fewer than two children"
-        assert not (node.count == 1 and n == 0), "count-1 childless node not stored as a leaf"
-        stack.extend((children or {}).values())
+        assert node.count >= 1 or len(node) >= 2, "unsubscribed node with fewer than two children"
+        assert not (node.count == 1 and not node), "count-1 childless node not stored as a leaf"
+        stack.extend(node.values())
 
 
 def test_basics() -> None:
@@ -74,7 +71,7 @@ def test_split_and_merge() -> None:
     assert list(t) == [b"abcdef"]
     assert t.match(b"abcdefg") and not t.match(b"abcde")
     t.remove(b"abcdef")
-    assert t._root.children is None
+    assert not t._root
 
 
 def test_unknown_topics_raise_without_changing_anything() -> None:
