@@ -1,0 +1,54 @@
+"""nanopy for Apache Spark (PySpark >= 4.0): a streaming source, a sink, a coordinator.
+
+    import nanopy.spark
+    nanopy.spark.register(spark)                      # once per SparkSession
+    df = (spark.readStream.format("nanopy")
+          .option("url", "tcp://127.0.0.1:5555").option("protocol", "pull").load())
+    df.writeStream.format("nanopy").option("url", "tcp://127.0.0.1:5556").start()
+
+    with nanopy.spark.Coordinator(items) as coord:    # hand work to Spark tasks
+        results = coord.map(spark, work_fn)
+
+Importing this module starts no thread, loop or socket, and does not import
+pyspark; the data source classes load on first use. See docs/spark.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._client import CoordinatorLost as CoordinatorLost
+from ._client import CoordinatorRefused as CoordinatorRefused
+from ._client import TaskClient as TaskClient
+from ._coordinator import Coordinator as Coordinator
+from ._tags import TAG_SIZE as TAG_SIZE
+from ._tags import Deduplicator as Deduplicator
+from ._tags import Tag as Tag
+from ._tags import split_tag as split_tag
+
+__all__ = [
+    "Coordinator", "CoordinatorLost", "CoordinatorRefused", "Deduplicator", "NanopyDataSource",
+    "TAG_SIZE", "Tag", "TaskClient", "local_session", "register", "split_tag",
+]
+
+
+def register(spark: Any) -> None:
+    """Register the ``"nanopy"`` data source (read, readStream, write, writeStream)."""
+    from ._source import NanopyDataSource
+
+    spark.dataSource.register(NanopyDataSource)
+
+
+def local_session(master: str = "local[2]", app_name: str = "nanopy", **conf: str) -> Any:
+    """A quiet local SparkSession with the settings nanopy needs (see docs/spark.md)."""
+    from ._session import local_session as _local_session
+
+    return _local_session(master, app_name, **conf)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "NanopyDataSource":
+        from ._source import NanopyDataSource
+
+        return NanopyDataSource
+    raise AttributeError(f"module 'nanopy.spark' has no attribute {name!r}")
