@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+from ._device import adevice as adevice
+from ._device import device as device
 from ._endpoint import Endpoint as Endpoint
 from ._errors import AddressError as AddressError
 from ._errors import AddressInUse as AddressInUse
@@ -39,6 +41,7 @@ __all__ = [
     "AddressError", "AddressInUse", "BUS", "Closed", "Endpoint", "Message", "MessageTooLarge",
     "NanopyError", "PAIR", "PAIR1", "PUB", "PULL", "PUSH", "Pipe", "ProtocolError", "REP", "REQ",
     "RESPONDENT", "RemoteProtocolError", "SUB", "SURVEYOR", "Socket", "SocketStats", "Timeout",
+    "adevice", "device",
 ]
 
 

@@ -1,0 +1,145 @@
+"""Devices: forward messages between two raw sockets (nanomsg's ``nn_device``).
+
+A device is two pumps, ``a -> b`` and ``b -> a`` (only the directions the two
+protocols can carry), each receiving a message with its header from one raw
+socket and sending it with that header on the other. Headers do the routing:
+raw REP/RESPONDENT push the incoming pipe id onto the backtrace and pop it on the
+way back, raw PAIR1 adds a hop, raw BUS skips the pipe a message came from.
+Loops are broken by ``max_ttl`` (REQ/REP, SURVEY, PAIR1), never by the device.
+
+The pumps are tasks: ``adevice`` runs them in the caller's trio or asyncio loop;
+``device`` runs them in nanopy's engine loop and blocks the calling thread. When
+either socket closes, the other pump is cancelled (losslessly: a cancelled
+receive takes nothing) and the call returns.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import trio
+
+from ._errors import Closed
+from ._socket import Socket
+
+
+def _check(a: Socket, b: Socket) -> list[tuple[Socket, Socket]]:
+    for s in (a, b):
+        if not isinstance(s, Socket):
+            raise TypeError(f"device() takes nanopy sockets, not {type(s).__name__}")
+        if not s.raw:
+            raise ValueError(
+                f"device() needs raw sockets: create {s.name!r} with nanopy.Socket({s.protocol!r}, raw=True)"
+            )
+    ca, cb = a._core, b._core
+    if ca.protocol_id != cb.peer_id or cb.protocol_id != ca.peer_id:
+        raise ValueError(
+            f"device(): {ca.name} and {cb.name} sockets cannot be joined; use peers "
+            f"(e.g. raw rep with raw req, raw bus with raw bus)"
+        )
+    if a is b:
+        return [(a, a)]
+    pumps = []
+    if ca.receives and cb.sends:
+        pumps.append((a, b))
+    if cb.receives and ca.sends:
+        pumps.append((b, a))
+    return pumps
+
+
+async def _pump(src: Socket, dst: Socket) -> None:
+    """Forward src -> dst until either socket closes."""
+    try:
+        while True:
+            msg = await src.arecv_msg(timeout=None)
+            await dst.asend_msg(msg, timeout=None)
+    except Closed:
+        return
+
+
+async def _run_trio(pumps: list[tuple[Socket, Socket]]) -> None:
+    async with trio.open_nursery() as nursery:
+
+        async def one(src: Socket, dst: Socket) -> None:
+            await _pump(src, dst)
+            nursery.cancel_scope.cancel()  # one side closed: the device is over
+
+        for src, dst in pumps:
+            nursery.start_soon(one, src, dst)
+
+
+async def _run_asyncio(pumps: list[tuple[Socket, Socket]]) -> None:
+    import asyncio
+
+    tasks = [asyncio.ensure_future(_pump(src, dst)) for src, dst in pumps]
+    try:
+        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            task.result()  # re-raise an unexpected error
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def adevice(a: Socket, b: Socket) -> None:
+    """Forward between raw sockets ``a`` and ``b`` in the current trio or asyncio loop.
+
+    Returns when either socket closes. Pass the same socket twice for a one-socket
+    device (e.g. a raw BUS relaying between its own peers).
+
+    Raises:
+        ValueError: a socket is not raw, or the two protocols are not peers.
+    """
+    pumps = _check(a, b)
+    import sniffio
+
+    if sniffio.current_async_library() == "trio":
+        await _run_trio(pumps)
+    else:
+        await _run_asyncio(pumps)
+
+
+def device(a: Socket, b: Socket) -> None:
+    """Forward between raw sockets ``a`` and ``b``, blocking until either closes.
+
+    Example: a tcp front end for REP servers on ipc::
+
+        front = nanopy.Socket("rep", raw=True, bind="tcp://0.0.0.0:5555")
+        back = nanopy.Socket("req", raw=True, bind="ipc:///tmp/workers.ipc")
+        nanopy.device(front, back)
+
+    The forwarding runs in nanopy's engine loop; the calling thread only waits
+    (Ctrl-C stops the device and propagates).
+
+    Raises:
+        ValueError: a socket is not raw, or the two protocols are not peers.
+    """
+    pumps = _check(a, b)
+    engine = a._engine
+    if engine.in_engine_thread():
+        raise RuntimeError("device() would block the nanopy engine; use adevice() there")
+    finished = threading.Event()
+    scope = trio.CancelScope()
+    failure: list[BaseException] = []
+
+    async def runner() -> None:
+        try:
+            with scope:
+                await _run_trio(pumps)
+        except BaseException as exc:  # handed to the waiting thread
+            failure.append(exc)
+        finally:
+            finished.set()
+
+    engine.spawn(runner)
+    try:
+        finished.wait()
+    except BaseException:
+        engine.call_soon(scope.cancel)
+        raise
+    if failure:
+        raise failure[0]
+
+
+__all__ = ["adevice", "device"]

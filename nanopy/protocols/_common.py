@@ -1,0 +1,258 @@
+"""Pieces shared by the request/reply and survey families (and their raw forms).
+
+* :class:`StateTable`: an explicit ``(state, event) -> state`` table; any pair not
+  in it is an illegal transition and raises :class:`ProtocolError`.
+* :func:`split_backtrace`: pops the backtrace stack (WIRE.md section 8.1) off a
+  payload -- 32-bit big-endian words, pipe ids with the top bit clear, ending with
+  the request/survey id that has the top bit set.
+* :class:`Replier` / :class:`RawReplier`: the REP and RESPONDENT cores, which
+  differ only in their protocol identity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from .._core import TRANSMIT, Core, FairQueue, LoadBalancer, PipeInfo
+from .._errors import ProtocolError
+from .._message import Message
+
+END_BIT = 0x80000000  # set on the last word of a backtrace (the request id)
+ID_MASK = 0x7FFFFFFF
+
+MALFORMED = "malformed"  # split_backtrace outcomes that are not (header, body)
+TOO_MANY_HOPS = "too-many-hops"
+
+
+class StateTable:
+    """An explicit state machine: only the listed transitions are legal."""
+
+    __slots__ = ("name", "transitions", "messages")
+
+    def __init__(
+        self,
+        name: str,
+        transitions: dict[tuple[str, str], str],
+        messages: dict[tuple[str, str], str] | None = None,
+    ) -> None:
+        self.name = name
+        self.transitions = transitions
+        self.messages = messages or {}  # friendly errors for user-visible misuse
+
+    def step(self, state: str, event: str) -> str:
+        """The state after ``event`` in ``state``; ProtocolError if illegal."""
+        try:
+            return self.transitions[(state, event)]
+        except KeyError:
+            msg = self.messages.get((state, event))
+            raise ProtocolError(msg or f"{self.name}: {event!r} is illegal in state {state!r}") from None
+
+    def states(self) -> set[str]:
+        return {s for s, _ in self.transitions} | set(self.transitions.values())
+
+    def events(self) -> set[str]:
+        return {e for _, e in self.transitions}
+
+    def illegal(self) -> Iterable[tuple[str, str]]:
+        """Every (state, event) pair that is not a legal transition."""
+        for state in sorted(self.states()):
+            for event in sorted(self.events()):
+                if (state, event) not in self.transitions:
+                    yield state, event
+
+
+def split_backtrace(payload: bytes, max_ttl: int) -> tuple[bytes, bytes] | str:
+    """Split ``payload`` into (backtrace header, body).
+
+    Returns MALFORMED when the stack runs off the end without an end word (the
+    peer is broken: close its pipe, as NNG does) and TOO_MANY_HOPS when the stack
+    holds more than ``max_ttl`` words (drop the message, keep the pipe).
+    """
+    # Fast path: a direct peer sends exactly one word.
+    if len(payload) >= 4 and payload[0] & 0x80:
+        return payload[:4], payload[4:]
+    end = len(payload)
+    pos = 0
+    words = 0
+    while pos + 4 <= end:
+        words += 1
+        last = payload[pos] & 0x80
+        pos += 4
+        if words > max_ttl:
+            # Too long to be legal whether or not an end word follows: drop it
+            # without walking a hostile stack to its end (NNG does the same).
+            return TOO_MANY_HOPS
+        if last:
+            return payload[:pos], payload[pos:]
+    return MALFORMED
+
+
+# -- REP / RESPONDENT -------------------------------------------------------------
+# Classic replier state: a cooked REP (or RESPONDENT) remembers the route of the
+# last request received with recv(); send() answers it. Replies made through
+# Message.reply() carry their own route and bypass this table.
+REPLIER_TABLE = StateTable(
+    "replier",
+    {
+        ("idle", "recv"): "pending",
+        ("pending", "recv"): "pending",  # nanomsg: a new recv abandons the old request
+        ("pending", "send"): "idle",
+    },
+    {("idle", "send"): "send() without a pending request: call recv() first (or reply via msg.reply())"},
+)
+
+
+class Replier(Core):
+    """Cooked REP/RESPONDENT: strips and stores backtraces, answers along them.
+
+    Replies never block: a reply for a pipe that is gone or whose send queue is
+    full is dropped and counted (the requester resends), as in nanomsg.
+    """
+
+    def __init__(self, options: Any, raw: bool = False) -> None:
+        super().__init__(options, raw)
+        self._fq = FairQueue(self.actions, options)
+        self._lb = LoadBalancer()
+        self.state = "idle"
+        self._current: tuple[int, bytes] | None = None
+        self.owner: Any = None  # the Socket, stamped into messages for msg.reply()
+
+    def add_pipe(self, pipe: PipeInfo, credit: int) -> None:
+        super().add_pipe(pipe, credit)
+        self._fq.add(pipe.id, pipe.recv_priority)
+        self._lb.add(pipe.id, pipe.send_priority, credit)
+
+    def remove_pipe(self, pid: int) -> None:
+        super().remove_pipe(pid)
+        self._fq.remove(pid)
+        self._lb.remove(pid)
+
+    def pipe_credit(self, pid: int, n: int) -> None:
+        self._lb.give(pid, n)
+
+    def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
+        pipe = self.pipes.get(pid)
+        if pipe is None:
+            return False
+        token = pipe.token
+        owner = self.owner
+        ttl = self.options.max_ttl
+        msgs = []
+        ok = True
+        for payload in payloads:
+            split = split_backtrace(payload, ttl)
+            if split.__class__ is str:
+                if split is TOO_MANY_HOPS:
+                    self.dropped += 1
+                    continue
+                self.protocol_violation(pid, f"{self.name}: malformed backtrace from peer")
+                ok = False
+                break
+            header, body = split  # type: ignore[misc]
+            msg = Message(body, token)
+            msg._reply_to = (owner, (pid, header))
+            msgs.append(msg)
+        if msgs:
+            ok = self._fq.push(pid, msgs) and ok
+        return ok
+
+    def recv(self) -> Message:
+        msg = self._fq.pop()
+        self.state = REPLIER_TABLE.step(self.state, "recv")
+        self._current = msg._reply_to[1]  # type: ignore[index]
+        return msg
+
+    def can_recv(self) -> bool:
+        return bool(self._fq)
+
+    def send(self, body: bytes, header: bytes = b"") -> None:
+        self.state = REPLIER_TABLE.step(self.state, "send")
+        route, self._current = self._current, None
+        self.reply(route, body)  # type: ignore[arg-type]
+
+    def can_send(self) -> bool:
+        return True  # send never waits: it raises or sends (or drops)
+
+    def reply(self, route: tuple[int, bytes], body: bytes) -> None:
+        """Answer the request that came with ``route`` (pipe id, backtrace)."""
+        if route is self._current:
+            # Answered through the message: the classic send has nothing left to do.
+            self._current = None
+            self.state = "idle"
+        pid, header = route
+        if pid not in self.pipes or not self._lb.take_pipe(pid):
+            self.dropped += 1
+            return
+        self.actions.append((TRANSMIT, pid, header + body))
+
+
+class RawReplier(Core):
+    """Raw REP/RESPONDENT (device side): the header is pipe id + backtrace.
+
+    Receiving pushes the id of the incoming pipe (top bit clear) onto the stack;
+    sending pops the first word to choose the pipe. Unknown or full pipes: dropped.
+    """
+
+    def __init__(self, options: Any, raw: bool = True) -> None:
+        super().__init__(options, True)
+        self._fq = FairQueue(self.actions, options)
+        self._lb = LoadBalancer()
+
+    def add_pipe(self, pipe: PipeInfo, credit: int) -> None:
+        super().add_pipe(pipe, credit)
+        self._fq.add(pipe.id, pipe.recv_priority)
+        self._lb.add(pipe.id, pipe.send_priority, credit)
+
+    def remove_pipe(self, pid: int) -> None:
+        super().remove_pipe(pid)
+        self._fq.remove(pid)
+        self._lb.remove(pid)
+
+    def pipe_credit(self, pid: int, n: int) -> None:
+        self._lb.give(pid, n)
+
+    def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
+        pipe = self.pipes.get(pid)
+        if pipe is None:
+            return False
+        token = pipe.token
+        ttl = self.options.max_ttl
+        hop = pid.to_bytes(4, "big")
+        msgs = []
+        ok = True
+        for payload in payloads:
+            split = split_backtrace(payload, ttl)
+            if split.__class__ is str:
+                if split is TOO_MANY_HOPS:
+                    self.dropped += 1
+                    continue
+                self.protocol_violation(pid, f"{self.name}: malformed backtrace from peer")
+                ok = False
+                break
+            header, body = split  # type: ignore[misc]
+            msgs.append(Message(body, token, hop + header))
+        if msgs:
+            ok = self._fq.push(pid, msgs) and ok
+        return ok
+
+    def recv(self) -> Message:
+        return self._fq.pop()
+
+    def can_recv(self) -> bool:
+        return bool(self._fq)
+
+    def send(self, body: bytes, header: bytes = b"") -> None:
+        if len(header) < 4 or len(header) % 4:
+            raise ProtocolError(
+                f"raw {self.name}: the header must be a pipe id word followed by the "
+                f"backtrace (as received); got {len(header)} bytes"
+            )
+        pid = int.from_bytes(header[:4], "big")
+        if pid not in self.pipes or not self._lb.take_pipe(pid):
+            self.dropped += 1
+            return
+        self.actions.append((TRANSMIT, pid, header[4:] + body))
+
+    def can_send(self) -> bool:
+        return True

@@ -1,0 +1,408 @@
+"""REQ/REP (request/reply v0): requests load-balanced to servers, replies routed back.
+
+Theory of operation
+-------------------
+Wire (WIRE.md section 8.1): every message starts with a backtrace stack of 32-bit
+big-endian words. The bottom word is the request id, with the top bit set; each
+raw REP a request passes (a device) pushes the id of the pipe it came in on, top
+bit clear. A REP answers with the stack it received, so each device can pop its
+word and send the reply back the way the request came.
+
+REQ (cooked) keeps any number of requests in flight, each with its own id: the
+classic ``send``/``recv`` pair uses one of them (a new ``send`` abandons the
+previous classic request, as in nanomsg), and ``Socket.request()`` uses one per
+caller, so many threads or tasks share one socket without contexts. Ids start at
+a random 31-bit value and count up; the id is the whole first word (top bit set).
+Each request goes through this state table (``REQUEST_TABLE``)::
+
+    state    event     -> state   what happens
+    idle     send      -> queued  new id; waits for a pipe with send credit
+    queued   transmit  -> sent    written to one pipe (round robin by priority)
+    queued   reply     -> done    a reply to an earlier transmission is accepted
+    queued   cancel    -> idle    abandoned (timeout, cancel, newer classic send)
+    sent     reply     -> done    matching id: the reply is kept for its caller
+    sent     pipe_lost -> queued  that pipe died: resent at once on another
+    sent     resend    -> queued  no reply after resend_interval: sent again
+    sent     cancel    -> idle
+    done     take      -> idle    the caller takes the reply
+    done     cancel    -> idle
+    (any other pair raises ProtocolError; "take" in queued/sent means "wait")
+
+A request with no REP connected stays queued until one connects (nanomsg and NNG
+hold it too). Resends reuse the id. They are clocked by one "tick" timer running
+at a quarter of ``resend_interval`` while anything is outstanding (not a timer per
+request, so a busy socket does not pile up timers): a request is resent after
+between 1 and 1.25 ``resend_interval``. Replies whose id matches nothing are
+dropped (counted); a reply shorter than 4 bytes or whose first word lacks the top
+bit closes the pipe (NNG behaviour).
+
+REP (cooked) strips the stack, drops requests with more than ``max_ttl`` words
+(loop protection, counted), and queues the rest fairly per pipe. ``recv`` makes
+the request the *pending* one for the classic ``send``; every received message
+also carries its route, so ``msg.reply()`` can answer it from any thread in any
+order. See :mod:`nanopy.protocols._common` for the shared replier cores.
+
+Raw mode (``raw=True``, devices): constructing ``Req0``/``Rep0`` with ``raw=True``
+gives the raw variants :class:`XReq0`/:class:`XRep0` (separate classes, as NNG's
+``xreq.c``/``xrep.c``). They expose the stack in ``Message.header`` and keep no
+request state, timers or resends.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from typing import Any
+
+from .._core import ARM_TIMER, CANCEL_TIMER, TRANSMIT, Core, FairQueue, LoadBalancer, PipeInfo
+from .._errors import WouldBlock
+from .._message import Message
+from ._common import END_BIT, ID_MASK, MALFORMED, RawReplier, Replier, StateTable, split_backtrace
+
+REQUEST_TABLE = StateTable(
+    "req",
+    {
+        ("idle", "send"): "queued",
+        ("queued", "transmit"): "sent",
+        ("queued", "reply"): "done",
+        ("queued", "cancel"): "idle",
+        ("sent", "reply"): "done",
+        ("sent", "pipe_lost"): "queued",
+        ("sent", "resend"): "queued",
+        ("sent", "cancel"): "idle",
+        ("done", "take"): "idle",
+        ("done", "cancel"): "idle",
+    },
+    {("idle", "take"): "recv() without a request: send() a request first"},
+)
+
+RESEND_TICKS = 4  # tick timer period = resend_interval / RESEND_TICKS
+_TICK = "resend-tick"
+
+
+class _Request:
+    __slots__ = ("id", "payload", "state", "pid", "stamp", "reply")
+
+    def __init__(self, rid: int, payload: bytes) -> None:
+        self.id = rid
+        self.payload = payload
+        self.state = "idle"
+        self.pid: int | None = None  # the pipe of the latest transmission
+        self.stamp = 0  # resend tick count at the latest transmission
+        self.reply: Message | None = None
+
+
+class Req0(Core):
+    """Cooked REQ (see the module docstring). ``Req0(options, raw=True)`` is an XReq0."""
+
+    protocol_id = 0x30
+    peer_id = 0x31
+    name = "req"
+    peer_name = "rep"
+
+    def __new__(cls, options: Any = None, raw: bool = False) -> Any:
+        if raw and cls is Req0:
+            return XReq0(options)
+        return super().__new__(cls)
+
+    def __init__(self, options: Any, raw: bool = False) -> None:
+        super().__init__(options, False)
+        self._lb = LoadBalancer()
+        self._requests: dict[int, _Request] = {}
+        self._queue: deque[int] = deque()  # request ids waiting for send credit
+        self._inflight: dict[int, set[int]] = {}  # pid -> ids last sent on it
+        self._sent: dict[int, None] = {}  # ids in "sent", oldest transmission first
+        self._next = random.getrandbits(31)
+        self._classic: int | None = None
+        self._tick = 0
+        self._ticking = False
+        # Ids whose waiters should look again (reply arrived), drained by the
+        # socket; None until the socket routes per-request waiters (request()).
+        self.replied: list[int] | None = None
+
+    # -- pipes ---------------------------------------------------------------------
+    def add_pipe(self, pipe: PipeInfo, credit: int) -> None:
+        super().add_pipe(pipe, credit)
+        self._lb.add(pipe.id, pipe.send_priority, credit)
+        self._inflight[pipe.id] = set()
+        if self._queue:
+            self._flush()
+
+    def remove_pipe(self, pid: int) -> None:
+        super().remove_pipe(pid)
+        self._lb.remove(pid)
+        lost = self._inflight.pop(pid, ())
+        requests = self._requests
+        for rid in sorted(lost):
+            req = requests.get(rid)
+            if req is not None and req.state == "sent":
+                req.state = REQUEST_TABLE.step("sent", "pipe_lost")
+                self._sent.pop(rid, None)
+                self._queue.append(rid)
+        if self._queue:
+            self._flush()
+
+    def pipe_credit(self, pid: int, n: int) -> None:
+        self._lb.give(pid, n)
+        if self._queue:
+            self._flush()
+
+    # -- requests --------------------------------------------------------------------
+    def start_request(self, body: bytes) -> int:
+        """Queue a new request and send it if a pipe can take it; returns its id."""
+        nxt = self._next
+        requests = self._requests
+        while True:
+            nxt = (nxt + 1) & ID_MASK
+            rid = nxt | END_BIT
+            if rid not in requests:
+                break
+        self._next = nxt
+        req = _Request(rid, rid.to_bytes(4, "big") + body)
+        req.state = REQUEST_TABLE.step("idle", "send")
+        requests[rid] = req
+        pid = self._lb.take() if not self._queue else None
+        if pid is None:
+            self._queue.append(rid)
+        else:
+            self._transmit(req, pid)
+        return rid
+
+    def reply_ready(self, rid: int) -> bool:
+        req = self._requests.get(rid)
+        return req is None or req.state == "done"
+
+    def take_reply(self, rid: int) -> Message:
+        """The reply to request ``rid``; WouldBlock while it is outstanding."""
+        req = self._requests.get(rid)
+        if req is None:
+            REQUEST_TABLE.step("idle", "take")  # raises ProtocolError
+        if req.state != "done":
+            raise WouldBlock
+        req.state = REQUEST_TABLE.step(req.state, "take")
+        del self._requests[rid]
+        return req.reply  # type: ignore[return-value]
+
+    def cancel_request(self, rid: int) -> None:
+        """Abandon request ``rid`` (no-op if it is already finished)."""
+        req = self._requests.pop(rid, None)
+        if req is None:
+            return
+        req.state = REQUEST_TABLE.step(req.state, "cancel")
+        self._sent.pop(rid, None)
+        if req.pid is not None:
+            inflight = self._inflight.get(req.pid)
+            if inflight is not None:
+                inflight.discard(rid)
+        # A queued id is skipped lazily by _flush.
+
+    def _transmit(self, req: _Request, pid: int) -> None:
+        req.state = REQUEST_TABLE.step(req.state, "transmit")
+        req.pid = pid
+        req.stamp = self._tick
+        self._inflight[pid].add(req.id)
+        self._sent[req.id] = None
+        self.actions.append((TRANSMIT, pid, req.payload))
+        if not self._ticking:
+            interval = self.options.resend_interval
+            if interval is not None:
+                self._ticking = True
+                self.actions.append((ARM_TIMER, _TICK, interval / RESEND_TICKS))
+
+    def _flush(self) -> None:
+        """Send queued requests while some pipe has credit."""
+        queue = self._queue
+        requests = self._requests
+        lb = self._lb
+        while queue and lb:
+            rid = queue.popleft()
+            req = requests.get(rid)
+            if req is None or req.state != "queued":
+                continue  # cancelled or answered meanwhile
+            pid = lb.take()
+            self._transmit(req, pid)  # type: ignore[arg-type]
+
+    def timer_fired(self, key: Any) -> None:
+        if key != _TICK:
+            return
+        self._tick += 1
+        tick = self._tick
+        requests = self._requests
+        due = []
+        for rid in self._sent:
+            if tick - requests[rid].stamp < RESEND_TICKS + 1:
+                break  # later ones were sent later still
+            due.append(rid)
+        for rid in due:
+            req = requests[rid]
+            req.state = REQUEST_TABLE.step(req.state, "resend")
+            del self._sent[rid]
+            inflight = self._inflight.get(req.pid)  # type: ignore[arg-type]
+            if inflight is not None:
+                inflight.discard(rid)
+            self._queue.append(rid)
+        if self._queue:
+            self._flush()
+        interval = self.options.resend_interval
+        if self._sent and interval is not None:
+            self.actions.append((ARM_TIMER, _TICK, interval / RESEND_TICKS))
+        else:
+            self._ticking = False
+            if not self._sent:
+                self._tick = 0  # idle: restart the count (stamps are all gone)
+
+    # -- replies ---------------------------------------------------------------------
+    def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
+        requests = self._requests
+        for payload in payloads:
+            if len(payload) < 4 or not payload[0] & 0x80:
+                self.protocol_violation(pid, "req: reply without a request id word")
+                return False
+            rid = int.from_bytes(payload[:4], "big")
+            req = requests.get(rid)
+            if req is None or req.state not in ("sent", "queued"):
+                self.dropped += 1  # stale, duplicate or unknown
+                continue
+            req.state = REQUEST_TABLE.step(req.state, "reply")
+            req.reply = Message(payload[4:], self.pipes[pid].token)
+            req.payload = b""
+            self._sent.pop(rid, None)
+            if req.pid is not None:
+                inflight = self._inflight.get(req.pid)
+                if inflight is not None:
+                    inflight.discard(rid)
+            if self.replied is not None:
+                self.replied.append(rid)
+        return True
+
+    # -- classic send/recv -------------------------------------------------------------
+    def send(self, body: bytes, header: bytes = b"") -> None:
+        if self._classic is not None:
+            self.cancel_request(self._classic)
+        self._classic = self.start_request(body)
+
+    def can_send(self) -> bool:
+        return True  # a request waits inside the core for a pipe, never in send()
+
+    def recv(self) -> Message:
+        rid = self._classic
+        if rid is None:
+            REQUEST_TABLE.step("idle", "take")  # raises the friendly ProtocolError
+        msg = self.take_reply(rid)  # type: ignore[arg-type]
+        self._classic = None
+        return msg
+
+    def can_recv(self) -> bool:
+        rid = self._classic
+        if rid is None:
+            return False
+        req = self._requests.get(rid)
+        return req is not None and req.state == "done"
+
+    def close(self) -> None:
+        super().close()
+        self._queue.clear()
+        self._sent.clear()
+        if self._ticking:
+            self._ticking = False
+            self.actions.append((CANCEL_TIMER, _TICK))
+
+    # -- introspection (tests, stats) ---------------------------------------------------
+    def request_state(self, rid: int) -> str:
+        req = self._requests.get(rid)
+        return "idle" if req is None else req.state
+
+    @property
+    def outstanding(self) -> int:
+        return len(self._requests)
+
+
+class XReq0(Core):
+    """Raw REQ: sends header + body load-balanced; received replies keep their stack.
+
+    No ids, no resends, no matching: a device forwards whatever comes.
+    """
+
+    protocol_id = 0x30
+    peer_id = 0x31
+    name = "req"
+    peer_name = "rep"
+
+    def __init__(self, options: Any, raw: bool = True) -> None:
+        super().__init__(options, True)
+        self._lb = LoadBalancer()
+        self._fq = FairQueue(self.actions, options)
+
+    def add_pipe(self, pipe: PipeInfo, credit: int) -> None:
+        super().add_pipe(pipe, credit)
+        self._lb.add(pipe.id, pipe.send_priority, credit)
+        self._fq.add(pipe.id, pipe.recv_priority)
+
+    def remove_pipe(self, pid: int) -> None:
+        super().remove_pipe(pid)
+        self._lb.remove(pid)
+        self._fq.remove(pid)
+
+    def pipe_credit(self, pid: int, n: int) -> None:
+        self._lb.give(pid, n)
+
+    def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
+        pipe = self.pipes.get(pid)
+        if pipe is None:
+            return False
+        token = pipe.token
+        ttl = 255  # replies shrink on the way back: no hop limit to enforce here
+        msgs = []
+        ok = True
+        for payload in payloads:
+            split = split_backtrace(payload, ttl)
+            if split.__class__ is str:
+                if split is MALFORMED:
+                    self.protocol_violation(pid, "raw req: reply without a request id word")
+                    ok = False
+                    break
+                self.dropped += 1
+                continue
+            header, body = split  # type: ignore[misc]
+            msgs.append(Message(body, token, header))
+        if msgs:
+            ok = self._fq.push(pid, msgs) and ok
+        return ok
+
+    def send(self, body: bytes, header: bytes = b"") -> None:
+        pid = self._lb.take()
+        if pid is None:
+            raise WouldBlock
+        self.actions.append((TRANSMIT, pid, header + body))
+
+    def can_send(self) -> bool:
+        return bool(self._lb)
+
+    def recv(self) -> Message:
+        return self._fq.pop()
+
+    def can_recv(self) -> bool:
+        return bool(self._fq)
+
+
+class Rep0(Replier):
+    """Cooked REP. ``Rep0(options, raw=True)`` is an XRep0."""
+
+    protocol_id = 0x31
+    peer_id = 0x30
+    name = "rep"
+    peer_name = "req"
+
+    def __new__(cls, options: Any = None, raw: bool = False) -> Any:
+        if raw and cls is Rep0:
+            return XRep0(options)
+        return super().__new__(cls)
+
+
+class XRep0(RawReplier):
+    """Raw REP: the header is the incoming pipe id followed by the backtrace."""
+
+    protocol_id = 0x31
+    peer_id = 0x30
+    name = "rep"
+    peer_name = "req"

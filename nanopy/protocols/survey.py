@@ -1,0 +1,279 @@
+"""SURVEYOR/RESPONDENT (survey v0): ask everyone, collect answers until a deadline.
+
+Theory of operation
+-------------------
+Wire (WIRE.md section 8.2): the same backtrace stack as REQ/REP; the bottom word
+is the survey id (top bit set), devices push pipe ids (top bit clear).
+
+SURVEYOR (cooked) sends each survey to every connected respondent whose pipe has
+send credit; a pipe that cannot take it misses it (best effort, like nanomsg's
+``dist`` and NNG). Survey ids start at a random 31-bit value and count up. One
+survey is open at a time (``SURVEY_TABLE``)::
+
+    state    event     -> state    what happens
+    idle     send      -> active   new id, broadcast, deadline timer armed
+    active   send      -> active   the previous survey is abandoned (answers dropped)
+    expired  send      -> active
+    active   answer    -> active   matching id: queued for recv / the iterator
+    active   recv      -> active   an answer, or wait
+    active   deadline  -> expired  late answers are dropped from now on
+    expired  recv      -> idle     answers that came in time are still returned
+                                   first; then recv raises Timeout once
+    (any other pair raises ProtocolError: recv with no survey, an answer or a
+     deadline with no open survey)
+
+The deadline is ``survey_deadline`` seconds (an ARM_TIMER keyed by the survey
+id). Answers with another id, or arriving after the deadline, are dropped and
+counted. A message shorter than 4 bytes or without the top bit on its first word
+closes the pipe (NNG). ``start_survey``/``take_answer``/``answer_ready`` serve the
+``Socket.survey()`` iterators: each follows its own survey id and ends when that
+survey expires or a newer one starts.
+
+Deviation from nanomsg: there, answers still unread at the deadline are lost;
+here answers that arrived before the deadline stay readable, and the Timeout
+comes after them.
+
+RESPONDENT is REP's twin (see :mod:`nanopy.protocols._common`): it strips and
+keeps the backtrace (dropping stacks over ``max_ttl`` words), and answers along
+it through classic ``send`` or ``msg.reply()``.
+
+Raw mode: ``raw=True`` gives :class:`XSurveyor0` (broadcasts header + body,
+exposes each answer's stack) or :class:`XRespondent0` (pipe id + backtrace in
+``Message.header``), with no ids, timers or state.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from typing import Any
+
+from .._core import ARM_TIMER, CANCEL_TIMER, TRANSMIT, Core, FairQueue, LoadBalancer, PipeInfo
+from .._errors import Timeout, WouldBlock
+from .._message import Message
+from ._common import END_BIT, ID_MASK, MALFORMED, RawReplier, Replier, StateTable, split_backtrace
+
+SURVEY_TABLE = StateTable(
+    "surveyor",
+    {
+        ("idle", "send"): "active",
+        ("active", "send"): "active",
+        ("expired", "send"): "active",
+        ("active", "answer"): "active",
+        ("active", "recv"): "active",
+        ("active", "deadline"): "expired",
+        ("expired", "recv"): "idle",
+    },
+    {("idle", "recv"): "recv() with no survey open: send() a survey first"},
+)
+
+
+def _broadcast(core: Core, lb: LoadBalancer, payload: bytes) -> None:
+    """Queue ``payload`` on every pipe that has credit; the others miss it."""
+    actions = core.actions
+    for pid in core.pipes:
+        if lb.take_pipe(pid):
+            actions.append((TRANSMIT, pid, payload))
+
+
+class Surveyor0(Core):
+    """Cooked SURVEYOR (see the module docstring). ``raw=True`` gives an XSurveyor0."""
+
+    protocol_id = 0x62
+    peer_id = 0x63
+    name = "surveyor"
+    peer_name = "respondent"
+
+    def __new__(cls, options: Any = None, raw: bool = False) -> Any:
+        if raw and cls is Surveyor0:
+            return XSurveyor0(options)
+        return super().__new__(cls)
+
+    def __init__(self, options: Any, raw: bool = False) -> None:
+        super().__init__(options, False)
+        self._lb = LoadBalancer()
+        self.state = "idle"
+        self.survey_id: int | None = None
+        self._answers: deque[Message] = deque()
+        self._next = random.getrandbits(31)
+        # Survey ids whose iterators should look again, drained by the socket;
+        # None until the socket routes per-survey waiters (survey()).
+        self.replied: list[int] | None = None
+
+    def add_pipe(self, pipe: PipeInfo, credit: int) -> None:
+        super().add_pipe(pipe, credit)
+        self._lb.add(pipe.id, pipe.send_priority, credit)
+
+    def remove_pipe(self, pid: int) -> None:
+        super().remove_pipe(pid)
+        self._lb.remove(pid)
+
+    def pipe_credit(self, pid: int, n: int) -> None:
+        self._lb.give(pid, n)
+
+    # -- surveys ---------------------------------------------------------------------
+    def start_survey(self, body: bytes) -> int:
+        """Open a new survey (abandoning any open one) and broadcast it."""
+        self.state = SURVEY_TABLE.step(self.state, "send")
+        old = self.survey_id
+        if old is not None:
+            self.actions.append((CANCEL_TIMER, old))
+            if self.replied is not None:
+                self.replied.append(old)  # its iterator ends
+            self.dropped += len(self._answers)
+            self._answers.clear()
+        self._next = (self._next + 1) & ID_MASK
+        sid = self.survey_id = self._next | END_BIT
+        _broadcast(self, self._lb, sid.to_bytes(4, "big") + body)
+        self.actions.append((ARM_TIMER, sid, self.options.survey_deadline))
+        return sid
+
+    def answer_ready(self, sid: int) -> bool:
+        return sid != self.survey_id or self.state != "active" or bool(self._answers)
+
+    def take_answer(self, sid: int) -> Message | None:
+        """The next answer to survey ``sid``; None once it is over; WouldBlock meanwhile."""
+        if sid != self.survey_id:
+            return None
+        if self._answers:
+            return self._answers.popleft()
+        if self.state == "expired":
+            self.state = SURVEY_TABLE.step(self.state, "recv")
+            self.survey_id = None
+            return None
+        raise WouldBlock
+
+    def timer_fired(self, key: Any) -> None:
+        if key != self.survey_id or self.state != "active":
+            return  # a stale deadline of an abandoned survey
+        self.state = SURVEY_TABLE.step(self.state, "deadline")
+        if self.replied is not None:
+            self.replied.append(key)
+
+    def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
+        sid = self.survey_id
+        for payload in payloads:
+            if len(payload) < 4 or not payload[0] & 0x80:
+                self.protocol_violation(pid, "surveyor: answer without a survey id word")
+                return False
+            if self.state != "active" or int.from_bytes(payload[:4], "big") != sid:
+                self.dropped += 1  # late, or for an abandoned survey
+                continue
+            if len(self._answers) >= self.options.recv_buffer:
+                self.dropped += 1
+                continue
+            self.state = SURVEY_TABLE.step(self.state, "answer")
+            self._answers.append(Message(payload[4:], self.pipes[pid].token))
+            if self.replied is not None:
+                self.replied.append(sid)  # type: ignore[arg-type]
+        return True
+
+    # -- classic send/recv -------------------------------------------------------------
+    def send(self, body: bytes, header: bytes = b"") -> None:
+        self.start_survey(body)
+
+    def can_send(self) -> bool:
+        return True
+
+    def recv(self) -> Message:
+        if self._answers:
+            return self._answers.popleft()
+        state = self.state
+        if state == "active":
+            SURVEY_TABLE.step(state, "recv")
+            raise WouldBlock
+        self.state = SURVEY_TABLE.step(state, "recv")  # idle: ProtocolError
+        self.survey_id = None
+        raise Timeout("surveyor: the survey deadline passed")
+
+    def can_recv(self) -> bool:
+        return bool(self._answers) or self.state == "expired"
+
+    def close(self) -> None:
+        super().close()
+        if self.survey_id is not None:
+            self.actions.append((CANCEL_TIMER, self.survey_id))
+
+
+class XSurveyor0(Core):
+    """Raw SURVEYOR: broadcasts header + body; answers keep their stack as header."""
+
+    protocol_id = 0x62
+    peer_id = 0x63
+    name = "surveyor"
+    peer_name = "respondent"
+
+    def __init__(self, options: Any, raw: bool = True) -> None:
+        super().__init__(options, True)
+        self._lb = LoadBalancer()
+        self._fq = FairQueue(self.actions, options)
+
+    def add_pipe(self, pipe: PipeInfo, credit: int) -> None:
+        super().add_pipe(pipe, credit)
+        self._lb.add(pipe.id, pipe.send_priority, credit)
+        self._fq.add(pipe.id, pipe.recv_priority)
+
+    def remove_pipe(self, pid: int) -> None:
+        super().remove_pipe(pid)
+        self._lb.remove(pid)
+        self._fq.remove(pid)
+
+    def pipe_credit(self, pid: int, n: int) -> None:
+        self._lb.give(pid, n)
+
+    def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
+        pipe = self.pipes.get(pid)
+        if pipe is None:
+            return False
+        token = pipe.token
+        msgs = []
+        ok = True
+        for payload in payloads:
+            split = split_backtrace(payload, 255)
+            if split.__class__ is str:
+                if split is MALFORMED:
+                    self.protocol_violation(pid, "raw surveyor: answer without a survey id word")
+                    ok = False
+                    break
+                self.dropped += 1
+                continue
+            header, body = split  # type: ignore[misc]
+            msgs.append(Message(body, token, header))
+        if msgs:
+            ok = self._fq.push(pid, msgs) and ok
+        return ok
+
+    def send(self, body: bytes, header: bytes = b"") -> None:
+        _broadcast(self, self._lb, header + body)
+
+    def can_send(self) -> bool:
+        return True
+
+    def recv(self) -> Message:
+        return self._fq.pop()
+
+    def can_recv(self) -> bool:
+        return bool(self._fq)
+
+
+class Respondent0(Replier):
+    """Cooked RESPONDENT. ``Respondent0(options, raw=True)`` is an XRespondent0."""
+
+    protocol_id = 0x63
+    peer_id = 0x62
+    name = "respondent"
+    peer_name = "surveyor"
+
+    def __new__(cls, options: Any = None, raw: bool = False) -> Any:
+        if raw and cls is Respondent0:
+            return XRespondent0(options)
+        return super().__new__(cls)
+
+
+class XRespondent0(RawReplier):
+    """Raw RESPONDENT: the header is the incoming pipe id followed by the backtrace."""
+
+    protocol_id = 0x63
+    peer_id = 0x62
+    name = "respondent"
+    peer_name = "surveyor"
