@@ -79,6 +79,8 @@ class Core:
         # Counted by cores, reported in stats(): messages dropped by protocol rules.
         self.dropped = 0
         self.protocol_errors = 0
+        # Gone pipes whose received messages are still queued (see retire_pipe).
+        self._retired: list[int] = []
 
     # -- pipes -----------------------------------------------------------------
     def add_pipe(self, pipe: PipeInfo, credit: int) -> None:
@@ -86,6 +88,21 @@ class Core:
 
     def remove_pipe(self, pid: int) -> None:
         self.pipes.pop(pid, None)
+
+    def retire_pipe(self, pid: int, fq: FairQueue) -> None:
+        """Remove ``pid`` but keep what it already delivered to ``fq`` readable.
+
+        A sender that writes and disconnects (close with linger, process exit)
+        must not lose messages the receiver already has. The PipeInfo stays in
+        ``self.pipes`` (for ``Message.pipe``) until its queue has drained.
+        """
+        for old in [p for p in self._retired if not fq.holds(p)]:
+            self._retired.remove(old)
+            self.pipes.pop(old, None)
+        if fq.retire(pid):
+            self._retired.append(pid)
+        else:
+            self.pipes.pop(pid, None)
 
     def pipe_credit(self, pid: int, n: int) -> None:
         """``n`` more messages may be transmitted on ``pid``."""
@@ -152,14 +169,32 @@ class FairQueue:
         self._ready.deactivate(pid)
         self._paused.discard(pid)
 
+    def retire(self, pid: int) -> bool:
+        """The pipe is gone; what it queued stays readable. True if anything is queued.
+
+        The queue is dropped once ``pop`` drains it.
+        """
+        self._priority.pop(pid, None)
+        self._paused.discard(pid)
+        if self._queues.get(pid):
+            return True
+        self._queues.pop(pid, None)
+        self._ready.deactivate(pid)
+        return False
+
+    def holds(self, pid: int) -> bool:
+        """Whether ``pid`` (live or retired) still has a queue here."""
+        return pid in self._queues
+
     def push(self, pid: int, msgs: list[Any]) -> bool:
         """Queue messages from ``pid``; False means stop reading that pipe."""
         q = self._queues.get(pid)
-        if q is None:
+        priority = self._priority.get(pid)
+        if q is None or priority is None:  # unknown or retired pipe
             return False
         q.extend(msgs)
         if q:
-            self._ready.activate(pid, self._priority[pid])
+            self._ready.activate(pid, priority)
         if len(q) >= self._options.recv_buffer:
             self._paused.add(pid)
             return False
@@ -176,6 +211,8 @@ class FairQueue:
             self._ready.advance()
         else:
             self._ready.deactivate(pid)
+            if pid not in self._priority:  # a retired pipe's queue has drained
+                del self._queues[pid]
         if pid in self._paused and len(q) <= self._options.recv_buffer // 2:
             self._paused.discard(pid)
             self._actions.append((RESUME_READ, pid))

@@ -59,3 +59,18 @@ def make_socket() -> Iterator[Callable[..., nanopy.Socket]]:
     yield make
     for sock in made:
         sock.close(linger=0)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
+    """Poll ``predicate`` (cheaply, every few ms) until true; fail after ``timeout``.
+
+    For state nanopy exposes no event for (counters, queue depths). Prefer
+    ``nanopy.testing.wait_pipes`` and blocking calls with timeouts where they exist.
+    """
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} not reached within {timeout}s")
+        time.sleep(0.002)

@@ -240,15 +240,40 @@ def test_pull_pause_is_per_pipe() -> None:
     assert pull.messages_received(2, [b"c"]) is True
 
 
-def test_pull_removed_pipe_loses_its_queue_and_no_resume() -> None:
+def test_pull_keeps_what_a_removed_pipe_delivered() -> None:
+    # A PUSH that sends and disconnects must not lose what PULL already has.
     pull = make(Pull0, recv_buffer=2)
     add(pull, 1)
     add(pull, 2)
-    pull.messages_received(1, [b"a", b"b"])
+    assert pull.messages_received(1, [b"a", b"b"]) is False  # paused
     pull.messages_received(2, [b"c"])
     pull.remove_pipe(1)
-    assert [m.body for m in recv_all(pull)] == [b"c"]
-    assert drain(pull) == []
+    assert pull.messages_received(1, [b"late"]) is False  # a gone pipe delivers nothing
+    msgs = recv_all(pull)
+    assert [m.body for m in msgs] == [b"a", b"c", b"b"]
+    assert [m.pipe for m in msgs] == ["token-1", "token-2", "token-1"]
+    assert drain(pull) == []  # no RESUME_READ for a gone pipe
+    # The drained pipe is forgotten (at the next removal at the latest).
+    pull.remove_pipe(2)
+    assert pull.pipes == {}
+    assert not pull._fq.holds(1) and not pull._fq.holds(2)
+
+
+def test_pull_removed_empty_pipe_is_forgotten_at_once() -> None:
+    pull = make(Pull0)
+    add(pull, 1)
+    pull.remove_pipe(1)
+    assert pull.pipes == {} and not pull._fq.holds(1)
+    pull.remove_pipe(1)  # twice is harmless
+
+
+def test_pull_removed_pipe_body_only_path() -> None:
+    pull = make(Pull0)
+    add(pull, 1)
+    pull.messages_received(1, [b"x", b"y"])
+    pull.remove_pipe(1)
+    assert pull.recv_body() == b"x" and pull.recv_body() == b"y"
+    assert not pull.can_recv() and not pull._fq.holds(1)
 
 
 def test_pull_cannot_send() -> None:
@@ -286,12 +311,16 @@ def test_pair_new_peer_after_the_old_one_left() -> None:
     pair.messages_received(1, [b"old"])
     pair.remove_pipe(1)
     assert pair.peer is None
-    assert not pair.can_send() and not pair.can_recv()  # the old peer's queue is gone
+    assert not pair.can_send()
     with pytest.raises(WouldBlock):
         pair.send(b"x")
     add(pair, 2)
     assert drain(pair) == []
     assert sends(pair, [b"y"]) == [2]
+    pair.messages_received(2, [b"new"])
+    # What the old peer sent before leaving is still delivered.
+    msgs = recv_all(pair)
+    assert sorted((m.body, m.pipe) for m in msgs) == [(b"new", "token-2"), (b"old", "token-1")]
 
 
 def test_pair_send_and_receive_with_credits() -> None:

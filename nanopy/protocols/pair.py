@@ -36,10 +36,10 @@ class Pair0(Core):
     def remove_pipe(self, pid: int) -> None:
         if pid != self.peer:
             return
-        super().remove_pipe(pid)
         self.peer = None
         self._lb.remove(pid)
-        self._fq.remove(pid)
+        # Messages already received from the old peer stay readable.
+        self.retire_pipe(pid, self._fq)
 
     def pipe_credit(self, pid: int, n: int) -> None:
         self._lb.give(pid, n)

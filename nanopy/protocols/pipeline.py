@@ -69,8 +69,8 @@ class Pull0(Core):
         self._fq.add(pipe.id, pipe.recv_priority)
 
     def remove_pipe(self, pid: int) -> None:
-        super().remove_pipe(pid)
-        self._fq.remove(pid)
+        # Messages already received from the pipe stay readable.
+        self.retire_pipe(pid, self._fq)
 
     def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
         # Queue raw payloads; a Message is built only if the user asks for one.
