@@ -217,16 +217,22 @@ class WsConnection(Connection):
 
     async def _server_handshake(self) -> None:
         proto = self._proto
-        assert isinstance(proto, ServerProtocol) and self._request is not None
+        request = self._request
+        assert isinstance(proto, ServerProtocol) and request is not None
         own = _subprotocol(self._ctx.protocol_name)
-        proto.available_subprotocols = [own]
-        proto.select_subprotocol = lambda offered: _pick(offered, own)  # type: ignore[method-assign]
+        offered = [v.strip() for v in request.headers.get_all("Sec-WebSocket-Protocol")]
+        chosen = _pick(offered, own)
         proto.max_message_size = self._ctx.recv_max_size or None
-        response = proto.accept(self._request)
+        if chosen is None:
+            # NNG answers 400 unless the header holds exactly our own name.
+            response = proto.reject(400, f"subprotocol {own} required\n")
+        else:
+            proto.available_subprotocols = [chosen]
+            proto.select_subprotocol = lambda offered: chosen  # type: ignore[method-assign]
+            response = proto.accept(request)
         proto.send_response(response)
         await self._flush_proto()
         if response.status_code != 101:
-            offered = self._request.headers.get_all("Sec-WebSocket-Protocol")
             raise RemoteProtocolError(
                 f"WebSocket upgrade from {self.remote_address} refused ({response.status_code}): "
                 f"subprotocol {', '.join(offered) or 'none'} offered, {own} required"
