@@ -234,7 +234,9 @@ def render(rows: list[dict[str, Any]], targets: list[dict[str, Any]], meta: dict
     add = lines.append
     add(f"nanopy benchmark  {meta['started']}  rounds={meta['args']['rounds']} warmup={meta['args']['warmup']}s "
         f"window={meta['args']['duration']}s  load {meta['load_start']:.1f} -> {meta['load_end']:.1f}")
-    add("  " + "  ".join(f"{k} {v}" for k, v in meta["versions"].items()))
+    src = meta.get("source") or {}
+    add("  " + "  ".join(f"{k} {v}" for k, v in meta["versions"].items())
+        + (f"  commit {src.get('commit')}{' (nanopy/ modified)' if src.get('nanopy_dirty') else ''}" if src else ""))
     add("")
     tp = [r for r in rows if r["test"] == "throughput"]
     if tp:
@@ -285,6 +287,21 @@ def render(rows: list[dict[str, Any]], targets: list[dict[str, Any]], meta: dict
     return "\n".join(lines)
 
 
+def source_state() -> dict[str, Any]:
+    """The git commit measured, and whether nanopy/ had uncommitted changes."""
+    import subprocess
+
+    root = os.path.dirname(HERE)
+    try:
+        commit = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--", "nanopy"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return {"commit": commit, "nanopy_dirty": bool(dirty)}
+
+
 def machine() -> dict[str, Any]:
     info: dict[str, Any] = {"platform": platform.platform(), "nproc": os.cpu_count(),
                             "python": sys.executable, "switchinterval": sys.getswitchinterval()}
@@ -302,7 +319,7 @@ def machine() -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     meta: dict[str, Any] = {"started": now_utc(), "args": vars(args), "versions": versions(),
-                            "machine": machine(), "load_start": loadavg()}
+                            "machine": machine(), "source": source_state(), "load_start": loadavg()}
     runs = run_all(args)
     meta["finished"] = now_utc()
     meta["load_end"] = loadavg()
