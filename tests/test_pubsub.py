@@ -244,3 +244,13 @@ async def test_async_pub_sub(make_socket: MakeSocket) -> None:
     await pub.asend(b"b")
     await pub.asend(b"a!")
     assert await sub.arecv(timeout=5.0) == b"a!"
+
+
+def test_messages_from_a_departed_pub_stay_readable() -> None:
+    core = sub_core()
+    core.subscribe(b"")
+    core.messages_received(1, [b"last words"])
+    core.remove_pipe(1)
+    msg = core.recv()
+    assert msg.body == b"last words" and msg.pipe == "p1"
+    assert not core.can_recv()

@@ -86,9 +86,10 @@ class _LatestQueue(FairQueue):
         super().__init__(actions, options)
         self.dropped = 0
 
-    def push(self, pid: int, msgs: list[Message]) -> bool:
+    def push(self, pid: int, msgs: list[bytes]) -> bool:
         q = self._queues.get(pid)
-        if q is None:
+        priority = self._priority.get(pid)
+        if q is None or priority is None:  # unknown or departed pipe
             return False
         if msgs:
             q.extend(msgs)
@@ -97,7 +98,7 @@ class _LatestQueue(FairQueue):
                 self.dropped += excess
                 for _ in range(excess):
                     q.popleft()
-            self._ready.activate(pid, self._priority[pid])
+            self._ready.activate(pid, priority)
         return True
 
 
@@ -120,19 +121,15 @@ class Sub0(Core):
         self._fq.add(pipe.id, pipe.recv_priority)
 
     def remove_pipe(self, pid: int) -> None:
-        super().remove_pipe(pid)
-        self._fq.remove(pid)
+        # Messages already received from the pipe stay readable.
+        self.retire_pipe(pid, self._fq)
 
     def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
-        pipe = self.pipes.get(pid)
-        if pipe is None:
-            return False
-        token = pipe.token
+        # Queue bare payloads; a Message is built only if the user asks for one.
         if self.raw:
-            msgs = [Message(p, token) for p in payloads]
+            msgs = payloads
         else:
-            match = self.topics.match
-            msgs = [Message(p, token) for p in payloads if match(p)]
+            msgs = list(filter(self.topics.match, payloads))
         fq = self._fq
         keep = fq.push(pid, msgs)
         if fq.dropped:
@@ -141,6 +138,10 @@ class Sub0(Core):
         return keep
 
     def recv(self) -> Message:
+        body = self._fq.pop()
+        return Message(body, self.pipes[self._fq.last_pid].token)
+
+    def recv_body(self) -> bytes:
         return self._fq.pop()
 
     def can_recv(self) -> bool:
