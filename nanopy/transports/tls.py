@@ -28,7 +28,7 @@ from .._errors import AddressError, RemoteProtocolError
 from .._wire import HEADER_SIZE, FrameDecoder, encode_frames, encode_header, parse_header
 from ._base import Connection, Listener, PipeContext, Transport
 from ._stream import RECV_SIZE, connect_socket  # noqa: F401  (connect_socket re-used by plug-ins)
-from .tcp import bind_tcp_socket, dial_tcp_socket, format_host_port, set_nodelay, split_host_port
+from .tcp import bind_tcp_socket, bound_url, dial_tcp_socket, set_nodelay, split_host_port
 
 # How long aclose() waits to say goodbye (TLS close_notify, WebSocket CLOSE).
 CLOSE_TIMEOUT = 0.5
@@ -269,13 +269,6 @@ class TlsListener(Listener):
         self._sock.close()
 
 
-def bound_url(scheme: str, url: str, sock: socket.socket, path: str = "") -> str:
-    """The URL a listener reports: the asked host (or 0.0.0.0) with the real port."""
-    host, port = sock.getsockname()[:2]
-    asked, _ = split_host_port(url, scheme, bind=True)
-    return format_host_port(scheme, asked or ("0.0.0.0" if ":" not in host else "::"), port) + path
-
-
 class TlsTransport(Transport):
     """``tls+tcp://`` (NNG's TLS transport)."""
 
@@ -284,6 +277,9 @@ class TlsTransport(Transport):
 
     def check_url(self, url: str) -> None:
         split_host_port(url, "tls+tcp", bind=True)
+
+    def check_dial_url(self, url: str) -> None:
+        split_host_port(url, "tls+tcp", bind=False)
 
     async def listen(self, url: str, ctx: PipeContext) -> Listener:
         ssl_ctx = server_context(ctx.options, url)

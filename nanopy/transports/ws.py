@@ -614,6 +614,9 @@ class WsTransport(Transport):
     def check_url(self, url: str) -> None:
         parse_ws_url(url, self.scheme, bind=True)
 
+    def check_dial_url(self, url: str) -> None:
+        parse_ws_url(url, self.scheme, bind=False)
+
     async def listen(self, url: str, ctx: PipeContext) -> Listener:
         scheme = self.scheme
         host, port, path = parse_ws_url(url, scheme, bind=True)

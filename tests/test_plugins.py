@@ -1,0 +1,209 @@
+"""The plug-in API: registration rules, validation, and the example distribution.
+
+Tests that depend on installed entry points run in a subprocess, so the entry
+points are read fresh (nanopy caches what it loads).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import nanopy
+import nanopy.protocols
+import nanopy.transports
+from nanopy.transports import Transport
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "plugins"
+
+
+def run_python(code: str, *, path: Path | None = None, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    if path is not None:
+        env["PYTHONPATH"] = f"{path}{os.pathsep}{env.get('PYTHONPATH', '')}"
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT,
+    )
+
+
+# -- in-process registration -------------------------------------------------------------
+def test_builtins_cannot_be_replaced_silently() -> None:
+    tcp = nanopy.transports.get("tcp")
+    with pytest.raises(ValueError, match="built-in"):
+        nanopy.transports.register("tcp", tcp)
+    with pytest.raises(ValueError, match="built-in"):
+        nanopy.protocols.register("pair", nanopy.protocols.get("pair"))
+
+
+def test_register_validates() -> None:
+    tcp = nanopy.transports.get("tcp")
+    with pytest.raises(ValueError, match="not a valid URL scheme"):
+        nanopy.transports.register("Not A Scheme", tcp)
+    with pytest.raises(TypeError, match="Transport"):
+        nanopy.transports.register("thing", object())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="declares schemes"):
+        nanopy.transports.register("tcpx", tcp)  # the object says it serves tcp only
+    with pytest.raises(TypeError, match="Core"):
+        nanopy.protocols.register("myproto", int)  # type: ignore[arg-type]
+
+
+def test_register_and_override_in_process(make_socket) -> None:
+    tcp = nanopy.transports.get("tcp")
+
+    class Alias(type(tcp)):  # type: ignore[misc]
+        """tcp under another scheme: rewrite the URL and delegate."""
+
+        schemes = ("tcpalias",)
+
+        def check_url(self, url: str) -> None:
+            super().check_url(url.replace("tcpalias://", "tcp://"))
+
+        def check_dial_url(self, url: str) -> None:
+            super().check_dial_url(url.replace("tcpalias://", "tcp://"))
+
+        async def listen(self, url, ctx):
+            listener = await super().listen(url.replace("tcpalias://", "tcp://"), ctx)
+            listener.url = listener.url.replace("tcp://", "tcpalias://")
+            return listener
+
+        async def dial(self, url, ctx):
+            return await super().dial(url.replace("tcpalias://", "tcp://"), ctx)
+
+    nanopy.transports.register("tcpalias", Alias)  # a class is instantiated
+    try:
+        assert "tcpalias" in nanopy.transports.schemes()
+        with pytest.raises(ValueError, match="earlier register"):
+            nanopy.transports.register("tcpalias", Alias())
+        nanopy.transports.register("tcpalias", Alias(), override=True)
+        a = make_socket("pair")
+        b = make_socket("pair")
+        ep = a.bind("tcpalias://127.0.0.1:0")
+        assert ep.url.startswith("tcpalias://")
+        b.connect(ep.url)
+        b.send(b"via alias")
+        assert a.recv(timeout=5) == b"via alias"
+    finally:
+        nanopy.transports.unregister("tcpalias")
+    assert "tcpalias" not in nanopy.transports.schemes()
+    with pytest.raises(nanopy.AddressError, match="unknown transport"):
+        make_socket("pair").bind("tcpalias://127.0.0.1:0")
+
+
+# -- entry points (fake distributions on PYTHONPATH) ---------------------------------------
+def fake_distribution(tmp_path: Path, entries: str, module: str = "") -> Path:
+    dist = tmp_path / "fake_plugin-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-plugin\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(entries)
+    if module:
+        (tmp_path / "fake_plugin.py").write_text(textwrap.dedent(module))
+    return tmp_path
+
+
+def test_broken_plugins_get_clear_errors(tmp_path: Path) -> None:
+    path = fake_distribution(
+        tmp_path,
+        "[nanopy.transports]\nmissing = no_such_module:transport\nnotatransport = fake_plugin:thing\n"
+        "tcp = fake_plugin:thing\n",
+        "thing = 42\n",
+    )
+    result = run_python(
+        """
+        import logging, nanopy
+        logging.basicConfig(level=logging.WARNING, format="LOG %(message)s")
+        for url in ("missing://x", "notatransport://x"):
+            try:
+                nanopy.Socket("pair").bind(url)
+            except nanopy.AddressError as exc:
+                print("ERR", exc)
+        s = nanopy.Socket("pair")
+        print("TCP", s.bind("tcp://127.0.0.1:0").url.startswith("tcp://"))
+        s.close()
+        """,
+        path=path,
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert "ERR transport plug-in 'missing' (no_such_module:transport) failed to load" in out
+    assert "ERR transport plug-in 'notatransport' is broken" in out and "got 42" in out
+    assert "TCP True" in out  # the built-in wins ...
+    assert "ignoring transport plug-in 'tcp'" in out  # ... and says so
+
+
+# -- the example distribution ---------------------------------------------------------------
+@pytest.fixture(scope="module")
+def installed_example() -> None:
+    """pip-install examples/plugins (offline, from local files, no dependencies)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+         "--no-index", "-e", str(EXAMPLE)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_example_plugin_via_entry_point(installed_example: None) -> None:
+    result = run_python(
+        """
+        import nanopy
+        from nanopy.testing import wait_pipes
+        assert "tcp+zlib" in nanopy.transports.schemes()
+        with nanopy.Socket("pull") as pull, nanopy.Socket("push") as push:
+            ep = pull.bind("tcp+zlib://127.0.0.1:0")
+            push.connect(ep.url)
+            wait_pipes(push)
+            body = b'{"level": "info", "msg": "hello"}' * 2000
+            for _ in range(10):
+                push.send(body)
+            assert all(pull.recv(timeout=5) == body for _ in range(10))
+            print("OK", ep.url, type(nanopy.transports.get("tcp+zlib")).__module__)
+        """
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "OK tcp+zlib://127.0.0.1:" in result.stdout
+    assert "nanopy_zlib" in result.stdout
+
+
+def test_conformance_suite_on_installed_plugin(installed_example: None) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "tcp+zlib",
+         str(ROOT / "tests" / "test_conformance.py")],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert " passed" in result.stdout and "failed" not in result.stdout
+
+
+def test_plugin_wire_is_compressed() -> None:
+    """The example really compresses: a repetitive batch shrinks on the wire."""
+    import trio
+
+    sys.path.insert(0, str(EXAMPLE / "src"))
+    try:
+        import nanopy_zlib
+    finally:
+        sys.path.remove(str(EXAMPLE / "src"))
+    assert isinstance(nanopy_zlib.transport, Transport)
+
+    class Capture:
+        data = b""
+
+        async def send_all(self, data: bytes) -> None:
+            self.data += data
+
+    stream = Capture()
+    ctx = nanopy.transports.PipeContext(0x50, 0x51, "push", "pull")
+    conn = nanopy_zlib.ZlibConnection(stream, ctx, "test")  # type: ignore[arg-type]
+    body = b'{"level": "info", "msg": "hello"}' * 1000
+    trio.run(conn.send, [body, body])
+    assert 0 < len(stream.data) < len(body) // 20
+    reader = nanopy_zlib.ZlibConnection(stream, ctx, "test")  # type: ignore[arg-type]
+    reader._feed(stream.data)
+    assert reader._parse() == [body, body]
