@@ -871,9 +871,10 @@ class Socket:
         return attempt
 
     def _end_survey(self, sid: int) -> None:
-        with self._lock:
-            if self._router is not None:
-                self._router.queues.pop(sid, None)
+        # No lock: this may run from a generator finalizer (GC) on a thread that
+        # already holds it; a single dict.pop is atomic anyway.
+        if self._router is not None:
+            self._router.queues.pop(sid, None)
 
     def survey(self, data: Any) -> Iterator[bytes]:
         """SURVEYOR: send a survey now; iterate over the answers until its deadline.
