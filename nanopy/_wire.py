@@ -78,7 +78,7 @@ class FrameDecoder:
     ``max_size`` of 0 means no limit.
     """
 
-    __slots__ = ("_ipc", "_prefix", "max_size", "_buf", "_parts", "_have", "_need")
+    __slots__ = ("_ipc", "_prefix", "max_size", "_buf", "_parts", "_have", "_need", "error")
 
     def __init__(self, ipc: bool = False, max_size: int = 0) -> None:
         self._ipc = ipc
@@ -88,8 +88,14 @@ class FrameDecoder:
         self._parts: list[bytes] = []  # pieces of a large payload being collected
         self._have = 0
         self._need = 0  # payload bytes still missing for the frame in _parts
+        # A violation found after complete frames of the same chunk: those frames
+        # are returned first; the error is raised by the next feed (or by the
+        # connection, which checks it before reading again).
+        self.error: Exception | None = None
 
     def feed(self, chunk: bytes) -> list[bytes]:
+        if self.error is not None:
+            raise self.error
         out: list[bytes] = []
         if self._need:
             # Continue collecting a large payload without re-copying what we have.
@@ -112,12 +118,14 @@ class FrameDecoder:
         while end - pos >= prefix:
             if ipc:
                 if data[pos] != IPC_MSG_NORMAL:
-                    raise RemoteProtocolError(f"ipc message type {data[pos]} is not 1")
+                    return self._fail(out, RemoteProtocolError(f"ipc message type {data[pos]} is not 1"))
                 (size,) = unpack(data, pos + 1)
             else:
                 (size,) = unpack(data, pos)
             if limit and size > limit:
-                raise MessageTooLarge(f"peer sent a {size}-byte message; recv_max_size is {limit}")
+                return self._fail(
+                    out, MessageTooLarge(f"peer sent a {size}-byte message; recv_max_size is {limit}")
+                )
             start = pos + prefix
             stop = start + size
             if stop > end:
@@ -129,6 +137,14 @@ class FrameDecoder:
             out.append(data[start:stop])
             pos = stop
         self._buf = data[pos:] if pos < end else b""
+        return out
+
+    def _fail(self, out: list[bytes], exc: Exception) -> list[bytes]:
+        """Raise ``exc`` now, or after handing over the frames that preceded it."""
+        self._buf = b""
+        self.error = exc
+        if not out:
+            raise exc
         return out
 
     @property

@@ -171,13 +171,26 @@ def test_decoder_without_limit_waits_for_a_huge_payload() -> None:
     assert dec.pending == 3
 
 
-def test_decoder_frames_before_an_oversized_one_are_not_lost_silently() -> None:
-    # The good frame is in the same chunk as the bad prefix: the decoder raises
-    # (the pipe closes); the earlier frame is lost with the connection, as in NNG.
-    dec = FrameDecoder(max_size=4)
-    assert dec.feed(encode_frame(b"ok")) == [b"ok"]
+@pytest.mark.parametrize("ipc", [False, True])
+def test_decoder_delivers_complete_frames_before_a_violation(ipc: bool) -> None:
+    # Good frames in the same chunk as the bad prefix are handed over first, so
+    # what arrives does not depend on how TCP cut the stream; the error follows.
+    dec = FrameDecoder(ipc, max_size=4)
+    assert dec.error is None
+    assert dec.feed(encode_frames([b"ok", b"ok2"], ipc) + encode_frame(b"too long", ipc)) == [b"ok", b"ok2"]
+    assert isinstance(dec.error, MessageTooLarge)
     with pytest.raises(MessageTooLarge):
-        dec.feed(encode_frame(b"too long"))
+        dec.feed(b"")
+    with pytest.raises(MessageTooLarge):
+        dec.feed(encode_frame(b"ok", ipc))  # the stream is dead for good
+
+
+def test_ipc_decoder_delivers_frames_before_a_bad_type() -> None:
+    dec = FrameDecoder(ipc=True)
+    good = encode_frame(b"a", ipc=True)
+    assert dec.feed(good + b"\x02" + good[1:]) == [b"a"]
+    with pytest.raises(RemoteProtocolError):
+        dec.feed(good)
 
 
 @pytest.mark.parametrize("kind", [0, 2, 0xFF])

@@ -81,6 +81,8 @@ class StreamConnection(Connection):
 
     # -- receiving -------------------------------------------------------------
     async def receive(self) -> list[bytes]:
+        if self._decoder.error is not None:  # found after the frames we returned last
+            raise self._decoder.error
         while True:
             chunk = await self._recv_some(RECV_SIZE)
             if not chunk:
