@@ -117,7 +117,8 @@ def test_many_threads_request_concurrently(make_socket: MakeSocket) -> None:
     for rep in reps:
         ep = rep.bind(bind_url("tcp"))
         req.connect(ep.url)
-        serve(rep, workers=4, transform=lambda b, n=rep.name.encode(): n + b"|" + b)
+        tag = rep.name.encode()
+        serve(rep, workers=4, transform=lambda b, n=tag: n + b"|" + b)
     wait_pipes(req, 2)
     errors: list[str] = []
     served = {b"rep0": 0, b"rep1": 0}

@@ -47,16 +47,16 @@ def surveyor_with(make_socket: MakeSocket, n: int, transport: str = "tcp", **opt
 
 @pytest.mark.parametrize("transport", ["tcp", "ipc", "inproc"])
 def test_survey_collects_every_answer_and_ends_at_deadline(make_socket: MakeSocket, transport: str) -> None:
-    sv = surveyor_with(make_socket, 3, transport, survey_deadline=0.3)
+    sv = surveyor_with(make_socket, 3, transport, survey_deadline=0.5)
     t0 = time.monotonic()
     answers = sorted(sv.survey(b"who"))
     elapsed = time.monotonic() - t0
     assert answers == [b"r0:who", b"r1:who", b"r2:who"]
-    assert 0.29 < elapsed < 0.8
+    assert 0.49 < elapsed < 1.0
 
 
 def test_classic_send_then_recv_until_timeout(make_socket: MakeSocket) -> None:
-    sv = surveyor_with(make_socket, 2, survey_deadline=0.3)
+    sv = surveyor_with(make_socket, 2, survey_deadline=0.5)
     with pytest.raises(nanopy.ProtocolError):
         sv.recv(timeout=0)  # no survey yet
     sv.send(b"q")
@@ -66,13 +66,13 @@ def test_classic_send_then_recv_until_timeout(make_socket: MakeSocket) -> None:
         while True:
             got.append(sv.recv())
     assert sorted(got) == [b"r0:q", b"r1:q"]
-    assert time.monotonic() - t0 < 0.8
+    assert time.monotonic() - t0 < 1.0
     with pytest.raises(nanopy.ProtocolError):
         sv.recv(timeout=0)  # the timeout is reported once, then "no survey"
 
 
 def test_new_survey_cancels_previous_and_late_answers_are_dropped(make_socket: MakeSocket) -> None:
-    sv = make_socket("surveyor", survey_deadline=0.2)
+    sv = make_socket("surveyor", survey_deadline=0.5)
     resp = make_socket("respondent", recv_timeout=5)
     ep = sv.bind(bind_url("tcp"))
     resp.connect(ep.url)
@@ -112,7 +112,7 @@ def test_respondent_classic_and_errors(make_socket: MakeSocket) -> None:
 
 
 def test_asurvey_trio_and_asyncio(make_socket: MakeSocket) -> None:
-    sv = surveyor_with(make_socket, 2, "inproc", survey_deadline=0.2)
+    sv = surveyor_with(make_socket, 2, "inproc", survey_deadline=0.4)
 
     async def collect() -> list[bytes]:
         return sorted([a async for a in sv.asurvey(b"x")])
