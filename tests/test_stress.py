@@ -1,0 +1,92 @@
+"""Many threads on one PUSH/PULL pair: every message delivered exactly once, each
+sender's messages in order as seen by any one receiver."""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+import nanopy
+from conftest import bind_url
+from nanopy.testing import connect_pair
+
+SENDERS = 8
+RECEIVERS = 8
+PER_SENDER = 8000
+_REC = struct.Struct(">HI")
+
+
+@pytest.mark.parametrize("kind", ["tcp", "ipc", "inproc"])
+def test_threads_send_and_receive_exactly_once(kind: str) -> None:
+    pull = nanopy.Socket("pull", recv_buffer=64)
+    push = nanopy.Socket("push", send_buffer=64)
+    try:
+        connect_pair(pull, push, bind_url(kind))
+        total = SENDERS * PER_SENDER
+        got: list[list[bytes]] = [[] for _ in range(RECEIVERS)]
+        count = [0]
+        count_lock = threading.Lock()
+        done = threading.Event()
+        errors: list[BaseException] = []
+        pad = b"." * 40
+
+        def sender(tid: int) -> None:
+            try:
+                for seq in range(PER_SENDER):
+                    push.send(_REC.pack(tid, seq) + pad, timeout=10)
+            except BaseException as exc:
+                errors.append(exc)
+
+        def receiver(rid: int) -> None:
+            mine = got[rid]
+            try:
+                while not done.is_set():
+                    try:
+                        body = pull.recv(timeout=0.2)
+                    except nanopy.Timeout:
+                        continue
+                    mine.append(body)
+                    with count_lock:
+                        count[0] += 1
+                        if count[0] == total:
+                            done.set()
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=receiver, args=(r,)) for r in range(RECEIVERS)]
+        threads += [threading.Thread(target=sender, args=(s,)) for s in range(SENDERS)]
+        t0 = time.monotonic()
+        for t in threads:
+            t.start()
+        finished = done.wait(30)
+        done.set()
+        for t in threads:
+            t.join(10)
+        elapsed = time.monotonic() - t0
+        assert errors == []
+        assert finished, f"only {count[0]} of {total} messages arrived"
+        # Exactly once.
+        seen = Counter(_REC.unpack_from(b) for per in got for b in per)
+        assert len(seen) == total and max(seen.values()) == 1
+        # Per receiver, each sender's messages come in the order they were sent.
+        for per in got:
+            last: dict[int, int] = {}
+            for body in per:
+                tid, seq = _REC.unpack_from(body)
+                assert seq > last.get(tid, -1)
+                last[tid] = seq
+        # Work was shared (not one receiver taking everything).
+        assert sum(1 for per in got if per) >= 2
+        with pytest.raises(nanopy.Timeout):
+            pull.recv(timeout=0.05)  # nothing extra
+        stats = pull.stats()
+        assert stats.messages_received == total
+        assert push.stats().messages_sent == total
+        assert elapsed < 30
+    finally:
+        push.close(linger=0)
+        pull.close(linger=0)
