@@ -5,6 +5,9 @@ from __future__ import annotations
 import struct
 
 import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from nanopy import ProtocolError, Timeout
 from nanopy._core import ARM_TIMER, CANCEL_TIMER, CLOSE_PIPE, TRANSMIT, PipeInfo
@@ -475,3 +478,103 @@ def test_pair1_raw_counts_hops() -> None:
     for bad in (w(0xFF), w(0x100), b"\x00"):
         with pytest.raises(ProtocolError):
             p.send(b"x", bad)
+
+
+# -- REQ under random pipe churn, timers and replies (property test) ----------------------------
+
+
+class ReqChurn(RuleBasedStateMachine):
+    """Pipes come and go, credits trickle in, ticks fire, replies (some stale) arrive."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.req = make(Req0, resend_interval=1.0)
+        self.req.replied = []
+        self.credit: dict[int, int] = {}
+        self.next_pid = 1
+        self.on_wire: dict[int, list[bytes]] = {}  # pid -> payloads the peer has not answered
+        self.live: set[int] = set()
+
+    def _drain(self) -> None:
+        for a in take(self.req):
+            if a[0] == TRANSMIT:
+                pid = a[1]
+                assert pid in self.credit, "transmit on a pipe that is gone"
+                self.credit[pid] -= 1
+                assert self.credit[pid] >= 0, "more transmits than credit"
+                self.on_wire[pid].append(a[2])
+
+    @rule(credit=st.integers(0, 3))
+    def add_pipe(self, credit: int) -> None:
+        pid = self.next_pid
+        self.next_pid += 1
+        self.credit[pid] = credit
+        self.on_wire[pid] = []
+        add(self.req, pid, credit)
+        self._drain()
+
+    @rule(data=st.data())
+    def remove_pipe(self, data) -> None:
+        if self.credit:
+            pid = data.draw(st.sampled_from(sorted(self.credit)))
+            del self.credit[pid]
+            del self.on_wire[pid]
+            self.req.remove_pipe(pid)
+            self._drain()
+
+    @rule(data=st.data(), n=st.integers(1, 2))
+    def give_credit(self, data, n: int) -> None:
+        if self.credit:
+            pid = data.draw(st.sampled_from(sorted(self.credit)))
+            self.credit[pid] += n
+            self.req.pipe_credit(pid, n)
+            self._drain()
+
+    @rule(body=st.binary(max_size=4))
+    def new_request(self, body: bytes) -> None:
+        self.live.add(self.req.start_request(body))
+        self._drain()
+
+    @rule(data=st.data())
+    def cancel(self, data) -> None:
+        if self.live:
+            rid = data.draw(st.sampled_from(sorted(self.live)))
+            self.live.discard(rid)
+            self.req.cancel_request(rid)
+            self._drain()
+
+    @rule()
+    def tick(self) -> None:
+        self.req.timer_fired("resend-tick")
+        self._drain()
+
+    @rule(data=st.data())
+    def answer(self, data) -> None:
+        busy = sorted(pid for pid, q in self.on_wire.items() if q)
+        if busy:
+            pid = data.draw(st.sampled_from(busy))
+            payload = self.on_wire[pid].pop(0)
+            rid = int.from_bytes(payload[:4], "big")
+            assert self.req.messages_received(pid, [payload[:4] + b"re:" + payload[4:]])
+            if rid in self.live and self.req.reply_ready(rid):
+                msg = self.req.take_reply(rid)
+                assert msg.body == b"re:" + payload[4:]
+                self.live.discard(rid)
+            self._drain()
+
+    @invariant()
+    def work_conserving(self) -> None:
+        # A request is only left queued when no pipe has credit for it.
+        queued = [r for r in self.live if self.req.request_state(r) == "queued"]
+        if queued:
+            assert all(c == 0 for c in self.credit.values())
+
+    @invariant()
+    def states_are_known(self) -> None:
+        for rid in self.live:
+            assert self.req.request_state(rid) in ("queued", "sent", "done")
+        assert self.req.outstanding == len(self.live)
+
+
+TestReqChurn = ReqChurn.TestCase
+TestReqChurn.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
