@@ -5,8 +5,17 @@ walking down the tree once, so its cost grows with the length of the message's
 matching path, never with the number of subscriptions (NNG and mangos scan a
 list instead).
 
-Representation, chosen to stay compact at millions of topics:
+Representation, chosen to stay compact at millions of topics and to keep the
+walk short (each level costs a dict lookup and, once the tree outgrows the CPU
+caches, a memory access or two):
 
+* The root branches on the first **two** bytes at once, keyed by
+  ``message[0] << 8 | message[1]``. That spares a level for every message (a
+  level-compressed root, as in LC-tries); topics shorter than two bytes live in a
+  small side dict ``_short`` that ``match`` consults only when it is non-empty.
+  The root starts as a dict; past ``_TABLE_AT`` keys it becomes a flat list of
+  65,536 slots (512 KiB), which costs one cache line per lookup instead of the
+  two or three a large dict needs.
 * An inner node is a ``_Node``: a ``dict`` subclass mapping the next byte (an
   ``int``) to the child, with two slots: ``prefix`` (the bytes this node adds
   after its parent's branch byte) and ``count`` (how many times exactly this
@@ -17,8 +26,7 @@ Representation, chosen to stay compact at millions of topics:
   dict maps the branch byte straight to the leaf's remaining ``bytes``. Most
   subscriptions are such leaves, so they cost one bytes object and one dict slot.
 
-Invariants kept by ``add``/``remove`` (besides the root, which is always a node):
-a node has ``count >= 1`` or at least two children (single-child, unsubscribed
+Invariants kept by ``add``/``remove`` (below the root): a node has ``count >= 1`` or at least two children (single-child, unsubscribed
 nodes are merged into their child), and a node with ``count == 1`` and no
 children is stored as a bytes leaf.
 """
@@ -40,6 +48,24 @@ class _Node(dict):  # type: ignore[type-arg]
         self.count = count
 
 
+class _Table(list):  # type: ignore[type-arg]
+    """The root of a large tree: 65,536 slots, ``None`` where no topic starts."""
+
+    __slots__ = ()
+
+    get = list.__getitem__  # the dict interface the tree code uses
+
+    def __delitem__(self, key: int) -> None:  # type: ignore[override]
+        self[key] = None
+
+    def items(self) -> Iterator[tuple[int, _Node | bytes]]:  # type: ignore[override]
+        return ((k, v) for k, v in enumerate(self) if v is not None)
+
+
+# Root keys at which the root dict turns into a _Table (the dict is then ~1/2 its size).
+_TABLE_AT = 12_000
+
+
 def _common(a: bytes, b: bytes, start: int) -> int:
     """Length of the common prefix of ``a`` and ``b[start:]``."""
     n = min(len(a), len(b) - start)
@@ -57,10 +83,11 @@ class RadixTree:
     core calls it under its socket's lock.
     """
 
-    __slots__ = ("_root", "_distinct", "_total")
+    __slots__ = ("_root", "_short", "_distinct", "_total")
 
     def __init__(self) -> None:
-        self._root = _Node(b"", 0)
+        self._root: dict[int, _Node | bytes] | _Table = {}  # first two bytes -> subtree
+        self._short: dict[bytes, int] = {}  # topics of 0 or 1 byte -> count
         self._distinct = 0  # distinct topics
         self._total = 0  # subscriptions, counting repeats
 
@@ -79,50 +106,55 @@ class RadixTree:
 
     def match(self, message: bytes) -> bool:
         """True if some topic in the tree is a prefix of ``message``."""
-        node = self._root
-        if node.count:
+        short = self._short
+        if short and (b"" in short or message[:1] in short):
             return True
-        pos = 0
-        end = len(message)
-        while pos < end:
-            child = node.get(message[pos])
-            if child is None:
-                return False
-            pos += 1
+        if len(message) < 2:
+            return False
+        child = self._root.get(message[0] << 8 | message[1])
+        pos = 2
+        while child is not None:
             if child.__class__ is bytes:
-                return message.startswith(child, pos)
-            node = child
-            prefix = node.prefix
+                return message.startswith(child, pos)  # type: ignore[arg-type]
+            prefix = child.prefix  # type: ignore[union-attr]
             if prefix:
                 if not message.startswith(prefix, pos):
                     return False
                 pos += len(prefix)
-            if node.count:
+            if child.count:  # type: ignore[union-attr]
                 return True
+            if pos >= len(message):
+                return False
+            child = child.get(message[pos])  # type: ignore[union-attr]
+            pos += 1
         return False
 
     def count(self, topic: bytes) -> int:
         """How many times ``topic`` is currently subscribed (0 if not at all)."""
-        node = self._root
-        pos = 0
+        if len(topic) < 2:
+            return self._short.get(topic, 0)
+        child = self._root.get(topic[0] << 8 | topic[1])
+        pos = 2
         end = len(topic)
-        while pos < end:
-            child = node.get(topic[pos])
-            if child is None:
-                return 0
-            pos += 1
+        while child is not None:
             if child.__class__ is bytes:
                 return 1 if topic[pos:] == child else 0
-            node = child
-            prefix = node.prefix
+            prefix = child.prefix  # type: ignore[union-attr]
             if not topic.startswith(prefix, pos):
                 return 0
             pos += len(prefix)
-        return node.count
+            if pos == end:
+                return child.count  # type: ignore[union-attr]
+            child = child.get(topic[pos])  # type: ignore[union-attr]
+            pos += 1
+        return 0
 
     def __iter__(self) -> Iterator[bytes]:
         """Every distinct topic (in no particular order)."""
-        stack: list[tuple[bytes, _Node | bytes]] = [(b"", self._root)]
+        yield from self._short
+        stack: list[tuple[bytes, _Node | bytes]] = [
+            (bytes((key >> 8, key & 0xFF)), child) for key, child in self._root.items()
+        ]
         while stack:
             path, node = stack.pop()
             if node.__class__ is bytes:
@@ -144,36 +176,49 @@ class RadixTree:
     def add(self, topic: bytes) -> bool:
         """Subscribe ``topic`` once more; True if it was not subscribed before."""
         self._total += 1
-        node = self._root
-        pos = 0
         end = len(topic)
-        while True:
-            # Here topic[:pos] spells the path down to and including node.prefix.
-            if pos == end:
-                node.count += 1
-                if node.count == 1:
-                    self._distinct += 1
-                    return True
-                return False
-            byte = topic[pos]
-            child = node.get(byte)
-            pos += 1
-            if child is None:
-                node[byte] = topic[pos:]
+        if end < 2:
+            n = self._short.get(topic, 0)
+            self._short[topic] = n + 1
+            if n == 0:
                 self._distinct += 1
+            return n == 0
+        parent: dict[int, _Node | bytes] = self._root  # type: ignore[assignment]
+        key = topic[0] << 8 | topic[1]
+        pos = 2
+        while True:
+            # parent[key] holds (or will hold) the subtree for topic[pos:].
+            child = parent.get(key)
+            if child is None:
+                parent[key] = topic[pos:]
+                self._distinct += 1
+                if parent.__class__ is dict and len(parent) >= _TABLE_AT and parent is self._root:
+                    table = _Table([None] * (1 << 16))
+                    for k, v in parent.items():
+                        table[k] = v
+                    self._root = table
                 return True
             if child.__class__ is bytes:
                 if topic[pos:] == child:
-                    node[byte] = _Node(child, 2)
+                    parent[key] = _Node(child, 2)  # type: ignore[arg-type]
                     return False
                 # Unfold the leaf into a node and split it below.
-                child = node[byte] = _Node(child, 1)
+                child = parent[key] = _Node(child, 1)  # type: ignore[arg-type]
+            assert isinstance(child, _Node)
             prefix = child.prefix
             common = _common(prefix, topic, pos)
             if common < len(prefix):
                 self._split(child, common)
-            node = child
             pos += common
+            if pos == end:
+                child.count += 1
+                if child.count == 1:
+                    self._distinct += 1
+                    return True
+                return False
+            parent = child
+            key = topic[pos]
+            pos += 1
 
     @staticmethod
     def _split(node: _Node, at: int) -> None:
@@ -196,62 +241,81 @@ class RadixTree:
         Raises:
             KeyError: ``topic`` is not subscribed.
         """
-        path: list[tuple[_Node, int]] = []  # (parent, branch byte) down to node
-        node = self._root
-        pos = 0
         end = len(topic)
-        while pos < end:
-            byte = topic[pos]
-            child = node.get(byte)
+        if end < 2:
+            n = self._short.get(topic, 0)
+            if n == 0:
+                raise KeyError(topic)
+            self._total -= 1
+            if n == 1:
+                del self._short[topic]
+                self._distinct -= 1
+                return True
+            self._short[topic] = n - 1
+            return False
+        path: list[tuple[dict, int]] = []  # (parent, key) pairs leading to child
+        parent: dict[int, _Node | bytes] = self._root  # type: ignore[assignment]
+        key = topic[0] << 8 | topic[1]
+        pos = 2
+        while True:
+            child = parent.get(key)
             if child is None:
                 raise KeyError(topic)
-            pos += 1
             if child.__class__ is bytes:
                 if topic[pos:] != child:
                     raise KeyError(topic)
-                del node[byte]
+                del parent[key]
                 self._total -= 1
                 self._distinct -= 1
-                self._tidy(node, path)
+                if path:
+                    self._tidy(parent, path)  # type: ignore[arg-type]
                 return True
+            assert isinstance(child, _Node)
             prefix = child.prefix
             if not topic.startswith(prefix, pos):
                 raise KeyError(topic)
-            path.append((node, byte))
-            node = child
+            path.append((parent, key))
             pos += len(prefix)
-        if node.count == 0:
+            if pos == end:
+                break
+            parent = child
+            key = topic[pos]
+            pos += 1
+        if child.count == 0:
             raise KeyError(topic)
         self._total -= 1
-        node.count -= 1
-        last = node.count == 0
+        child.count -= 1
+        last = child.count == 0
         if last:
             self._distinct -= 1
-        self._tidy(node, path)  # count 1 and childless: back to a bytes leaf
+        self._tidy(child, path)  # count 1 and childless: back to a bytes leaf
         return last
 
     @staticmethod
-    def _tidy(node: _Node, path: list[tuple[_Node, int]]) -> None:
+    def _tidy(node: _Node, path: list[tuple[dict, int]]) -> None:
         """Restore the invariants at ``node`` (and its parent) after a removal."""
-        while path:  # the root always stays a node
-            parent, byte = path.pop()
+        while path:
+            parent, key = path.pop()
             if node.count == 0 and not node:
-                del parent[byte]
-                node = parent  # the parent lost a child: check it too
+                del parent[key]
+                if not path:  # the parent is the root: nothing to tidy there
+                    return
+                node = parent  # type: ignore[assignment]  # it lost a child: check it too
                 continue
             if node.count == 0 and len(node) == 1:
-                ((key, only),) = node.items()
-                head = node.prefix + bytes((key,))
+                ((byte, only),) = node.items()
+                head = node.prefix + bytes((byte,))
                 if only.__class__ is bytes:
-                    parent[byte] = head + only
+                    parent[key] = head + only
                 else:
                     only.prefix = head + only.prefix
-                    parent[byte] = only
+                    parent[key] = only
             elif node.count == 1 and not node:
-                parent[byte] = node.prefix
+                parent[key] = node.prefix
             return
 
     def clear(self) -> None:
         """Forget every topic."""
-        self._root = _Node(b"", 0)
+        self._root = {}
+        self._short.clear()
         self._distinct = self._total = 0

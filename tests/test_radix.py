@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from nanopy._radix import RadixTree, _Node
+from nanopy import _radix
+from nanopy._radix import RadixTree, _Node, _Table
 
 # A small alphabet makes shared prefixes, splits and merges common.
 small_bytes = st.binary(max_size=6).map(lambda b: bytes(x % 3 for x in b))
@@ -22,9 +23,14 @@ def brute_match(topics: Counter[bytes], message: bytes) -> bool:
 
 def check_shape(tree: RadixTree) -> None:
     """The structural invariants documented in nanopy/_radix.py."""
+    assert all(len(topic) < 2 and n > 0 for topic, n in tree._short.items())
     root = tree._root
-    assert isinstance(root, _Node) and root.prefix == b""
-    stack = list(root.values())
+    if isinstance(root, _Table):
+        assert len(root) == 1 << 16
+        stack = [v for v in root if v is not None]
+    else:
+        assert all(0 <= key < 1 << 16 for key in root)
+        stack = list(root.values())
     while stack:
         node = stack.pop()
         if isinstance(node, bytes):
@@ -152,3 +158,40 @@ class RadixMachine(RuleBasedStateMachine):
 
 RadixMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=40, deadline=None)
 TestRadixMachine = RadixMachine.TestCase
+
+
+class RadixTableMachine(RadixMachine):
+    """The same, with the root switching to its flat-table form almost at once."""
+
+    @initialize()
+    def start(self) -> None:
+        self.saved = _radix._TABLE_AT
+        _radix._TABLE_AT = 2
+        super().start()
+
+    def teardown(self) -> None:
+        _radix._TABLE_AT = self.saved
+
+
+# Each step walks the 65,536-slot table: fewer examples keep this quick.
+RadixTableMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
+TestRadixTableMachine = RadixTableMachine.TestCase
+
+
+def test_large_tree_uses_the_table_and_matches() -> None:
+    import random
+
+    rng = random.Random(7)
+    topics = [rng.randbytes(rng.randint(2, 12)) for _ in range(20_000)]
+    t = RadixTree()
+    for topic in topics:
+        t.add(topic)
+    assert isinstance(t._root, _Table)
+    for topic in topics[:2000]:
+        assert t.match(topic + b"tail")
+    misses = [rng.randbytes(16) for _ in range(2000)]
+    every = tuple(topics)
+    assert [t.match(m) for m in misses] == [m.startswith(every) for m in misses]
+    for topic in topics:
+        t.remove(topic)
+    assert len(t) == 0 and t.total == 0 and not list(t)
