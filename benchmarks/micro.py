@@ -1,0 +1,201 @@
+"""Per-call costs of nanopy's send/recv fast paths, one thread, no profiler.
+
+    .venv/bin/python benchmarks/micro.py [-n 50000]
+
+Complements ``profile.py``: sampling profilers inflate small functions and count
+blocked time, so this times the pieces directly with ``thread_time`` (the CPU of
+the calling thread only) while the engine thread is idle or busy elsewhere. pyzmq
+is timed the same way as a reference. Figures are microseconds per call; read them
+as relative costs (the machine is shared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def timed(label: str, n: int, fn: Callable[[], None], rows: list[tuple[str, float, float]]) -> None:
+    c0, w0 = time.thread_time(), time.perf_counter()
+    fn()
+    c1, w1 = time.thread_time(), time.perf_counter()
+    rows.append((label, (c1 - c0) / n * 1e6, (w1 - w0) / n * 1e6))
+
+
+def wait_until(pred: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():  # a measuring tool, not a test: polling is fine here
+        if time.monotonic() > deadline:
+            raise TimeoutError("queue did not fill")
+        time.sleep(0.005)
+
+
+def nanopy_costs(n: int, rows: list[tuple[str, float, float]]) -> None:
+    import nanopy
+    from nanopy.testing import connect_pair, inproc_url
+
+    msg = b"m" * 64
+    for transport in ("inproc", "tcp"):
+        url = inproc_url("micro") if transport == "inproc" else "tcp://127.0.0.1:0"
+        push = nanopy.Socket("push", send_buffer=n + 10)
+        pull = nanopy.Socket("pull", recv_buffer=2 * n + 10)
+        connect_pair(pull, push, url)
+        core = pull._core
+
+        def fill() -> None:
+            for _ in range(n):
+                push.send(msg)
+            wait_until(lambda: core._fq.queued() >= n)
+
+        def sends() -> None:
+            send = push.send
+            for _ in range(n):
+                send(msg)
+
+        timed(f"nanopy {transport}: Socket.send (credit available)", n, sends, rows)
+        wait_until(lambda: core._fq.queued() >= n)
+
+        def recvs() -> None:
+            recv = pull.recv
+            for _ in range(n):
+                recv()
+
+        timed(f"nanopy {transport}: Socket.recv (message queued)", n, recvs, rows)
+        if transport == "inproc":
+            fill()
+
+            def core_pops() -> None:
+                pop = core.recv_body
+                with pull._lock:
+                    for _ in range(n):
+                        pop()
+                    core.actions.clear()
+
+            timed("  part: core.recv_body() (FairQueue.pop + PrioList)", n, core_pops, rows)
+
+            def locks() -> None:
+                lock = pull._lock
+                for _ in range(n):
+                    with lock:
+                        pass
+
+            timed("  part: with socket._lock: pass", n, locks, rows)
+
+            def takes() -> None:
+                take = pull._take_actions
+                for _ in range(n):
+                    take()
+
+            timed("  part: _take_actions() (no actions)", n, takes, rows)
+
+            def wakes() -> None:
+                wake = pull._wake
+                for _ in range(n):
+                    wake()
+
+            timed("  part: _wake() (no waiters)", n, wakes, rows)
+
+            def monotonic() -> None:
+                mono = time.monotonic
+                for _ in range(n):
+                    mono()
+
+            timed("  part: time.monotonic() (PipeDriver.transmit calls it per message)", n, monotonic, rows)
+
+            from nanopy._wire import FrameDecoder, encode_frames
+
+            frames = encode_frames([msg] * n)
+            dec = FrameDecoder(False, 1 << 20)
+
+            def decode() -> None:
+                for i in range(0, len(frames), 256 * 1024):
+                    dec.feed(frames[i : i + 256 * 1024])
+
+            timed("  part: FrameDecoder.feed per frame (256 KiB chunks)", n, decode, rows)
+
+            def encode() -> None:
+                batch = [msg] * 1024
+                for _ in range(n // 1024):
+                    encode_frames(batch)
+
+            timed("  part: encode_frames per frame (1024-frame batches)", n // 1024 * 1024, encode, rows)
+        if transport == "tcp":
+            # Send-side pieces, on a fresh pair (they consume credits behind the socket's back).
+            push.close(linger=0)
+            pull.close(linger=0)
+            push = nanopy.Socket("push", send_buffer=n + 10)
+            pull = nanopy.Socket("pull", recv_buffer=2 * n + 10)
+            connect_pair(pull, push, "tcp://127.0.0.1:0")
+            pcore = push._core
+
+            def core_sends() -> None:
+                send = pcore.send
+                with push._lock:
+                    for _ in range(n):
+                        send(msg)
+                    pcore.actions.clear()
+
+            timed("  part: Push0.send (LoadBalancer.take + action tuple)", n, core_sends, rows)
+            driver = next(iter(push._pipes.values()))
+
+            def transmits() -> None:
+                transmit = driver.transmit
+                for _ in range(n):
+                    transmit(msg)
+
+            timed("  part: PipeDriver.transmit (busy pipe: outbox + writer kick)", n, transmits, rows)
+            wait_until(lambda: pull._core._fq.queued() >= n)
+        push.close(linger=0)
+        pull.close(linger=0)
+
+
+def zmq_costs(n: int, rows: list[tuple[str, float, float]]) -> None:
+    import zmq
+
+    ctx = zmq.Context.instance()
+    msg = b"m" * 64
+    pull = ctx.socket(zmq.PULL)
+    pull.setsockopt(zmq.RCVHWM, 0)
+    push = ctx.socket(zmq.PUSH)
+    push.setsockopt(zmq.SNDHWM, 0)
+    pull.bind("inproc://micro")
+    push.connect("inproc://micro")
+
+    def sends() -> None:
+        send = push.send
+        for _ in range(n):
+            send(msg)
+
+    timed("pyzmq inproc: send", n, sends, rows)
+
+    def recvs() -> None:
+        recv = pull.recv
+        for _ in range(n):
+            recv()
+
+    timed("pyzmq inproc: recv (message queued)", n, recvs, rows)
+    push.close(0)
+    pull.close(0)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("-n", type=int, default=50_000)
+    args = p.parse_args()
+    rows: list[tuple[str, float, float]] = []
+    nanopy_costs(args.n, rows)
+    zmq_costs(args.n, rows)
+    width = max(len(r[0]) for r in rows)
+    print(f"{'call':<{width}}  {'CPU us':>7}  {'wall us':>7}")
+    for label, cpu, wall in rows:
+        print(f"{label:<{width}}  {cpu:7.3f}  {wall:7.3f}")
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
