@@ -946,8 +946,11 @@ class Socket:
         """Async :meth:`send_msg` (trio or asyncio)."""
         body = msg.body if msg.body.__class__ is bytes else as_bytes(msg.body)
         header = msg.header if self.raw else b""
+        attempt = self._send_attempt(body, header)
+        if self._try_now(attempt):
+            return
         timeout = self._timeout(timeout, self._options.send_timeout)
-        await self._acall(self._send_attempt(body, header), self._send_q, timeout, "send")
+        await self._acall(attempt, self._send_q, timeout, "send")
 
     # -- observability -------------------------------------------------------------------
     def stats(self) -> SocketStats:
