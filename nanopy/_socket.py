@@ -613,6 +613,8 @@ class Socket:
         """
         if data.__class__ is not bytes:
             data = as_bytes(data)
+        if timeout is not _DEFAULT:
+            self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
         # Fast path: one lock round, no waiter, no engine hop.
         with self._lock:
             if self._closed:
@@ -641,6 +643,8 @@ class Socket:
             Timeout: nothing arrived in time. Closed: the socket is closed.
             ProtocolError: the protocol cannot receive (PUB, PUSH) or not now.
         """
+        if timeout is not _DEFAULT:
+            self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
         with self._lock:
             if self._closed:
                 raise self._closed_error()
@@ -662,6 +666,8 @@ class Socket:
 
     def recv_msg(self, *, timeout: float | None = _DEFAULT) -> Message:
         """Receive the next message as a :class:`Message` (body, pipe, header)."""
+        if timeout is not _DEFAULT:
+            self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
         with self._lock:
             if self._closed:
                 raise self._closed_error()
@@ -685,6 +691,8 @@ class Socket:
         """Async :meth:`send` (trio or asyncio)."""
         if data.__class__ is not bytes:
             data = as_bytes(data)
+        if timeout is not _DEFAULT:
+            self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
         if self._try_now(self._send_attempt(data)):
             return
         timeout = self._timeout(timeout, self._options.send_timeout)
@@ -696,6 +704,8 @@ class Socket:
 
     async def arecv_msg(self, *, timeout: float | None = _DEFAULT) -> Message:
         """Async :meth:`recv_msg` (trio or asyncio)."""
+        if timeout is not _DEFAULT:
+            self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
         msg = self._try_now(self._recv_attempt)
         if msg is not None:
             return msg

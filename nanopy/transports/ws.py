@@ -29,7 +29,7 @@ from typing import Any
 
 import trio
 from websockets.client import ClientProtocol
-from websockets.exceptions import InvalidHandshake, PayloadTooBig
+from websockets.exceptions import PayloadTooBig
 from websockets.frames import CloseCode, Opcode
 from websockets.http11 import Request, Response
 from websockets.protocol import State
@@ -456,7 +456,10 @@ class _PortServer:
                         try:
                             conn, addr = self.sock.accept()
                         except (BlockingIOError, InterruptedError):
-                            await trio.lowlevel.wait_readable(self.sock)
+                            try:
+                                await trio.lowlevel.wait_readable(self.sock)
+                            except trio.ClosedResourceError:
+                                return  # close() from the last listener
                             continue
                         except OSError as exc:
                             if self._closed:
@@ -495,6 +498,8 @@ class _PortServer:
                     await _answer(chan, proto, 503, "Service Unavailable")
         except (OSError, EOFError, RemoteProtocolError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             log.debug("ws server %s: connection from %s dropped: %s", self.key[1:], peer, exc)
+        except Exception:  # one bad request must not take the port's server down
+            log.exception("ws server %s: connection from %s failed", self.key[1:], peer)
         finally:
             if not handed_over:
                 with trio.CancelScope(shield=True):
@@ -645,7 +650,7 @@ class WsTransport(Transport):
 
     async def dial(self, url: str, ctx: PipeContext) -> Connection:
         scheme = self.scheme
-        host, port, path = parse_ws_url(url, scheme, bind=False)
+        host, port, _ = parse_ws_url(url, scheme, bind=False)
         hostport = format_host_port(scheme, host, port)
         sock, remote = await dial_tcp_socket(hostport, scheme, ctx)
         target = url if "/" in url[len(scheme) + 3 :] else url + "/"
