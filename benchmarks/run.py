@@ -150,6 +150,9 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if test == "throughput":
             row["mb_per_s"] = median([r["mb_per_s"] for r in good])
             row["sender_msgs_per_s"] = median([r["sender_msgs_per_s"] for r in good])
+            if good and good[0].get("cpu_recv_us_per_msg") is not None:
+                row["cpu_recv_median"] = median([r["cpu_recv_us_per_msg"] for r in good])
+                row["cpu_send_median"] = median([r["cpu_send_us_per_msg"] for r in good])
         else:
             for extra in ("one_way_p50_us", "one_way_p99_us", "rtt_p50_us", "rtt_p99_us"):
                 row[extra] = median([r[extra] for r in good])
@@ -225,6 +228,12 @@ def _cpu_ratio(row: dict[str, Any], versus: str) -> str:
     return "" if v is None or v != v else f"{v:.2f}x"
 
 
+def _split(row: dict[str, Any]) -> str:
+    if "cpu_recv_median" not in row:
+        return "(1 proc)"
+    return f"{row['cpu_recv_median']:.2f}+{row['cpu_send_median']:.2f}"
+
+
 def _same_api_nng(row: dict[str, Any]) -> str:
     return "pynng/trio" if row["api"] == "trio" else "pynng/sync"
 
@@ -240,10 +249,11 @@ def render(rows: list[dict[str, Any]], targets: list[dict[str, Any]], meta: dict
     add("")
     tp = [r for r in rows if r["test"] == "throughput"]
     if tp:
-        add("PUSH -> PULL throughput, at the receiver (median of rounds; min-max; CPU = both ends per message)")
+        add("PUSH -> PULL throughput, at the receiver (median of rounds; min-max; CPU = both ends per message, "
+            "recv+send = each process's share)")
         add("x ratios: nanopy / other (higher is better for msgs/s, lower is better for CPU); "
             "'vs pynng' compares the same api (sync with sync, trio with trio)")
-        hdr = f"{'transport':<9} {'size':>5}  {'variant':<12} {'msgs/s':>10} {'min-max':>21} {'MB/s':>7} {'CPU us/msg':>10}  {'vs pyzmq':>8} {'vs pynng':>8}  {'CPU vs zmq':>10} {'CPU vs nng':>10}  {'ok':>4}"
+        hdr = f"{'transport':<9} {'size':>5}  {'variant':<12} {'msgs/s':>10} {'min-max':>21} {'MB/s':>7} {'CPU us/msg':>10} {'recv+send':>11}  {'vs pyzmq':>8} {'vs pynng':>8}  {'CPU vs zmq':>10} {'CPU vs nng':>10}  {'ok':>4}"
         add(hdr)
         add("-" * len(hdr))
         last = None
@@ -253,7 +263,7 @@ def render(rows: list[dict[str, Any]], targets: list[dict[str, Any]], meta: dict
                 add("")
             last = cell
             add(f"{r['transport']:<9} {r['size']:>5}  {r['variant']:<12} {_fmt(r['median']):>10} "
-                f"{_fmt(r['min']) + '-' + _fmt(r['max']):>21} {_fmt(r['mb_per_s'], 1):>7} {_fmt(r['cpu_median'], 2):>10}  "
+                f"{_fmt(r['min']) + '-' + _fmt(r['max']):>21} {_fmt(r['mb_per_s'], 1):>7} {_fmt(r['cpu_median'], 2):>10} {_split(r):>11}  "
                 f"{_ratio(r, 'pyzmq/sync'):>8} {_ratio(r, _same_api_nng(r)):>8}  "
                 f"{_cpu_ratio(r, 'pyzmq/sync'):>10} {_cpu_ratio(r, _same_api_nng(r)):>10}  {r['n']}/{r['runs']:<2}")
         add("")

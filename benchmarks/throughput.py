@@ -246,10 +246,12 @@ def measure(system: str, api: str, transport: str, size: int, warmup: float, dur
     (t0, c0, n0), (t1, c1, n1) = marks[0], marks[1]
     elapsed = t1 - t0
     msgs = n1 - n0
-    cpu = c1 - c0
+    cpu = cpu_recv = c1 - c0
     samples = sent["samples"]
+    cpu_send = None
     if transport != "inproc":  # inproc: the process CPU already covers both threads
-        cpu += interpolate(samples, t1, 1) - interpolate(samples, t0, 1)
+        cpu_send = interpolate(samples, t1, 1) - interpolate(samples, t0, 1)
+        cpu += cpu_send
     sender_rate = (interpolate(samples, t1, 2) - interpolate(samples, t0, 2)) / elapsed
     complete = done["received"] == sent["sent"] and done["end_ok"]
     return {
@@ -262,6 +264,9 @@ def measure(system: str, api: str, transport: str, size: int, warmup: float, dur
         "msgs_per_s": msgs / elapsed,
         "mb_per_s": msgs * size / elapsed / 1e6,
         "cpu_us_per_msg": cpu / msgs * 1e6,
+        # Per process (tcp/ipc): which end is the busier one.
+        "cpu_recv_us_per_msg": cpu_recv / msgs * 1e6 if cpu_send is not None else None,
+        "cpu_send_us_per_msg": cpu_send / msgs * 1e6 if cpu_send is not None else None,
         "sender_msgs_per_s": sender_rate,
         "window_s": elapsed,
         "window_msgs": msgs,
