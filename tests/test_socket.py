@@ -185,6 +185,24 @@ def test_bad_per_call_timeouts(make_socket: Factory, bad: object, error: type[Ex
         pull.recv(timeout=bad)  # type: ignore[arg-type]
     with pytest.raises(error):
         make_socket("push").send(b"x", timeout=bad)  # type: ignore[arg-type]
+    # Also when the call could complete at once (the fast path).
+    with pytest.raises(error):
+        push.send(b"x", timeout=bad)  # type: ignore[arg-type]
+    push.send(b"queued")
+    wait_until(lambda: pull._core.can_recv(), what="message queued")
+    with pytest.raises(error):
+        pull.recv(timeout=bad)  # type: ignore[arg-type]
+    with pytest.raises(error):
+        pull.recv_msg(timeout=bad)  # type: ignore[arg-type]
+
+    async def main() -> None:
+        with pytest.raises(error):
+            await push.asend(b"x", timeout=bad)  # type: ignore[arg-type]
+        with pytest.raises(error):
+            await pull.arecv(timeout=bad)  # type: ignore[arg-type]
+
+    trio.run(main)
+    assert pull.recv(timeout=5) == b"queued"  # nothing was taken by the refused calls
 
 
 # -- data types and protocol errors ----------------------------------------------------------
@@ -545,6 +563,65 @@ def test_endpoints_list_and_close(make_socket: Factory) -> None:
     assert other.bind(ep_tcp.url).url == ep_tcp.url
     ep_conn.close()
     assert pull.endpoints == [ep_ipc]
+
+
+def test_closing_a_connect_endpoint_closes_its_pipe_and_stops_redialing(make_socket: Factory) -> None:
+    pull = make_socket("pull")
+    url = pull.bind("tcp://127.0.0.1:0").url
+    push = make_socket("push", reconnect_interval=0.01, reconnect_interval_max=0.02)
+    ep = push.connect(url)
+    wait_pipes(pull)
+    ep.close()
+    wait_no_pipes(pull)
+    wait_no_pipes(push)
+    assert push.endpoints == []
+    with pytest.raises(nanopy.Timeout):
+        push.send(b"x", timeout=0.2)  # no redial happened
+    assert pull.stats().connects == 1
+
+
+def test_incompatible_peers_never_form_a_pipe(make_socket: Factory, transport: str) -> None:
+    pair = make_socket("pair")
+    url = pair.bind(bind_url(transport)).url
+    push = make_socket("push", reconnect_interval=0.01, reconnect_interval_max=0.02)
+    push.connect(url)
+    wait_until(lambda: push.stats().reconnect_attempts >= 2, what="rejected twice")
+    assert pair.pipes == [] and push.pipes == []
+    if transport != "inproc":  # inproc refuses at dial time, before any connection
+        assert pair.stats().protocol_errors >= 1
+
+
+def test_failed_bind_in_constructor_leaves_nothing_behind(make_socket: Factory) -> None:
+    url = make_socket("pull").bind("tcp://127.0.0.1:0").url
+    before = threading.active_count()
+    with pytest.raises(nanopy.AddressInUse):
+        nanopy.Socket("pull", bind=url)
+    with pytest.raises(nanopy.AddressError):
+        nanopy.Socket("push", connect=["tcp://127.0.0.1:9", "tcp://nope"])
+    assert threading.active_count() == before
+
+
+def test_close_linger_is_bounded_when_the_peer_does_not_read(make_socket: Factory) -> None:
+    pull = make_socket("pull", recv_buffer=1)
+    push = nanopy.Socket("push", send_buffer=50)
+    connect_pair(pull, push, "tcp://127.0.0.1:0")
+    pad = b"q" * 65536
+    with pytest.raises(nanopy.Timeout):
+        for _ in range(2000):  # until the kernel buffers and the pipe's queue are full
+            push.send(pad, timeout=0.2)
+    t0 = time.monotonic()
+    push.close(linger=0.3)
+    took = time.monotonic() - t0
+    assert 0.25 <= took < 1.5
+
+
+def test_blocked_send_completes_when_a_peer_appears(make_socket: Factory) -> None:
+    url = ipc_url()
+    push = make_socket("push", connect=url, reconnect_interval=0.01, reconnect_interval_max=0.02)
+    threading.Timer(0.1, lambda: make_socket("pull", bind=url)).start()
+    t0 = time.monotonic()
+    push.send(b"waited", timeout=5)
+    assert 0.05 < time.monotonic() - t0 < 5
 
 
 def test_endpoint_options(make_socket: Factory) -> None:
