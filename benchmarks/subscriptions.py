@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{n:>9,} {r['tree_ns_per_match']:>12.0f} {r['tree_hot_ns_per_match']:>6.0f} "
             f"{r['tree_matches_per_s']:>11,} "
-            f"{r['linear_ns_per_match']:>14,.0f} {r['speedup']:>8,.0f}x "
+            f"{r['linear_ns_per_match']:>14,.0f} {r['speedup']:>8,.1f}x "
             f"{r['tree_bytes_per_subscription']:>13.0f} {r['topic_list_bytes_per_subscription']:>13.0f} "
             f"{r['build_s']:>8.2f}",
             flush=True,
