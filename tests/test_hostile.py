@@ -204,6 +204,26 @@ def test_ipc_stalled_handshake(listener: nanopy.Socket, good_peer: Callable[[str
     wait_until(lambda: listener.stats().protocol_errors == 1, what="protocol error counted")
 
 
+def test_port_probe_is_not_a_protocol_error(listener: nanopy.Socket) -> None:
+    # Health checks connect and leave: a plain disconnect, no warning, no count.
+    url = listener.bind("tcp://127.0.0.1:0").url
+    for _ in range(3):
+        with raw_client(url) as s:
+            assert s.recv(8) == PULL_HEADER
+    # A half header and then leaving is a protocol error.
+    with raw_client(url) as s:
+        s.sendall(b"\x00SP")
+        assert s.recv(8) == PULL_HEADER
+    wait_until(lambda: listener.stats().protocol_errors == 1, what="half header counted")
+    good = nanopy.Socket("push", connect=url)
+    try:
+        good.send(b"fine", timeout=5)
+        assert listener.recv(timeout=5) == b"fine"
+    finally:
+        good.close()
+    assert listener.stats().protocol_errors == 1
+
+
 def test_peer_that_dies_mid_message(listener: nanopy.Socket) -> None:
     url = listener.bind("tcp://127.0.0.1:0").url
     with raw_client(url) as s:

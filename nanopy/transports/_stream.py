@@ -37,6 +37,8 @@ class StreamConnection(Connection):
         while len(header) < HEADER_SIZE:
             chunk = await self._recv_some(HEADER_SIZE - len(header))
             if not chunk:
+                if not header:  # connected and left (a port probe): not a protocol error
+                    raise EOFError("peer closed before the SP handshake")
                 raise RemoteProtocolError("peer closed during the SP handshake")
             header += chunk
         parse_header(header, self._ctx.peer_id)
