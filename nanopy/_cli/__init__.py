@@ -1,0 +1,1 @@
+"""The ``nanopy`` command line (private): subcommands live in their own modules."""
