@@ -1,0 +1,543 @@
+"""Service discovery over SURVEYOR/RESPONDENT.
+
+A :class:`Discovery` binds a SURVEYOR and asks "which services are out there?"
+every ``interval`` seconds, collecting answers for ``deadline`` seconds. Services
+run an :class:`Announcer`: a RESPONDENT that connects to one or more discovery
+addresses (reconnecting forever) and answers every survey with its name, address,
+priority and optional metadata. A provider that misses ``misses`` consecutive
+surveys is dropped, so a dead service is "undiscovered" without any goodbye.
+
+    from nanopy.discovery import Discovery, Announcer
+
+    with Discovery("tcp://0.0.0.0:5600", interval=1.0, deadline=0.5) as disco, \\
+         Announcer("echo", "tcp://10.0.0.2:7000", connect="tcp://disco-host:5600"):
+        address = disco.resolve("echo", timeout=2.0)
+
+The answer format is JSON (UTF-8), versioned and language-neutral, so any SP
+library can announce a service (see ``docs/discovery.md``)::
+
+    {"v": 1, "name": "echo", "address": "tcp://10.0.0.2:7000", "priority": 8,
+     "metadata": {"zone": "ny"}}
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._errors import Closed, NanopyError
+from ._socket import Socket
+from ._waiters import async_waiter
+
+__all__ = [
+    "FORMAT_VERSION", "SURVEY", "Announcer", "Discovery", "Provider", "decode_answer", "encode_answer",
+]
+
+log = logging.getLogger("nanopy.discovery")
+
+FORMAT_VERSION = 1
+"""Version of the survey/answer format (the ``"v"`` field)."""
+
+SURVEY = b'{"v":1,"survey":"services"}'
+"""The survey body a :class:`Discovery` sends (announcers answer any survey body)."""
+
+MAX_ANSWER_SIZE = 65536
+DEFAULT_PRIORITY = 8
+
+ChangeCallback = Callable[[str, str, bool], Any]
+
+
+# -- the wire format -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Provider:
+    """One live provider of a service, as last announced.
+
+    Attributes:
+        name: the service name.
+        address: where the service listens (a URL, as announced).
+        priority: 1 (most preferred) ... 16; :meth:`Discovery.resolve` picks among
+            the live providers with the smallest number.
+        metadata: free-form JSON object announced with the service.
+        first_seen, last_seen: ``time.time()`` of the first and latest answers.
+    """
+
+    name: str
+    address: str
+    priority: int = DEFAULT_PRIORITY
+    metadata: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    first_seen: float = field(default=0.0, compare=False, hash=False)
+    last_seen: float = field(default=0.0, compare=False, hash=False)
+
+
+def _check_priority(priority: Any) -> int:
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise TypeError(f"priority must be an int from 1 to 16, not {type(priority).__name__}")
+    if not 1 <= priority <= 16:
+        raise ValueError(f"priority must be from 1 (preferred) to 16, got {priority}")
+    return priority
+
+
+def encode_answer(
+    name: str, address: str, *, priority: int = DEFAULT_PRIORITY, metadata: Mapping[str, Any] | None = None
+) -> bytes:
+    """The answer an announcer sends: compact UTF-8 JSON (see ``docs/discovery.md``).
+
+    Raises:
+        TypeError, ValueError: a field is invalid, the metadata is not JSON-serialisable,
+            or the answer would exceed 64 KiB.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError("the service name must be a non-empty str")
+    if not isinstance(address, str) or not address:
+        raise ValueError("the service address must be a non-empty str (a URL clients can use)")
+    obj: dict[str, Any] = {"v": FORMAT_VERSION, "name": name, "address": address,
+                           "priority": _check_priority(priority)}
+    if metadata:
+        if not isinstance(metadata, Mapping) or not all(isinstance(k, str) for k in metadata):
+            raise TypeError("metadata must be a mapping with str keys")
+        obj["metadata"] = dict(metadata)
+    try:
+        data = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"metadata must be JSON-serialisable: {exc}") from None
+    if len(data) > MAX_ANSWER_SIZE:
+        raise ValueError(f"the answer is {len(data)} bytes; the limit is {MAX_ANSWER_SIZE}")
+    return data
+
+
+def decode_answer(data: bytes, now: float | None = None) -> Provider:
+    """Parse an answer; unknown fields are ignored (forward compatible).
+
+    Raises:
+        ValueError: not a version-1 answer (bad JSON, wrong version, missing or
+            ill-typed ``name``/``address``/``priority``/``metadata``).
+    """
+    if len(data) > MAX_ANSWER_SIZE:
+        raise ValueError("answer too large")
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"not UTF-8 JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ValueError("not a JSON object")
+    version = obj.get("v")
+    if version != FORMAT_VERSION or isinstance(version, bool):
+        raise ValueError(f"unsupported format version {version!r}")
+    name, address = obj.get("name"), obj.get("address")
+    if not isinstance(name, str) or not name or not isinstance(address, str) or not address:
+        raise ValueError("name and address must be non-empty strings")
+    priority = obj.get("priority", DEFAULT_PRIORITY)
+    try:
+        priority = _check_priority(priority)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(str(exc)) from None
+    metadata = obj.get("metadata", {})
+    if not isinstance(metadata, dict):
+        raise ValueError("metadata must be a JSON object")
+    stamp = time.time() if now is None else now
+    return Provider(name, address, priority, metadata, stamp, stamp)
+
+
+# -- shared helpers ---------------------------------------------------------------------------
+
+
+def _as_list(value: str | Iterable[str]) -> list[str]:
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _seconds(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise TypeError(f"{name} must be a number of seconds")
+    if value <= 0 or math.isinf(value):
+        raise ValueError(f"{name} must be a finite number of seconds > 0, got {value!r}")
+    return float(value)
+
+
+async def _in_worker_thread(fn: Callable[[], Any]) -> Any:
+    import sniffio
+
+    if sniffio.current_async_library() == "trio":
+        import trio
+
+        return await trio.to_thread.run_sync(fn)
+    import asyncio
+
+    return await asyncio.get_running_loop().run_in_executor(None, fn)
+
+
+# -- the discovery side -------------------------------------------------------------------------
+
+
+class _Entry:
+    __slots__ = ("provider", "missed")
+
+    def __init__(self, provider: Provider) -> None:
+        self.provider = provider
+        self.missed = 0
+
+
+class Discovery:
+    """A discovery service: surveys announcers and keeps the set of live providers.
+
+    Args:
+        url: where to bind the SURVEYOR (``"tcp://0.0.0.0:5600"``; port 0 picks one,
+            see :attr:`url`).
+        interval: seconds between the starts of two surveys.
+        deadline: seconds each survey collects answers (at most ``interval``);
+            default: half the interval.
+        misses: a provider missing from this many consecutive surveys is dropped.
+        **socket_options: extra :class:`nanopy.Socket` options for the SURVEYOR.
+
+    Surveying starts at once, on a background thread. Change callbacks run on that
+    thread and must not block for long.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        interval: float = 1.0,
+        deadline: float | None = None,
+        misses: int = 2,
+        **socket_options: Any,
+    ) -> None:
+        self.interval = _seconds("interval", interval)
+        self.deadline = self.interval / 2 if deadline is None else _seconds("deadline", deadline)
+        if self.deadline > self.interval:
+            raise ValueError(f"deadline ({deadline}) must not exceed interval ({interval})")
+        if isinstance(misses, bool) or not isinstance(misses, int):
+            raise TypeError("misses must be an int")
+        if misses < 1:
+            raise ValueError(f"misses must be at least 1, got {misses}")
+        self.misses = misses
+        self.rounds = 0  #: surveys completed
+        self.rejected = 0  #: answers that were not valid version-1 answers
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._live: dict[tuple[str, str], _Entry] = {}
+        self._callbacks: list[ChangeCallback] = []
+        self._async_waiters: list[Any] = []
+        self._wakeup = threading.Event()
+        self._closing = False
+        self._sock = Socket("surveyor", survey_deadline=self.deadline, name="discovery", **socket_options)
+        try:
+            self._endpoint = self._sock.bind(url)
+        except BaseException:
+            self._sock.close(linger=0)
+            raise
+        self._thread = threading.Thread(target=self._run, name=f"nanopy-discovery {url}", daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        """The bound address (with the real port when bound to port 0)."""
+        return self._endpoint.url
+
+    @property
+    def socket(self) -> Socket:
+        """The underlying SURVEYOR socket (for stats and pipe events)."""
+        return self._sock
+
+    def __repr__(self) -> str:
+        return f"<nanopy.discovery.Discovery {self.url} {len(self._live)} providers>"
+
+    # -- queries -------------------------------------------------------------------------------
+    def services(self) -> dict[str, list[str]]:
+        """Live providers: ``{name: [address, ...]}``, best priority first."""
+        out: dict[str, list[str]] = {}
+        for p in self.providers():
+            out.setdefault(p.name, []).append(p.address)
+        return out
+
+    def providers(self, name: str | None = None) -> list[Provider]:
+        """Live :class:`Provider` records (of one service, or all), sorted by name, priority, address."""
+        with self._lock:
+            found = [e.provider for e in self._live.values() if name is None or e.provider.name == name]
+        return sorted(found, key=lambda p: (p.name, p.priority, p.address))
+
+    def _pick(self, name: str) -> str | None:
+        candidates = [e.provider for e in self._live.values() if e.provider.name == name]
+        if not candidates:
+            return None
+        best = min(p.priority for p in candidates)
+        return random.choice([p.address for p in candidates if p.priority == best])
+
+    def _lookup_error(self, name: str) -> LookupError:
+        known = sorted({k[0] for k in self._live})
+        return LookupError(f"no live provider of {name!r}; live services: {', '.join(known) or 'none'}")
+
+    def resolve(self, name: str, *, timeout: float = 0.0) -> str:
+        """A random live provider's address among those with the best priority.
+
+        Args:
+            timeout: seconds to wait for a provider to appear (0: answer at once;
+                ``None``: wait forever).
+
+        Raises:
+            LookupError: no live provider (within ``timeout``).
+            Closed: the discovery was closed while waiting.
+        """
+        end = None if timeout is None else time.monotonic() + timeout
+        with self._changed:
+            while True:
+                address = self._pick(name)
+                if address is not None:
+                    return address
+                if self._closing:
+                    raise Closed("discovery is closed")
+                left = None if end is None else end - time.monotonic()
+                if left is not None and left <= 0:
+                    raise self._lookup_error(name)
+                self._changed.wait(left)
+
+    async def aservices(self) -> dict[str, list[str]]:
+        """Async :meth:`services` (never blocks; for symmetry in async code)."""
+        return self.services()
+
+    async def aresolve(self, name: str, *, timeout: float = 0.0) -> str:
+        """Async :meth:`resolve` (trio or asyncio); waiting does not block the event loop."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                address = self._pick(name)
+                if address is not None:
+                    return address
+                if self._closing:
+                    raise Closed("discovery is closed")
+                left = None if end is None else end - time.monotonic()
+                if left is not None and left <= 0:
+                    raise self._lookup_error(name)
+                waiter = async_waiter()
+                self._async_waiters.append(waiter)
+            try:
+                await waiter.wait(left)
+            finally:
+                with self._lock:
+                    if waiter in self._async_waiters:
+                        self._async_waiters.remove(waiter)
+
+    # -- change notification --------------------------------------------------------------------
+    def on_change(self, callback: ChangeCallback) -> ChangeCallback:
+        """Call ``callback(name, address, added)`` whenever a provider appears or is dropped.
+
+        Runs on the discovery thread. Returns ``callback`` (usable as a decorator).
+        """
+        self._callbacks.append(callback)
+        return callback
+
+    def survey_now(self) -> None:
+        """Start the next survey at once instead of waiting for the interval."""
+        self._wakeup.set()
+
+    # -- the survey loop ---------------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._closing:
+            start = time.monotonic()
+            seen: set[tuple[str, str]] = set()
+            try:
+                for body in self._sock.survey(SURVEY):
+                    self._answer(body, seen)
+            except Closed:
+                break
+            except NanopyError:
+                log.exception("discovery survey failed")
+            self._end_round(seen)
+            left = start + self.interval - time.monotonic()
+            if left > 0 and self._wakeup.wait(left):
+                self._wakeup.clear()
+        with self._changed:
+            self._wake_waiters()
+
+    def _answer(self, body: bytes, seen: set[tuple[str, str]]) -> None:
+        try:
+            provider = decode_answer(body)
+        except ValueError as exc:
+            self.rejected += 1
+            log.debug("discovery: ignoring an answer: %s", exc)
+            return
+        key = (provider.name, provider.address)
+        seen.add(key)
+        with self._changed:
+            entry = self._live.get(key)
+            if entry is not None:
+                old = entry.provider
+                entry.provider = Provider(provider.name, provider.address, provider.priority,
+                                          provider.metadata, old.first_seen, provider.last_seen)
+                entry.missed = 0
+                return
+            self._live[key] = _Entry(provider)
+            self._wake_waiters()
+        self._notify(provider.name, provider.address, True)
+
+    def _end_round(self, seen: set[tuple[str, str]]) -> None:
+        gone: list[tuple[str, str]] = []
+        with self._changed:
+            self.rounds += 1
+            for key, entry in list(self._live.items()):
+                if key in seen:
+                    continue
+                entry.missed += 1
+                if entry.missed >= self.misses:
+                    del self._live[key]
+                    gone.append(key)
+            self._wake_waiters()
+        for name, address in gone:
+            self._notify(name, address, False)
+
+    def _wake_waiters(self) -> None:
+        """Wake every waiting resolve (lock held)."""
+        self._changed.notify_all()
+        for waiter in self._async_waiters:
+            waiter.wake()
+        self._async_waiters.clear()
+
+    def _notify(self, name: str, address: str, added: bool) -> None:
+        log.info("discovery: %s %s at %s", "found" if added else "lost", name, address)
+        for callback in list(self._callbacks):
+            try:
+                callback(name, address, added)
+            except Exception:
+                log.exception("discovery: on_change callback %r failed", callback)
+
+    # -- closing -----------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop surveying and unbind; idempotent. Waiting resolves raise :class:`nanopy.Closed`."""
+        with self._changed:
+            if self._closing:
+                return
+            self._closing = True
+            self._wake_waiters()
+        self._wakeup.set()
+        self._sock.close(linger=0)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout=5.0)
+
+    async def aclose(self) -> None:
+        """Async :meth:`close`."""
+        await _in_worker_thread(self.close)
+
+    def __enter__(self) -> Discovery:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Discovery:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+
+# -- the announcer side ---------------------------------------------------------------------------
+
+
+class Announcer:
+    """Announce one service to one or more discovery services.
+
+    Args:
+        name: the service name clients resolve.
+        address: the URL clients should use to reach the service.
+        connect: the discovery address(es); each is dialled and re-dialled forever.
+        metadata: optional JSON-serialisable mapping sent with every answer.
+        priority: 1 (most preferred) ... 16 (default 8).
+        reconnect_interval_max: longest pause between reconnect attempts, so a
+            restarted discovery sees the service again quickly.
+        **socket_options: extra :class:`nanopy.Socket` options for the RESPONDENT.
+
+    Answers start at once, on a background thread, until :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        address: str,
+        connect: str | Iterable[str],
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        priority: int = DEFAULT_PRIORITY,
+        reconnect_interval_max: float = 1.0,
+        **socket_options: Any,
+    ) -> None:
+        self.name = name
+        self.address = address
+        self.priority = priority
+        self.metadata = dict(metadata or {})
+        self._answer = encode_answer(name, address, priority=priority, metadata=metadata)
+        self.answered = 0  #: surveys answered
+        socket_options.setdefault("reconnect_interval", min(0.1, reconnect_interval_max))
+        self._sock = Socket("respondent", reconnect_interval_max=reconnect_interval_max,
+                            name=f"announce {name}", **socket_options)
+        try:
+            for url in _as_list(connect):
+                self._sock.connect(url)
+        except BaseException:
+            self._sock.close(linger=0)
+            raise
+        self._thread = threading.Thread(target=self._run, name=f"nanopy-announce {name}", daemon=True)
+        self._thread.start()
+
+    @property
+    def socket(self) -> Socket:
+        """The underlying RESPONDENT socket."""
+        return self._sock
+
+    def __repr__(self) -> str:
+        return f"<nanopy.discovery.Announcer {self.name!r} at {self.address!r}>"
+
+    def connect(self, url: str) -> None:
+        """Announce to one more discovery address."""
+        self._sock.connect(url)
+
+    def update(self, *, address: str | None = None, priority: int | None = None,
+               metadata: Mapping[str, Any] | None = None) -> None:
+        """Change what the next answers say."""
+        address = self.address if address is None else address
+        priority = self.priority if priority is None else priority
+        metadata = self.metadata if metadata is None else dict(metadata)
+        self._answer = encode_answer(self.name, address, priority=priority, metadata=metadata)
+        self.address, self.priority, self.metadata = address, priority, metadata
+
+    def _run(self) -> None:
+        sock = self._sock
+        while True:
+            try:
+                msg = sock.recv_msg()
+                msg.reply(self._answer)
+            except Closed:
+                return
+            except NanopyError:
+                log.exception("announcer %s: answering a survey failed", self.name)
+                continue
+            self.answered += 1
+
+    def close(self) -> None:
+        """Stop answering and disconnect; idempotent."""
+        self._sock.close(linger=0)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout=5.0)
+
+    async def aclose(self) -> None:
+        """Async :meth:`close`."""
+        await _in_worker_thread(self.close)
+
+    def __enter__(self) -> Announcer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Announcer:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
