@@ -303,10 +303,17 @@ def test_pair_refuses_a_second_peer(make_socket: Factory, transport: str) -> Non
     assert b.recv(timeout=5) == b"to-b"
     with pytest.raises(nanopy.Timeout):
         third.recv(timeout=0.1)
-    # When b leaves, the waiting third peer takes its place.
+    # When b leaves, the waiting third peer takes its place. (A message it sends
+    # on a pipe that `a` is refusing at that moment is lost, as with NNG: retry.)
     b.close()
-    third.send(b"hello", timeout=5)
-    assert a.recv(timeout=5) == b"hello"
+    deadline = time.monotonic() + 5
+    while True:
+        third.send(b"hello", timeout=5)
+        try:
+            assert a.recv(timeout=0.3) == b"hello"
+            break
+        except nanopy.Timeout:
+            assert time.monotonic() < deadline, "the waiting peer never took over"
 
 
 # -- context managers and async ----------------------------------------------------------------
