@@ -205,6 +205,8 @@ class WsConnection(Connection):
             events = proto.events_received()
             if events or not data or proto.handshake_exc is not None:
                 break
+        if not events and not data:
+            raise EOFError(f"{self._url}: connection closed during the WebSocket upgrade")
         if proto.handshake_exc is not None or not events or not isinstance(events[0], Response):
             exc = proto.handshake_exc
             raise RemoteProtocolError(f"{self._url}: WebSocket upgrade refused: {exc or 'connection closed'}")
