@@ -631,6 +631,77 @@ def test_blocked_send_completes_when_a_peer_appears(make_socket: Factory) -> Non
     assert 0.05 < time.monotonic() - t0 < 5
 
 
+@pytest.mark.parametrize("kind", ["tcp", "inproc"])
+def test_push_send_priority(make_socket: Factory, kind: str) -> None:
+    push = make_socket("push")
+    low = make_socket("pull")
+    high = make_socket("pull")
+    push.connect(low.bind(bind_url(kind)).url, priority=8)
+    push.connect(high.bind(bind_url(kind)).url, priority=1)
+    wait_pipes(push, 2)
+    for i in range(20):
+        push.send(b"%d" % i)
+    assert [high.recv(timeout=5) for _ in range(20)] == [b"%d" % i for i in range(20)]
+    with pytest.raises(nanopy.Timeout):
+        low.recv(timeout=0.1)
+    # When the preferred peer goes away, the other one gets the traffic.
+    high.close()
+    wait_until(lambda: len(push.pipes) == 1, what="preferred pipe gone")
+    push.send(b"fallback")
+    assert low.recv(timeout=5) == b"fallback"
+
+
+def test_pull_recv_priority(make_socket: Factory) -> None:
+    pull = make_socket("pull")
+    a = make_socket("push")
+    b = make_socket("push")
+    a.connect(pull.bind(inproc_url(), recv_priority=9).url)
+    b.connect(pull.bind(inproc_url(), recv_priority=2).url)
+    wait_pipes(pull, 2)
+    for i in range(5):
+        a.send(b"a%d" % i)
+        b.send(b"b%d" % i)
+    wait_until(lambda: pull._core._fq.queued() == 10, what="10 messages queued at PULL")
+    got = [pull.recv(timeout=5) for _ in range(10)]
+    assert got == [b"b%d" % i for i in range(5)] + [b"a%d" % i for i in range(5)]
+
+
+def test_close_from_a_pipe_callback(make_socket: Factory) -> None:
+    pull = make_socket("pull")
+    closed = threading.Event()
+
+    def on_added(pipe: nanopy.Pipe) -> None:
+        pull.close()  # on the engine thread: must not deadlock
+        closed.set()
+
+    pull.on_pipe_added(on_added)
+    push = make_socket("push")
+    push.connect(pull.bind(bind_url("tcp")).url)
+    assert closed.wait(5)
+    assert pull.closed and pull.pipes == []
+    with pytest.raises(nanopy.Closed):
+        pull.recv(timeout=0)
+
+
+def test_relative_ipc_path(make_socket: Factory, tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    pull = make_socket("pull", bind="ipc://rel.ipc")
+    assert os.path.exists(os.path.join(tmp_path, "rel.ipc"))
+    push = make_socket("push", connect="ipc://rel.ipc")
+    push.send(b"relative")
+    msg = pull.recv_msg(timeout=5)
+    assert msg.body == b"relative" and msg.pipe.remote_address == "rel.ipc"
+
+
+def test_host_names_resolve(make_socket: Factory) -> None:
+    pull = make_socket("pull")
+    ep = pull.bind("tcp://localhost:0")
+    port = ep.url.rsplit(":", 1)[1]
+    push = make_socket("push", connect=f"tcp://localhost:{port}")
+    push.send(b"by name")
+    assert pull.recv(timeout=5) == b"by name"
+
+
 def test_endpoint_options(make_socket: Factory) -> None:
     s = make_socket("push")
     ep = s.connect("tcp://127.0.0.1:9", priority=1, recv_priority=16)
