@@ -26,6 +26,8 @@ Theory of operation:
 
 from __future__ import annotations
 
+from typing import Any
+
 from .._core import TRANSMIT, Core, FairQueue, PipeInfo
 from .._errors import ProtocolError
 from .._message import Message
@@ -41,7 +43,7 @@ class Pub0(Core):
     peer_name = "sub"
     receives = False
 
-    def __init__(self, options, raw: bool = False) -> None:
+    def __init__(self, options: Any, raw: bool = False) -> None:
         super().__init__(options, raw)
         self._credit: dict[int, int] = {}
 
@@ -82,7 +84,7 @@ class _LatestQueue(FairQueue):
 
     __slots__ = ("dropped",)
 
-    def __init__(self, actions: list, options) -> None:
+    def __init__(self, actions: list[Any], options: Any) -> None:
         super().__init__(actions, options)
         self.dropped = 0
 
@@ -111,7 +113,7 @@ class Sub0(Core):
     peer_name = "pub"
     sends = False
 
-    def __init__(self, options, raw: bool = False) -> None:
+    def __init__(self, options: Any, raw: bool = False) -> None:
         super().__init__(options, raw)
         self._fq = _LatestQueue(self.actions, options)
         self.topics = RadixTree()
