@@ -1,8 +1,14 @@
 """Transports and the transport registry.
 
 Third-party packages add URL schemes through the ``nanopy.transports`` entry-point
-group (name = scheme, value = a :class:`Transport` instance or class). In-process
-code can call :func:`register`. Built-in schemes cannot be replaced silently.
+group (name = scheme, value = a :class:`Transport` instance or class); nanopy loads
+one the first time a URL with its scheme is used. In-process code can call
+:func:`register`. Built-in schemes cannot be replaced silently: ``register`` raises
+unless ``override=True``, and an entry point claiming a built-in name is ignored
+with a warning. Plug-ins are validated when loaded (scheme syntax, a
+:class:`Transport` with ``listen``/``dial``/``check_url``, ``endpoint_options`` a
+tuple of str); a broken one gives an :class:`nanopy.AddressError` naming it.
+See ``docs/transports.md`` for the interface and a worked example.
 """
 
 from __future__ import annotations
@@ -18,9 +24,10 @@ def register(scheme: str, transport: Transport | type[Transport], *, override: b
     """Register ``transport`` for URLs ``scheme://...`` in this process.
 
     Raises:
-        ValueError: the scheme is taken (a built-in or an earlier registration)
-            and ``override`` is False.
-        TypeError: ``transport`` is not a :class:`Transport`.
+        ValueError: the scheme is taken (a built-in, an installed plug-in or an
+            earlier registration) and ``override`` is False, or it is not a valid
+            lower-case URL scheme.
+        TypeError: ``transport`` is not a :class:`Transport` (a class is instantiated).
     """
     _registry.register(scheme, transport, override=override)
 
