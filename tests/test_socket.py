@@ -764,6 +764,25 @@ def test_connect_needs_a_host_and_port(make_socket: Factory, url: str) -> None:
         make_socket("push").connect(url)
 
 
+def test_bind_to_an_address_not_on_this_host(make_socket: Factory) -> None:
+    with pytest.raises(nanopy.AddressError):
+        make_socket("pull").bind("tcp://192.0.2.1:0")  # TEST-NET-1: never local
+
+
+def test_ipc_path_length_limit(make_socket: Factory, tmp_path: os.PathLike[str]) -> None:
+    base = os.path.join(tmp_path, "")
+    if len(base) > 90:
+        pytest.skip("temporary directory path too long")
+    longest = base + "p" * (107 - len(os.fsencode(base)))
+    assert len(os.fsencode(longest)) == 107
+    pull = make_socket("pull", bind=f"ipc://{longest}")
+    push = make_socket("push", connect=f"ipc://{longest}")
+    push.send(b"107")
+    assert pull.recv(timeout=5) == b"107"
+    with pytest.raises(nanopy.AddressError, match="107"):
+        make_socket("pull").bind(f"ipc://{longest}x")
+
+
 def test_address_must_be_str(make_socket: Factory) -> None:
     s = make_socket("pull")
     with pytest.raises(TypeError):
@@ -951,6 +970,28 @@ def test_recv_max_size_closes_only_that_pipe(make_socket: Factory, kind: str) ->
     assert len(small.pipes) == 1
     with pytest.raises(nanopy.Timeout):
         pull.recv(timeout=0.1)  # the oversized message was never delivered
+
+
+def test_recv_max_size_change_applies_to_new_dialed_pipes(make_socket: Factory) -> None:
+    pull = make_socket("pull", reconnect_interval=0.01, reconnect_interval_max=0.02)
+    push = make_socket("push")
+    url = push.bind("tcp://127.0.0.1:0").url
+    pull.recv_max_size = 10
+    pull.connect(url)
+    push.send(b"x" * 11)
+    wait_until(lambda: pull.stats().protocol_errors >= 1, what="oversized message refused")
+
+
+@pytest.mark.xfail(strict=True, reason="listeners keep the PipeContext (recv_max_size) captured at bind time")
+@pytest.mark.parametrize("kind", ["tcp", "ipc"])
+def test_recv_max_size_change_applies_to_new_accepted_pipes(make_socket: Factory, kind: str) -> None:
+    pull = make_socket("pull")
+    url = pull.bind(bind_url(kind)).url
+    pull.recv_max_size = 10  # docs/api.md: affects pipes made afterwards
+    push = make_socket("push", connect=url)
+    push.send(b"x" * 100)
+    with pytest.raises(nanopy.Timeout):
+        pull.recv(timeout=0.5)
 
 
 def test_recv_max_size_zero_is_unlimited(make_socket: Factory) -> None:
