@@ -209,7 +209,14 @@ class Socket:
         return f"<nanopy.Socket {self.name!r} ({self._core.name}{' raw' if self.raw else ''}), {state}>"
 
     def _option_changed(self, name: str) -> None:
-        """Hook for options that must reach running parts (none yet need it)."""
+        """Hook for options that must reach running parts."""
+        if name in ("recv_max_size", "tcp_nodelay"):
+            # Listeners made their context at bind time; pipes accepted from now
+            # on must see the new value (dialers build a context per dial).
+            for ep in list(getattr(self, "_endpoints", ())):
+                listener = ep._listener
+                if listener is not None:
+                    listener.update_context(self._pipe_context(ep))
 
     # -- endpoints ---------------------------------------------------------------
     @property

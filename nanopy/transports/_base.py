@@ -96,6 +96,10 @@ class Listener(abc.ABC):
     async def accept(self) -> Connection:
         """Wait for the next incoming connection (before its handshake)."""
 
+    def update_context(self, ctx: PipeContext) -> None:
+        """Socket options changed (e.g. ``recv_max_size``): use ``ctx`` for
+        connections accepted from now on. The default keeps the bind-time context."""
+
     @abc.abstractmethod
     async def aclose(self) -> None:
         """Stop listening and release the address; idempotent."""

@@ -142,6 +142,9 @@ class StreamListener(Listener):
         self.url = url
         self._closed = False
 
+    def update_context(self, ctx: PipeContext) -> None:
+        self._ctx = ctx
+
     def configure(self, conn_sock: socket.socket) -> None:
         """Per-connection socket options (tcp sets TCP_NODELAY)."""
 
