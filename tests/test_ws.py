@@ -20,6 +20,7 @@ from nanopy.testing import wait_no_pipes, wait_pipes
 from nanopy.transports.ws import FRAGMENT_SIZE, normalize_path, parse_ws_url
 
 from conftest import wait_until
+from peers import ipv6_available
 
 
 class RawClient:
@@ -295,3 +296,29 @@ def test_dialer_refuses_wrong_subprotocol(make_socket: Any) -> None:
     b.connect(ep.url)
     wait_until(lambda: a.stats().protocol_errors >= 1 and b.stats().protocol_errors >= 1, what="refusals")
     assert a.pipes == [] and b.pipes == []
+
+
+def test_ipv6(make_socket: Any) -> None:
+    if not ipv6_available():
+        pytest.skip("no IPv6 loopback")
+    a = make_socket("pair")
+    b = make_socket("pair")
+    ep = a.bind("ws://[::1]:0/six")
+    assert ep.url.startswith("ws://[::1]:") and ep.url.endswith("/six")
+    b.connect(ep.url)
+    b.send(b"over v6")
+    assert a.recv(timeout=5) == b"over v6"
+
+
+def test_dialer_close_while_upgrading_is_prompt(make_socket: Any) -> None:
+    """Closing a dialer whose upgrade is unanswered lets go of the TCP connection."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(5)
+        b = make_socket("pair")
+        b.connect(f"ws://127.0.0.1:{server.getsockname()[1]}/silent")
+        conn, _ = server.accept()
+        with conn:
+            conn.settimeout(5)
+            assert conn.recv(4096).startswith(b"GET /silent HTTP/1.1")
+            b.close()
+            assert conn.recv(4096) == b""

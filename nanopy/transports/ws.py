@@ -389,10 +389,11 @@ class WsConnection(Connection):
             self._closed = True
         proto = self._proto
         with trio.CancelScope(shield=True):
-            if proto is not None and not self._chan.closed and not self._broken:
+            opened = proto is not None and proto.state in (State.OPEN, State.CLOSING)
+            if opened and not self._chan.closed and not self._broken:
                 with trio.move_on_after(CLOSE_TIMEOUT):
                     try:
-                        await self._goodbye(proto)
+                        await self._goodbye(proto)  # type: ignore[arg-type]
                     except (OSError, EOFError, trio.BrokenResourceError, trio.ClosedResourceError):
                         pass
             await self._chan.aclose()
