@@ -111,7 +111,8 @@ def test_broken_plugins_get_clear_errors(tmp_path: Path) -> None:
     path = fake_distribution(
         tmp_path,
         "[nanopy.transports]\nmissing = no_such_module:transport\nnotatransport = fake_plugin:thing\n"
-        "tcp = fake_plugin:thing\n",
+        "tcp = fake_plugin:thing\n"
+        "[nanopy.protocols]\nbrokenproto = fake_plugin:thing\n",
         "thing = 42\n",
     )
     result = run_python(
@@ -123,6 +124,10 @@ def test_broken_plugins_get_clear_errors(tmp_path: Path) -> None:
                 nanopy.Socket("pair").bind(url)
             except nanopy.AddressError as exc:
                 print("ERR", exc)
+        try:
+            nanopy.Socket("brokenproto")
+        except ValueError as exc:
+            print("PROTO", exc)
         s = nanopy.Socket("pair")
         print("TCP", s.bind("tcp://127.0.0.1:0").url.startswith("tcp://"))
         s.close()
@@ -133,6 +138,7 @@ def test_broken_plugins_get_clear_errors(tmp_path: Path) -> None:
     assert result.returncode == 0, out
     assert "ERR transport plug-in 'missing' (no_such_module:transport) failed to load" in out
     assert "ERR transport plug-in 'notatransport' is broken" in out and "got 42" in out
+    assert "PROTO protocol plug-in 'brokenproto' is broken" in out
     assert "TCP True" in out  # the built-in wins ...
     assert "ignoring transport plug-in 'tcp'" in out  # ... and says so
 
