@@ -81,7 +81,7 @@ def split_backtrace(payload: bytes, max_ttl: int) -> tuple[bytes, bytes] | str:
         pos += 4
         if words > max_ttl:
             # Too long to be legal whether or not an end word follows: drop it
-            # without walking a hostile stack to its end (NNG does the same).
+            # without walking a hostile stack to its end.
             return TOO_MANY_HOPS
         if last:
             return payload[:pos], payload[pos:]
