@@ -223,6 +223,13 @@ def test_str_is_refused_with_advice(make_socket: Factory) -> None:
     assert push.stats().messages_sent == 0
 
 
+def test_inproc_hands_over_the_same_bytes_object(make_socket: Factory) -> None:
+    push, pull = push_pull(make_socket, "inproc")
+    body = os.urandom(100_000)
+    push.send(body)
+    assert pull.recv(timeout=5) is body  # no framing, no copy
+
+
 def test_bytes_like_data(make_socket: Factory, transport: str) -> None:
     push, pull = push_pull(make_socket, transport)
     push.send(bytearray(b"ba"))

@@ -90,3 +90,92 @@ def test_threads_send_and_receive_exactly_once(kind: str) -> None:
     finally:
         push.close(linger=0)
         pull.close(linger=0)
+
+
+def test_threads_trio_and_asyncio_share_one_pair() -> None:
+    """Sync threads, a trio loop and an asyncio loop (each in its own thread) send
+    and receive on the same two sockets at once."""
+    import asyncio
+
+    import trio
+
+    per = 2000
+    pull = nanopy.Socket("pull", recv_buffer=32)
+    push = nanopy.Socket("push", send_buffer=32)
+    try:
+        connect_pair(pull, push, "tcp://127.0.0.1:0")
+        total = 3 * per
+        received: list[bytes] = []
+        lock = threading.Lock()
+        done = threading.Event()
+        errors: list[BaseException] = []
+
+        def note(body: bytes) -> None:
+            with lock:
+                received.append(body)
+                if len(received) == total:
+                    done.set()
+
+        def guard(fn: object) -> object:
+            def run() -> None:
+                try:
+                    fn()  # type: ignore[operator]
+                except BaseException as exc:
+                    errors.append(exc)
+            return run
+
+        def sync_sender() -> None:
+            for i in range(per):
+                push.send(b"s%d" % i, timeout=10)
+
+        def sync_receiver() -> None:
+            while not done.is_set():
+                try:
+                    note(pull.recv(timeout=0.1))
+                except nanopy.Timeout:
+                    pass
+
+        async def trio_main() -> None:
+            async def recv_loop() -> None:
+                while not done.is_set():
+                    try:
+                        note(await pull.arecv(timeout=0.1))
+                    except nanopy.Timeout:
+                        pass
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(recv_loop)
+                for i in range(per):
+                    await push.asend(b"t%d" % i, timeout=10)
+
+        async def asyncio_main() -> None:
+            async def recv_loop() -> None:
+                while not done.is_set():
+                    try:
+                        note(await pull.arecv(timeout=0.1))
+                    except nanopy.Timeout:
+                        pass
+
+            task = asyncio.create_task(recv_loop())
+            for i in range(per):
+                await push.asend(b"a%d" % i, timeout=10)
+            await task
+
+        threads = [
+            threading.Thread(target=guard(sync_sender)),
+            threading.Thread(target=guard(sync_receiver)),
+            threading.Thread(target=guard(lambda: trio.run(trio_main))),
+            threading.Thread(target=guard(lambda: asyncio.run(asyncio_main()))),
+        ]
+        for t in threads:
+            t.start()
+        finished = done.wait(30)
+        done.set()
+        for t in threads:
+            t.join(10)
+        assert errors == []
+        assert finished, f"{len(received)} of {total} arrived"
+        assert sorted(received) == sorted([b"%s%d" % (k, i) for k in (b"s", b"t", b"a") for i in range(per)])
+    finally:
+        push.close(linger=0)
+        pull.close(linger=0)
