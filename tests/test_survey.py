@@ -145,3 +145,20 @@ def test_survey_iterator_ends_when_socket_closes(make_socket: MakeSocket) -> Non
     threading.Timer(0.1, sv.close).start()
     with pytest.raises(nanopy.Closed):
         next(it)
+
+
+def test_malformed_answer_closes_only_that_pipe(make_socket: MakeSocket) -> None:
+    sv = make_socket("surveyor", survey_deadline=2.0)
+    ep = sv.bind(bind_url("tcp"))
+    bad = make_socket("respondent", raw=True, recv_timeout=5, connect=ep.url)
+    good = make_socket("respondent", connect=ep.url)
+    answer_all(good, b"good")
+    wait_pipes(sv, 2)
+    wait_pipes(bad)
+    answers = sv.survey(b"q")
+    msg = bad.recv_msg()
+    pipe_word = msg.header[:4]
+    bad.send_msg(nanopy.Message(b"garbage", header=pipe_word + struct.pack(">I", 5)))  # no top bit
+    wait_until(lambda: sv.stats().protocol_errors == 1, what="protocol error counted")
+    wait_until(lambda: sv.stats().disconnects >= 1, what="bad pipe closed")
+    assert next(answers) == b"good:q"  # the other respondent is not disturbed
