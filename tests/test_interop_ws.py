@@ -320,3 +320,30 @@ def test_tls_nanopy_without_ca_is_refused(make_socket: MakeSocket, tls_scheme: s
             push.send(b"must not pass", timeout=0)
 
 
+
+
+# -- path-less URLs and nanomsg -----------------------------------------------------------------
+def test_nngcat_pathless_url_reaches_root(make_socket: MakeSocket) -> None:
+    """NNG dials ``ws://host:port`` with an empty request target; we serve it as ``/``."""
+    exe = need_tool("nngcat")
+    pull = make_socket("pull", **OPTS)
+    url = pull.bind("ws://127.0.0.1:0").url
+    assert url.endswith("/")
+    with run_tool([exe, "--push", "--dial", url.rstrip("/"), "--data", "no path"]) as proc:
+        assert pull.recv(timeout=15) == b"no path"
+        assert wait_exit(proc) == 0
+
+
+@pytest.mark.parametrize("nanopy_listens_", [True, False], ids=["nanopy-listens", "nanocat-listens"])
+def test_nanocat_push_to_nanopy_pull(make_socket: MakeSocket, nanopy_listens_: bool) -> None:
+    exe = need_tool("nanocat")
+    pull = make_socket("pull", **OPTS)
+    if nanopy_listens_:
+        flag, url = "--connect", pull.bind("ws://127.0.0.1:0/nn").url
+    else:
+        flag, url = "--bind", free_ws_url("")  # nanomsg refuses a path when binding
+        pull.connect(url)
+    body = "nanomsg says hi " * 1000
+    with run_tool([exe, "--push", flag, url, "--data", body]) as proc:
+        assert pull.recv(timeout=15) == body.encode()
+        assert wait_exit(proc) == 0
