@@ -1,13 +1,18 @@
 """Pipe drivers: move one connection's messages between the wire and the core.
 
 Each pipe has a reader task and a writer task in the engine. Sending is designed
-so a busy sender never waits for the engine and an idle one never pays for it:
+so a busy sender rarely needs the engine and an idle one never waits for it:
 
-* ``transmit`` (any thread) writes straight to the socket when the pipe has been
-  idle (nothing queued, no write in progress, nothing sent in the last
-  ``DIRECT_IDLE`` seconds) -- the low-latency path;
-* otherwise it appends to the outbox, waking the writer only if it is parked; the
-  writer then frames the whole outbox into one write -- the high-throughput path.
+* ``transmit`` (any thread) writes straight to the socket when the pipe is idle
+  (nothing queued, no write in progress, nothing sent in the last ``DIRECT_IDLE``
+  seconds) -- the low-latency path;
+* a burst of sends collects in the outbox; the sending thread itself writes the
+  outbox as one frame batch whenever it reaches ``CALLER_BATCH`` messages -- the
+  high-throughput path, with no engine wake-up per batch;
+* the writer task flushes what a burst leaves behind: woken by the first queued
+  message, it waits ``FLUSH_DELAY`` (letting the sender fill a batch), writes
+  what is left, and keeps doing so while traffic lasts; it also takes over
+  whenever the socket cannot take a write at once.
 """
 
 from __future__ import annotations
@@ -28,12 +33,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nanopy")
 
-# Sends closer together than this are batched by the writer instead of written directly.
+# Sends closer together than this count as a burst: they are batched, not written one by one.
 DIRECT_IDLE = 50e-6
-
-SENT_DIRECT = 1  # written (or taken) at once: the credit can be returned now
-QUEUED = 2  # in the outbox: the writer returns the credit
-DROPPED = 0  # the pipe is closing
+# A sending thread writes the outbox itself once it holds this many messages.
+CALLER_BATCH = 64
+# The writer task's wait before flushing a partial batch left by a burst.
+FLUSH_DELAY = 200e-6
 
 
 class PipeDriver:
@@ -57,20 +62,39 @@ class PipeDriver:
 
     # -- any thread ------------------------------------------------------------
     def transmit(self, payload: bytes) -> int:
+        """Send or queue ``payload``; returns how many credits may be returned now."""
         conn = self.conn
         with self.lock:
             if self.closed:
-                return DROPPED
+                return 0
+            outbox = self.outbox
+            if outbox or self.writing:
+                outbox.append(payload)
+                if len(outbox) >= CALLER_BATCH and not self.writing:
+                    return self._flush_from_caller()
+                return 0
             now = time.monotonic()
             idle = now - self.last_tx > DIRECT_IDLE
             self.last_tx = now
-            if idle and not self.outbox and not self.writing and conn.try_send(payload):
+            if idle and conn.try_send(payload):
                 if conn.has_pending:
                     self._kick_writer()
-                return QUEUED if conn.manages_credit else SENT_DIRECT
-            self.outbox.append(payload)
+                return 0 if conn.manages_credit else 1
+            outbox.append(payload)
             self._kick_writer()
-            return QUEUED
+            return 0
+
+    def _flush_from_caller(self) -> int:
+        """Write the whole outbox from the sending thread (pipe lock held)."""
+        batch = self.outbox
+        if self.conn.manages_credit or not self.conn.try_send_batch(batch):
+            self._kick_writer()
+            return 0
+        self.outbox = []
+        self.last_tx = time.monotonic()
+        if self.conn.has_pending:
+            self._kick_writer()
+        return len(batch)
 
     def _kick_writer(self) -> None:
         event = self._writer_event
@@ -148,7 +172,10 @@ class PipeDriver:
     async def _writer(self) -> None:
         conn = self.conn
         credit_back = not conn.manages_credit
+        lingering = False  # a burst is under way: keep flushing every FLUSH_DELAY
         while True:
+            if lingering:
+                await trio.sleep(FLUSH_DELAY)
             with self.lock:
                 batch = self.outbox
                 if batch or conn.has_pending:
@@ -160,6 +187,7 @@ class PipeDriver:
             if event is not None:
                 self._notify_idle()
                 await event.wait()
+                lingering = True
                 continue
             try:
                 await conn.send(batch)
@@ -168,6 +196,9 @@ class PipeDriver:
                     self.writing = False
             if batch and credit_back:
                 self.sock._pipe_credit(self.pid, len(batch))
+            # Keep lingering only for small flushes; a full outbox means the
+            # sender outruns the socket, so write again at once.
+            lingering = len(batch) < CALLER_BATCH
 
     def _notify_idle(self) -> None:
         event, self._idle_event = self._idle_event, None

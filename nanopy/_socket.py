@@ -28,7 +28,7 @@ from ._endpoint import Endpoint
 from ._errors import AddressError, Closed, ProtocolError, Timeout, WouldBlock
 from ._message import Message, Pipe
 from ._options import make_descriptors, new_options, validate_priority
-from ._pipe import SENT_DIRECT, PipeDriver
+from ._pipe import PipeDriver
 from ._registry import protocols as _protocols
 from ._registry import transports as _transports
 from ._stats import SocketStats
@@ -422,10 +422,12 @@ class Socket:
                 driver = pipes.get(action[1])
                 if driver is None:
                     self._dropped += 1
-                elif driver.transmit(action[2]) == SENT_DIRECT:
-                    if credits is None:
-                        credits = {}
-                    credits[action[1]] = credits.get(action[1], 0) + 1
+                else:
+                    done = driver.transmit(action[2])
+                    if done:
+                        if credits is None:
+                            credits = {}
+                        credits[action[1]] = credits.get(action[1], 0) + done
             elif kind == RESUME_READ:
                 driver = pipes.get(action[1])
                 if driver is not None:

@@ -81,6 +81,14 @@ class Connection(abc.ABC):
         """
         return False
 
+    def try_send_batch(self, payloads: list[bytes]) -> bool:
+        """Optional fast path for a batch: like :meth:`try_send`, all or nothing.
+
+        True means every payload is taken (written, or the rest left pending with
+        ``has_pending`` set). The default never takes.
+        """
+        return False
+
     @abc.abstractmethod
     async def aclose(self) -> None:
         """Close the connection; idempotent; must not raise."""

@@ -47,11 +47,19 @@ class StreamConnection(Connection):
     def try_send(self, payload: bytes) -> bool:
         if self._pending is not None or self._closed:
             return False
-        data = encode_frame(payload, self._ipc)
+        return self._write_now(encode_frame(payload, self._ipc))
+
+    def try_send_batch(self, payloads: list[bytes]) -> bool:
+        if self._pending is not None or self._closed:
+            return False
+        return self._write_now(encode_frames(payloads, self._ipc))
+
+    def _write_now(self, data: bytes) -> bool:
+        """Write without blocking; keep an unwritten tail as pending."""
         try:
             n = self._sock.send(data)
         except (BlockingIOError, InterruptedError):
-            n = 0
+            return False  # the socket is full: the writer task will wait for it
         except OSError:
             return False  # let the writer task meet (and report) the error
         if n < len(data):
