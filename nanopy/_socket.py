@@ -208,6 +208,15 @@ class Socket:
         state = "closed" if self._closed else f"{len(self._pipes)} pipes"
         return f"<nanopy.Socket {self.name!r} ({self._core.name}{' raw' if self.raw else ''}), {state}>"
 
+    def __reduce__(self) -> Any:
+        # A socket is tied to this process's engine and connections; copying it
+        # elsewhere (a Spark closure, multiprocessing) cannot work, so say why.
+        raise TypeError(
+            f"cannot pickle {self!r}: a nanopy socket belongs to the process that made it. "
+            "Pass its URL instead and create the socket where it is used (in Spark, inside "
+            "the task function); see docs/spark.md"
+        )
+
     def _option_changed(self, name: str) -> None:
         """Hook for options that must reach running parts."""
         if name in ("recv_max_size", "tcp_nodelay"):
