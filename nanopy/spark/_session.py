@@ -19,7 +19,7 @@ logger.nativeloader.name = org.apache.hadoop.util.NativeCodeLoader
 logger.nativeloader.level = error
 logger.sparkenv.name = org.apache.spark.SparkEnv
 logger.sparkenv.level = error
-logger.resolvewrite.name = org.apache.spark.sql.catalyst.analysis.ResolveWriteToStream
+logger.resolvewrite.name = org.apache.spark.sql.execution.streaming.runtime.ResolveWriteToStream
 logger.resolvewrite.level = error
 logger.dagcancel.name = org.apache.spark.scheduler.DAGScheduler
 logger.dagcancel.level = error
@@ -28,7 +28,7 @@ logger.dagcancel.level = error
 
 def quiet_conf_dir() -> str:
     """A SPARK_CONF_DIR holding a log4j2.properties that logs warnings and up only."""
-    path = os.path.join(tempfile.gettempdir(), f"nanopy-spark-conf-{os.getuid()}-v2")
+    path = os.path.join(tempfile.gettempdir(), f"nanopy-spark-conf-{os.getuid()}-v4")
     os.makedirs(path, exist_ok=True)
     target = os.path.join(path, "log4j2.properties")
     if not os.path.exists(target):

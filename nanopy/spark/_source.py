@@ -28,6 +28,8 @@ from ._sink import NanopyBatchWriter, NanopyStreamWriter
 
 log = logging.getLogger("nanopy.spark")
 
+_DEBUG = bool(os.environ.get("NANOPY_SPARK_DEBUG"))
+
 SCHEMA = "payload binary, topic string, received timestamp, seq long"
 
 
@@ -185,13 +187,20 @@ class NanopyStreamReader(SimpleDataSourceStreamReader):
         again = self._served.get(first)
         if again is not None:  # asked twice for the same batch: same answer
             return iter(again[1]), {"seq": again[0]}
+        t0 = time.perf_counter()
         payloads, stamps, sizes = self._receiver().take(self.max_records, self.wait)
         if not payloads:
             return iter([]), start
         last = first + len(payloads)
+        t1 = time.perf_counter()
         batch = self._make_batch(first, payloads, stamps, sizes)
+        t2 = time.perf_counter()
         if self.spool:
             _spool_write(self.spool, first, last, batch)
+        if _DEBUG:
+            log.warning("nanopy source read %d..%d: take %.1f ms, arrow %.1f ms, spool %.1f ms",
+                        first + 1, last, (t1 - t0) * 1e3, (t2 - t1) * 1e3,
+                        (time.perf_counter() - t2) * 1e3)
         self._served[first] = (last, [batch])
         return iter([batch]), {"seq": last}
 

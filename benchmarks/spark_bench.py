@@ -1,0 +1,168 @@
+"""Throughput of the nanopy Spark source and of the Coordinator (local[2]).
+
+    .venv/bin/python benchmarks/spark_bench.py [--messages 500000] [--size 64] [--items 20000]
+
+Source: a producer *process* pushes N messages (``size`` bytes, an 8-digit id
+first) as fast as PUSH allows; a streaming query reads them through
+``format("nanopy")`` (with a spool) and a foreachBatch sink aggregates each
+micro-batch in the JVM (count, sum of ids, seq range). Reported: messages/s from the first to the last message
+delivered into micro-batches, with a check that all N arrived exactly once.
+
+Coordinator: 20,000 trivial items over local[2] tasks, after a warm-up run;
+reported in items/s for a few chunk sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+# benchmarks/profile.py would shadow the stdlib "profile" module that pyspark imports.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+
+import nanopy  # noqa: E402
+import nanopy.spark  # noqa: E402
+import nanopy.testing  # noqa: E402
+
+PRODUCER = r"""
+import sys, time, nanopy, nanopy.testing
+url, size = sys.argv[1], int(sys.argv[2])
+pad = b"x" * max(0, size - 8)
+with nanopy.Socket("push", bind=url, send_buffer=65536, linger=30) as push:
+    nanopy.testing.wait_pipes(push, 1, 120)
+    sys.stdout.write("connected\n"); sys.stdout.flush()
+    i = 0
+    send = push.send
+    for line in sys.stdin:
+        n = int(line)
+        t0 = time.perf_counter()
+        for i in range(i, i + n):
+            send(b"%08d" % i + pad)
+        i += 1
+        sys.stdout.write(f"sent {n} in {time.perf_counter() - t0:.3f}s\n"); sys.stdout.flush()
+"""
+
+
+def bench_source(spark, n: int, size: int, max_batch: int) -> dict:
+    from pyspark.sql import functions as F
+
+    url = "tcp://127.0.0.1:%d" % _free_port()
+    producer = subprocess.Popen([sys.executable, "-c", PRODUCER, url, str(size)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    work = tempfile.mkdtemp(prefix="nanopy-bench-")
+    stats = {"count": 0, "idsum": 0, "last": None, "ranges": [], "batches": 0}
+    lock = threading.Lock()
+    goal = {"n": 0}
+    done = threading.Event()
+
+    def on_batch(df, batch_id):
+        ident = F.substring("payload", 1, 8).cast("string").cast("long")
+        row = df.agg(F.count("*").alias("n"), F.sum(ident).alias("d"),
+                     F.min("seq").alias("lo"), F.max("seq").alias("hi")).collect()[0]
+        now = time.perf_counter()
+        with lock:
+            if row.n:
+                stats["batches"] += 1
+                stats["count"] += row.n
+                stats["idsum"] += row.d
+                stats["ranges"].append((row.lo, row.hi))
+                stats["last"] = now
+            if stats["count"] >= goal["n"]:
+                done.set()
+
+    def send(k: int) -> None:
+        done.clear()
+        goal["n"] += k
+        producer.stdin.write(f"{k}\n")
+        producer.stdin.flush()
+
+    try:
+        query = (spark.readStream.format("nanopy").option("url", url)
+                 .option("maxRecordsPerBatch", str(max_batch))
+                 .option("spoolPath", os.path.join(work, "spool")).load()
+                 .writeStream.foreachBatch(on_batch)
+                 .option("checkpointLocation", os.path.join(work, "ck"))
+                 .trigger(processingTime="0 seconds").start())
+        assert producer.stdout.readline().strip() == "connected"
+        warm = 2000  # one small batch through the whole path before timing
+        send(warm)
+        producer.stdout.readline()
+        assert done.wait(120), "warm-up messages did not arrive"
+        with lock:
+            stats.update(count=0, idsum=0, batches=0)
+            goal["n"] = 0
+        t0 = time.perf_counter()
+        send(n)
+        sent = producer.stdout.readline().strip()
+        done.wait(300)
+        elapsed = stats["last"] - t0 if stats["last"] else float("nan")
+        query.stop()
+        ranges = sorted(stats["ranges"])
+        contiguous = all(b[0] == a[1] + 1 for a, b in zip(ranges, ranges[1:]))
+        return {
+            "messages": n, "size": size, "delivered": stats["count"],
+            # producer ids are 0..warm+n-1: their sum proves none lost or repeated given the count
+            "ids_sum_ok": stats["idsum"] == (warm + n) * (warm + n - 1) // 2 - warm * (warm - 1) // 2,
+            "contiguous_seq": contiguous and ranges[0][0] == 1 and ranges[-1][1] == n + warm,
+            "batches": stats["batches"], "seconds": round(elapsed, 3),
+            "msgs_per_s": round(stats["count"] / elapsed) if stats["last"] else 0,
+            "producer": sent,
+        }
+    finally:
+        producer.kill()
+        producer.wait()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def bench_coordinator(spark, items: int, chunk: int) -> dict:
+    coord = nanopy.spark.Coordinator(range(items), chunk_size=chunk, progress=False)
+    t0 = time.perf_counter()
+    results = coord.map(spark, _square, tasks=2)
+    elapsed = time.perf_counter() - t0
+    assert results == [i * i for i in range(items)]
+    return {"items": items, "chunk": chunk, "seconds": round(elapsed, 3),
+            "items_per_s": round(items / elapsed), "per_worker": coord.per_worker()}
+
+
+def _square(x: int) -> int:
+    return x * x
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--messages", type=int, default=500_000)
+    ap.add_argument("--size", type=int, default=64)
+    ap.add_argument("--max-batch", type=int, default=100_000)
+    ap.add_argument("--items", type=int, default=20_000)
+    ap.add_argument("--skip-source", action="store_true")
+    ap.add_argument("--skip-coordinator", action="store_true")
+    args = ap.parse_args()
+    spark = nanopy.spark.local_session("local[2]")
+    try:
+        print(f"load average before: {os.getloadavg()}", flush=True)
+        if not args.skip_coordinator:
+            bench_coordinator(spark, 2000, 64)  # warm the Python workers
+            for chunk in (16, 64, 256):
+                print("coordinator", bench_coordinator(spark, args.items, chunk), flush=True)
+        if not args.skip_source:
+            print("source", bench_source(spark, args.messages, args.size, args.max_batch), flush=True)
+        print(f"load average after: {os.getloadavg()}", flush=True)
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":
+    main()
