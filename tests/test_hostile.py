@@ -270,3 +270,28 @@ def test_dialer_to_a_non_sp_server_retries(make_socket: Callable[..., nanopy.Soc
         srv.close()
     assert push.stats().protocol_errors >= 2
     assert push.stats().pipes == 0
+
+
+def test_dialer_gives_up_on_a_server_that_never_answers(make_socket: Callable[..., nanopy.Socket]) -> None:
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    srv.settimeout(5)
+    port = srv.getsockname()[1]
+    push = make_socket(
+        "push", handshake_timeout=0.3, reconnect_interval=0.01, reconnect_interval_max=0.02
+    )
+    push.connect(f"tcp://127.0.0.1:{port}")
+    try:
+        conn, _ = srv.accept()
+        with conn:
+            assert conn.recv(8) == PUSH_HEADER
+            t0 = time.monotonic()
+            conn.settimeout(5)
+            assert conn.recv(100) == b""  # silent server: the dialer hangs up...
+            assert 0.2 < time.monotonic() - t0 < 2  # ...after its handshake timeout
+        conn2, _ = srv.accept()  # and dials again
+        conn2.close()
+    finally:
+        srv.close()
+    wait_until(lambda: push.stats().protocol_errors >= 1, what="timeout counted")
