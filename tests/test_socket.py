@@ -1199,6 +1199,47 @@ def test_close_lingers_to_deliver_queued_messages(transport: str) -> None:
         pull.close(linger=0)
 
 
+@pytest.mark.parametrize("kind", ["tcp", "ipc"])
+def test_script_that_sends_and_exits_delivers(make_socket: Factory, kind: str) -> None:
+    pull = make_socket("pull")
+    url = pull.bind(bind_url(kind)).url
+    code = (
+        "import nanopy, sys\n"
+        "push = nanopy.Socket('push', connect=sys.argv[1])\n"
+        "for i in range(200):\n"
+        "    push.send(b'%05d' % i + b'.' * 20000, timeout=10)\n"
+        "# no close(): interpreter exit closes with linger\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, url], timeout=30, capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+    got = [pull.recv(timeout=5)[:5] for _ in range(200)]
+    assert got == [b"%05d" % i for i in range(200)]
+
+
+def test_full_pipe_pushes_back_on_that_peer_only(make_socket: Factory) -> None:
+    pull = make_socket("pull", recv_buffer=2)
+    url = pull.bind("tcp://127.0.0.1:0").url
+    flood = make_socket("push", connect=url, send_buffer=4)
+    other = make_socket("push", connect=url)
+    wait_pipes(pull, 2)
+    flood.send(b"hi", timeout=1)
+    first = pull.recv_msg(timeout=5).pipe
+
+    def other_pid() -> int:
+        (pipe,) = [p for p in pull.pipes if p is not first]
+        return pipe.id
+
+    pad = b"f" * 65536
+    with pytest.raises(nanopy.Timeout):
+        for _ in range(5000):
+            flood.send(pad, timeout=0.2)
+    # The other peer's pipe is unaffected and served in turn.
+    other.send(b"other", timeout=1)
+    wait_until(lambda: len(pull._core._fq._queues[other_pid()]) == 1, what="other's message queued")
+    got = [pull.recv(timeout=5) for _ in range(2)]
+    assert b"other" in got  # fair queueing: its turn comes at once
+
+
 def _resources() -> tuple[int, int]:
     return threading.active_count(), len(os.listdir("/proc/self/fd"))
 
