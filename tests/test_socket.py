@@ -133,7 +133,7 @@ def test_recv_timeout_zero_is_immediate(make_socket: Factory) -> None:
     t0 = time.monotonic()
     with pytest.raises(nanopy.Timeout) as info:
         s.recv(timeout=0)
-    assert time.monotonic() - t0 < 0.1
+    assert time.monotonic() - t0 < 0.5  # no waiting at all (generous bound for a loaded machine)
     assert isinstance(info.value, TimeoutError) and isinstance(info.value, nanopy.NanopyError)
 
 
@@ -142,7 +142,7 @@ def test_send_timeout_zero_without_peers(make_socket: Factory) -> None:
     t0 = time.monotonic()
     with pytest.raises(nanopy.Timeout):
         s.send(b"x", timeout=0)
-    assert time.monotonic() - t0 < 0.1
+    assert time.monotonic() - t0 < 0.5
 
 
 def test_per_call_timeout_waits_about_that_long(make_socket: Factory) -> None:
@@ -166,7 +166,7 @@ def test_timeout_options_are_the_defaults(make_socket: Factory) -> None:
     t0 = time.monotonic()
     with pytest.raises(nanopy.Timeout):
         pull.recv(timeout=0)
-    assert time.monotonic() - t0 < 0.05
+    assert time.monotonic() - t0 < 0.5
 
 
 def test_timeout_zero_succeeds_when_data_is_there(make_socket: Factory, transport: str) -> None:
