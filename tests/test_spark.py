@@ -1,0 +1,243 @@
+"""nanopy.spark with a real local SparkSession (one for the whole test run).
+
+The session is ``local[2,3]``: two cores like ``local[2]``, plus up to 3 attempts
+per task so the coordinator test can kill a task and watch Spark retry it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+
+import nanopy  # noqa: E402
+import nanopy.spark  # noqa: E402
+from nanopy.spark import Coordinator, Deduplicator, split_tag  # noqa: E402
+from nanopy.testing import wait_no_pipes, wait_pipes  # noqa: E402
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    from pyspark import cloudpickle
+
+    # Functions defined here run in Spark's workers, which cannot import this module.
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    session = nanopy.spark.local_session("local[2,3]", "nanopy-tests")
+    yield session
+    session.stop()
+
+
+class Collector:
+    """A foreachBatch sink (runs in this process): records rows, signals a goal."""
+
+    def __init__(self, goal: int, fail_on: bytes | None = None) -> None:
+        self.goal = goal
+        self.rows: list[tuple[bytes, int]] = []
+        self.batches: list[int] = []
+        self.fail_on = fail_on
+        self.failed = False
+        self.reached = threading.Event()
+        self.lock = threading.Lock()
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        rows = [(bytes(r.payload), r.seq) for r in df.select("payload", "seq").collect()]
+        if self.fail_on is not None and not self.failed and any(p == self.fail_on for p, _ in rows):
+            self.failed = True
+            raise RuntimeError("injected sink failure")
+        with self.lock:
+            if rows:
+                self.batches.append(batch_id)
+            self.rows.extend(rows)
+            if len(self.rows) >= self.goal:
+                self.reached.set()
+
+
+def start_query(spark: Any, url: str, sink: Any, workdir: str, **options: str) -> Any:
+    reader = spark.readStream.format("nanopy").option("url", url)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return (reader.load().writeStream.foreachBatch(sink)
+            .option("checkpointLocation", os.path.join(workdir, "checkpoint"))
+            .trigger(processingTime="0 seconds").start())
+
+
+def ids(n: int, start: int = 0) -> list[bytes]:
+    return [b"m%07d" % i for i in range(start, start + n)]
+
+
+def test_source_delivers_every_pushed_message(spark: Any, tmp_path: Any) -> None:
+    n = 20_000
+    sink = Collector(n)
+    with nanopy.Socket("push", bind="tcp://127.0.0.1:0", send_buffer=n) as push:
+        query = start_query(spark, push.endpoints[0].url, sink, str(tmp_path),
+                            maxRecordsPerBatch="4000")
+        try:
+            wait_pipes(push, 1, 120)
+            for payload in ids(n):
+                push.send(payload)
+            assert sink.reached.wait(120), f"only {len(sink.rows)} of {n} arrived"
+        finally:
+            query.stop()
+    assert sorted(p for p, _ in sink.rows) == ids(n)
+    assert sorted(s for _, s in sink.rows) == list(range(1, n + 1))
+    assert len(sink.batches) >= 5  # 4000 rows per micro-batch at most
+
+
+def test_spool_survives_restart_mid_stream(spark: Any, tmp_path: Any) -> None:
+    first, second = 3000, 2000
+    spool = str(tmp_path / "spool")
+    sink = Collector(first + second, fail_on=ids(1, first - 1)[0])
+    with nanopy.Socket("push", bind="tcp://127.0.0.1:0", send_buffer=10_000) as push:
+        url = push.endpoints[0].url
+        query = start_query(spark, url, sink, str(tmp_path), spoolPath=spool,
+                            maxRecordsPerBatch="1000")
+        try:
+            wait_pipes(push, 1, 120)
+            for payload in ids(first):
+                push.send(payload)
+            # The sink fails on the batch holding the last message: the query dies
+            # with that batch planned (offsets logged, spooled) but not committed.
+            with pytest.raises(Exception, match="injected sink failure"):
+                query.awaitTermination(120)
+        finally:
+            query.stop()
+        assert sink.failed
+        assert os.listdir(spool), "the failed batch should be in the spool"
+        wait_no_pipes(push, 60)  # the old reader process is gone
+        query = start_query(spark, url, sink, str(tmp_path), spoolPath=spool,
+                            maxRecordsPerBatch="1000")
+        try:
+            wait_pipes(push, 1, 120)
+            for payload in ids(second, first):
+                push.send(payload)
+            assert sink.reached.wait(120), f"only {len(sink.rows)} of {first + second} arrived"
+        finally:
+            query.stop()
+    assert sorted(p for p, _ in sink.rows) == ids(first + second)  # nothing lost, no repeats
+    assert sorted(s for _, s in sink.rows) == list(range(1, first + second + 1))
+
+
+def test_sink_batch_write_delivers_every_row(spark: Any) -> None:
+    n = 5000
+    with nanopy.Socket("pull", bind="tcp://127.0.0.1:0", recv_timeout=30) as pull:
+        df = spark.range(n).selectExpr("cast(concat('r', id) as binary) as payload").repartition(3)
+        df.write.format("nanopy").option("url", pull.endpoints[0].url).mode("append").save()
+        # write() flushed before returning: everything is already here or on the wire.
+        got = [split_tag(pull.recv()) for _ in range(n)]
+        pull.recv_timeout = 0.2
+        with pytest.raises(nanopy.Timeout):
+            pull.recv()
+    assert sorted(p for p, _ in got) == sorted(b"r%d" % i for i in range(n))
+    tags = {t for _, t in got}
+    assert len(tags) == n
+    assert {t.batch_id for t in tags} == {-1}
+    assert {t.partition for t in tags} == {0, 1, 2}
+    assert len({t.run_id for t in tags}) == 1
+
+
+def test_streaming_source_to_sink(spark: Any, tmp_path: Any) -> None:
+    n = 5000
+    with nanopy.Socket("push", bind="tcp://127.0.0.1:0", send_buffer=n) as push, \
+            nanopy.Socket("pull", bind="tcp://127.0.0.1:0", recv_timeout=120) as pull:
+        query = (spark.readStream.format("nanopy").option("url", push.endpoints[0].url)
+                 .option("maxRecordsPerBatch", "1000").load()
+                 .selectExpr("cast(concat(cast(payload as string), '!') as binary) as payload")
+                 .writeStream.format("nanopy").option("url", pull.endpoints[0].url)
+                 .option("checkpointLocation", str(tmp_path / "checkpoint"))
+                 .trigger(processingTime="0 seconds").start())
+        try:
+            wait_pipes(push, 1, 120)
+            for payload in ids(n):
+                push.send(payload)
+            dedup = Deduplicator()
+            got = []
+            while len(got) < n:
+                payload = dedup.accept(pull.recv())
+                if payload is not None:
+                    got.append(payload)
+        finally:
+            query.stop()
+    assert sorted(got) == [p + b"!" for p in ids(n)]
+    assert dedup.duplicates == 0
+
+
+def test_coordinator_20000_items_exactly_once(spark: Any) -> None:
+    n = 20_000
+    with Coordinator(range(n), chunk_size=64, progress=True) as coord:
+        client = coord.client()
+        rows = (spark.sparkContext.parallelize(range(2), 2)
+                .mapPartitions(lambda _: client.process(lambda x: x * x)).collect())
+        assert coord.wait(10)
+    assert coord.results() == [x * x for x in range(n)]
+    assert len(rows) == 2 and sum(count for _, count in rows) == n
+    assert coord.duplicates == 0
+
+
+def test_coordinator_redoes_items_of_a_failed_task(spark: Any) -> None:
+    n = 20_000
+    with Coordinator(range(n), chunk_size=64, progress=True) as coord:
+        client = coord.client()
+
+        def task(_: Any) -> Iterator[tuple[str, int]]:
+            from pyspark import TaskContext
+
+            attempt = TaskContext.get().attemptNumber()
+            state = {"done": 0}
+
+            def work(x: int) -> int:
+                state["done"] += 1
+                if attempt == 0 and state["done"] == 3000:
+                    raise RuntimeError("injected task failure")
+                return 3 * x
+
+            yield from client.process(work)
+
+        rows = spark.sparkContext.parallelize(range(2), 2).mapPartitions(task).collect()
+        assert coord.wait(10)
+    assert coord.results() == [3 * x for x in range(n)]
+    assert coord.requeued >= 1  # the failed attempt's leased chunk went back
+    retried = [w for w, _ in rows if w.endswith(".1")]
+    assert retried, f"no retried task among {rows}"
+    assert sum(coord.per_worker().values()) == n
+
+
+def test_coordinator_map_helper(spark: Any) -> None:
+    coord = Coordinator([f"w{i}" for i in range(500)], chunk_size=16, progress=False)
+    assert coord.map(spark, str.upper, tasks=2) == [f"W{i}" for i in range(500)]
+
+
+def test_socket_in_a_closure_fails_clearly(spark: Any) -> None:
+    sock = nanopy.Socket("push")
+    try:
+        with pytest.raises(Exception, match="cannot pickle .*nanopy socket belongs"):
+            spark.sparkContext.parallelize([1]).map(lambda x: (x, sock)).collect()
+    finally:
+        sock.close()
+
+
+def test_nanopy_in_reused_forked_workers(spark: Any) -> None:
+    """Two jobs: each task makes a socket in the worker; reused workers keep working."""
+    with nanopy.Socket("pull", bind="tcp://127.0.0.1:0", recv_timeout=60) as pull:
+        url = pull.endpoints[0].url
+
+        def task(part: Iterator[int]) -> Iterator[int]:
+            with nanopy.Socket("push", connect=url, send_timeout=30) as push:
+                for x in part:
+                    push.send(b"%d:%d" % (os.getpid(), x))
+            yield os.getpid()
+
+        pids = set()
+        for _ in range(2):
+            pids |= set(spark.sparkContext.parallelize(range(100), 4).mapPartitions(task).collect())
+        got = [pull.recv().split(b":") for _ in range(200)]
+    assert sorted(int(x) for _, x in got) == sorted(list(range(100)) * 2)
+    assert {int(p) for p, _ in got} == pids
