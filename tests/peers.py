@@ -9,6 +9,15 @@ Generic on purpose (shared by every interop test file):
   empty messages visible, unlike ``--raw``);
 * :func:`free_tcp_url` picks a loopback port for a tool that must listen;
 * :func:`pynng_socket` opens a pynng socket and always closes it.
+
+Known tool quirks (nanomsg-utils 1.1.5, nng-utils 1.5.2):
+
+* nanocat exits right after its send without lingering, so a body that has not
+  left yet is cut off (a 1 MiB body over tcp, even 16 KB over ws): keep it alive
+  with :data:`NANOCAT_STAY` (a long resend interval) and kill it once the first
+  copy arrived. nngcat sleeps 200 ms before exiting, which is usually enough.
+* nanocat asserts (exit 134) on an empty ``--file``: send ``--data ""`` instead.
+* pynng's ``Socket.recv()`` fails on an empty message: use ``recv_msg().bytes``.
 """
 
 from __future__ import annotations
@@ -30,6 +39,8 @@ import pytest
 #: accepts by default: 1 MiB - 1 fits both.
 MIB = 1 << 20
 INTEROP_SIZES = (0, 1, 64 * 1024, MIB - 1)
+#: Extra nanocat arguments for a sender that must stay up until its body is out.
+NANOCAT_STAY = ("--interval", "30")
 
 
 def body_of(size: int, seed: int = 0) -> bytes:

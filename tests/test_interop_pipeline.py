@@ -16,6 +16,7 @@ import nanopy
 from nanopy.testing import ipc_url, wait_pipes
 from peers import (
     INTEROP_SIZES,
+    NANOCAT_STAY,
     body_of,
     free_tcp_url,
     need_tool,
@@ -226,7 +227,7 @@ def test_tool_push_to_nanopy_pull(
     # nanocat exits right after its send, before a large body has left (nanomsg has
     # no linger): keep it alive with a long resend interval and kill it once the
     # first copy arrived. nngcat waits 200 ms before exiting, which suffices.
-    linger = ["--interval", "30"] if tool == "nanocat" else []
+    linger = list(NANOCAT_STAY) if tool == "nanocat" else []
     for i, body in enumerate(BODIES):
         # One process per message (the tools send one body and exit): the next
         # starts only after this one arrived, so the order is checked too.
