@@ -27,7 +27,7 @@ import trio
 from .._errors import AddressError, RemoteProtocolError
 from .._wire import HEADER_SIZE, FrameDecoder, encode_frames, encode_header, parse_header
 from ._base import Connection, Listener, PipeContext, Transport
-from ._stream import RECV_SIZE, connect_socket  # noqa: F401  (connect_socket re-used by plug-ins)
+from ._stream import RECV_SIZE
 from .tcp import bind_tcp_socket, bound_url, dial_tcp_socket, set_nodelay, split_host_port
 
 # How long aclose() waits to say goodbye (TLS close_notify, WebSocket CLOSE).
