@@ -119,3 +119,23 @@ def test_stalled_client_does_not_block_others(scheme: str, make_socket: Any) -> 
             # the socket's handshake_timeout drops the silent connection
             staller.settimeout(5)
             assert staller.recv(1024) == b""
+
+
+def test_wss_paths_share_one_tls_server(make_socket: Any) -> None:
+    t = tls_files()
+    a = make_socket("pull")
+    ep = a.bind("wss://127.0.0.1:0/one", ssl_context=t.server_ctx)
+    port = ep.url.split(":")[2].split("/")[0]
+    b = make_socket("pull")
+    b.bind(f"wss://127.0.0.1:{port}/two", ssl_context=t.server_ctx)
+    with pytest.raises(nanopy.AddressInUse, match="ssl_context"):
+        make_socket("pull").bind(f"wss://127.0.0.1:{port}/three", ssl_context=t.mtls_server_ctx)
+    with pytest.raises(nanopy.AddressInUse, match="wss"):
+        make_socket("pull").bind(f"ws://127.0.0.1:{port}/plain")
+    pa, pb = make_socket("push"), make_socket("push")
+    pa.connect(f"wss://127.0.0.1:{port}/one", ssl_context=t.client_ctx)
+    pb.connect(f"wss://127.0.0.1:{port}/two", ssl_context=t.client_ctx)
+    pa.send(b"1")
+    pb.send(b"2")
+    assert a.recv(timeout=5) == b"1"
+    assert b.recv(timeout=5) == b"2"
