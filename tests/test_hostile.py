@@ -11,12 +11,12 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
+from conftest import wait_until
+from peers import pynng_dial, pynng_socket
 
 import nanopy
-from conftest import wait_until
 from nanopy._wire import encode_header
 from nanopy.testing import ipc_url, wait_pipes
-from peers import pynng_dial, pynng_socket
 
 HANDSHAKE_TIMEOUT = 0.5
 PUSH_HEADER = encode_header(0x50)  # what a PULL listener expects from its peer
@@ -56,7 +56,7 @@ def wait_disconnected(s: socket.socket, limit: float) -> tuple[bytes, float]:
             got += chunk
     except ConnectionResetError:
         pass
-    except socket.timeout:
+    except TimeoutError:
         pytest.fail(f"not disconnected within {limit}s (received {got!r})")
     return got, time.monotonic() - t0
 
@@ -185,7 +185,7 @@ def test_ipc_bad_message_type_is_dropped(listener: nanopy.Socket, good_peer: Cal
     good = good_peer(url)
     with raw_client(url) as s:
         s.sendall(PUSH_HEADER + b"\x01" + struct.pack(">Q", 2) + b"ok" + b"\x02" + struct.pack(">Q", 1) + b"x")
-        got, took = wait_disconnected(s, HANDSHAKE_TIMEOUT + 2)
+        got, _ = wait_disconnected(s, HANDSHAKE_TIMEOUT + 2)
     assert got == PULL_HEADER
     assert listener.recv(timeout=5) == b"ok"
     wait_until(lambda: listener.stats().protocol_errors == 1, what="protocol error counted")

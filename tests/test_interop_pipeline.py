@@ -11,9 +11,6 @@ import os
 from collections.abc import Callable, Iterator
 
 import pytest
-
-import nanopy
-from nanopy.testing import ipc_url, wait_pipes
 from peers import (
     INTEROP_SIZES,
     NANOCAT_STAY,
@@ -26,6 +23,9 @@ from peers import (
     run_tool,
     wait_exit,
 )
+
+import nanopy
+from nanopy.testing import ipc_url, wait_pipes
 
 pytestmark = pytest.mark.interop
 

@@ -9,9 +9,9 @@ import time
 from collections import Counter
 
 import pytest
+from conftest import bind_url
 
 import nanopy
-from conftest import bind_url
 from nanopy.testing import connect_pair
 
 SENDERS = 8

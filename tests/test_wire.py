@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import struct
 
 import pytest
@@ -141,7 +142,7 @@ def test_decoder_any_chunking_yields_the_same_frames(
     points = sorted({c % (len(wire) + 1) for c in cuts} | {0, len(wire)})
     dec = FrameDecoder(ipc, max_size=300)
     out: list[bytes] = []
-    for a, b in zip(points, points[1:]):
+    for a, b in itertools.pairwise(points):
         out.extend(dec.feed(wire[a:b]))
     assert out == payloads
     assert dec.pending == 0
