@@ -154,6 +154,41 @@ def nanopy_costs(n: int, rows: list[tuple[str, float, float]]) -> None:
         pull.close(linger=0)
 
 
+_SOCKETPAIR_CODE = """
+import socket, sys, time
+a, b = socket.socketpair()
+msg = b"x" * 72
+n = 5000
+for size in map(int, sys.argv[1:]):
+    c0 = time.thread_time()
+    for _ in range(n):
+        a.send(msg)
+        b.recv(size)
+    print(size, (time.thread_time() - c0) / n * 1e6)
+"""
+
+
+def syscall_costs(rows: list[tuple[str, float, float]]) -> None:
+    """One small message through a socketpair, read with different recv sizes.
+
+    A recv buffer of 128 KiB or more is above glibc's default mmap threshold: every
+    call then pays mmap + page faults + mremap (shrink) + munmap -- until some larger
+    mmapped block happens to be freed and glibc raises the threshold, so the cost
+    depends on the process's history. Measured in a fresh interpreter.
+    """
+    import subprocess
+
+    from nanopy.transports import _stream
+
+    sizes = sorted({_stream.RECV_SIZE, 256 * 1024, 64 * 1024}, reverse=True)
+    out = subprocess.run([sys.executable, "-c", _SOCKETPAIR_CODE, *map(str, sizes)],
+                         capture_output=True, text=True, timeout=60).stdout
+    for line in out.splitlines():
+        size, cpu = line.split()
+        note = " (nanopy's RECV_SIZE)" if int(size) == _stream.RECV_SIZE else ""
+        rows.append((f"fresh process: socketpair send + recv({int(size) // 1024} KiB){note}", float(cpu), float("nan")))
+
+
 def zmq_costs(n: int, rows: list[tuple[str, float, float]]) -> None:
     import zmq
 
@@ -188,12 +223,14 @@ def main() -> None:
     p.add_argument("-n", type=int, default=50_000)
     args = p.parse_args()
     rows: list[tuple[str, float, float]] = []
+    syscall_costs(rows)  # first: a large free() elsewhere raises glibc's mmap threshold
     nanopy_costs(args.n, rows)
     zmq_costs(args.n, rows)
     width = max(len(r[0]) for r in rows)
     print(f"{'call':<{width}}  {'CPU us':>7}  {'wall us':>7}")
     for label, cpu, wall in rows:
-        print(f"{label:<{width}}  {cpu:7.3f}  {wall:7.3f}")
+        wall_text = f"{wall:7.3f}" if wall == wall else f"{'-':>7}"
+        print(f"{label:<{width}}  {cpu:7.3f}  {wall_text}")
     os._exit(0)
 
 
