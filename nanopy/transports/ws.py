@@ -55,6 +55,8 @@ from .tls import (
 from .tcp import bind_tcp_socket, dial_tcp_socket, format_host_port, set_nodelay, split_host_port
 
 log = logging.getLogger("nanopy")
+#: the websockets protocol objects log here (handshakes at INFO, frames at DEBUG)
+ws_log = logging.getLogger("nanopy.ws")
 
 #: outgoing messages are split into frames of at most this many bytes (NNG drops > 1 MiB frames)
 FRAGMENT_SIZE = 1 << 16
@@ -191,7 +193,7 @@ class WsConnection(Connection):
         wanted = _subprotocol(ctx.peer_name)
         assert self._url is not None
         proto = ClientProtocol(
-            parse_uri(self._url), subprotocols=[wanted], max_size=ctx.recv_max_size or None
+            parse_uri(self._url), subprotocols=[wanted], max_size=ctx.recv_max_size or None, logger=ws_log
         )
         self._proto = proto
         proto.send_request(proto.connect())
@@ -481,7 +483,7 @@ class _PortServer:
         peer = f"{addr[0]}:{addr[1]}"
         chan: SocketChannel | StreamChannel
         chan = tls_server(sock, self.ssl_ctx, peer) if self.secure else SocketChannel(sock)  # type: ignore[arg-type]
-        proto = ServerProtocol(max_size=None)
+        proto = ServerProtocol(max_size=None, logger=ws_log)
         handed_over = False
         try:
             with trio.move_on_after(REQUEST_TIMEOUT):
