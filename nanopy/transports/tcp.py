@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import socket
+from typing import Any
 
 import trio
 
@@ -57,6 +58,12 @@ def bound_url(scheme: str, url: str, sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
     asked_host, _ = split_host_port(url, scheme, bind=True)
     return format_host_port(scheme, asked_host or host, port)
+
+
+def peer_text(addr: Any) -> str:
+    """``host:port`` for a socket address, IPv6 hosts in brackets."""
+    host, port = addr[0], addr[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _is_ip(host: str) -> bool:
@@ -121,7 +128,7 @@ async def dial_tcp_socket(url: str, scheme: str, ctx: PipeContext) -> tuple[sock
             sock.close()
             raise
         set_nodelay(sock, ctx)
-        return sock, f"{addr[0]}:{addr[1]}"
+        return sock, peer_text(addr)
     raise last or OSError(f"cannot resolve {host!r}")
 
 
@@ -130,7 +137,7 @@ class _TcpListener(StreamListener):
         set_nodelay(conn_sock, self._ctx)
 
     def describe_peer(self, addr: object) -> str:
-        return f"{addr[0]}:{addr[1]}"  # type: ignore[index]
+        return peer_text(addr)
 
 
 class TcpTransport(Transport):

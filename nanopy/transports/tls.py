@@ -28,7 +28,7 @@ from .._errors import AddressError, RemoteProtocolError
 from .._wire import HEADER_SIZE, FrameDecoder, encode_frames, encode_header, parse_header
 from ._base import Connection, Listener, PipeContext, Transport
 from ._stream import RECV_SIZE
-from .tcp import bind_tcp_socket, bound_url, dial_tcp_socket, set_nodelay, split_host_port
+from .tcp import bind_tcp_socket, bound_url, dial_tcp_socket, peer_text, set_nodelay, split_host_port
 
 # How long aclose() waits to say goodbye (TLS close_notify, WebSocket CLOSE).
 CLOSE_TIMEOUT = 0.5
@@ -255,7 +255,7 @@ class TlsListener(Listener):
                     continue
                 raise
             set_nodelay(conn, self._ctx)
-            peer = f"{addr[0]}:{addr[1]}"
+            peer = peer_text(addr)
             return TlsConnection(tls_server(conn, self._ssl, peer), self._ctx, peer)
 
     async def aclose(self) -> None:

@@ -52,7 +52,7 @@ from .tls import (
     tls_client,
     tls_server,
 )
-from .tcp import bind_tcp_socket, dial_tcp_socket, format_host_port, set_nodelay, split_host_port
+from .tcp import bind_tcp_socket, dial_tcp_socket, format_host_port, peer_text, set_nodelay, split_host_port
 
 log = logging.getLogger("nanopy")
 #: the websockets protocol objects log here (handshakes at INFO, frames at DEBUG)
@@ -480,7 +480,7 @@ class _PortServer:
 
     async def _route(self, sock: socket.socket, addr: Any) -> None:
         """Read the upgrade request, then hand the connection to the listener of its path."""
-        peer = f"{addr[0]}:{addr[1]}"
+        peer = peer_text(addr)
         chan: SocketChannel | StreamChannel
         chan = tls_server(sock, self.ssl_ctx, peer) if self.secure else SocketChannel(sock)  # type: ignore[arg-type]
         proto = ServerProtocol(max_size=None, logger=ws_log)
