@@ -282,3 +282,142 @@ class LoadBalancer:
 
     def __bool__(self) -> bool:
         return bool(self._ready)
+
+
+# -- building blocks for cores ---------------------------------------------------------
+# Cooperative mixins that own the per-pipe bookkeeping of one side of a protocol.
+# A core lists the ones it needs, send side first and a queuing one last, e.g.
+# ``class Bus0(Distributing, FairQueuing)``; each add_pipe/remove_pipe calls super()
+# so all of them see every pipe. Hot paths (send, recv, messages_received,
+# pipe_credit) are single methods here, never chains.
+
+
+class LoadBalancing(Core):
+    """Send side: each message goes to one pipe, picked by a :class:`LoadBalancer` (``_lb``).
+
+    ``send`` transmits the body as is and raises WouldBlock with no credit anywhere;
+    cores with a header override it.
+    """
+
+    def __init__(self, options: Any, raw: bool = False) -> None:
+        super().__init__(options, raw)
+        self._lb = LoadBalancer()
+
+    def add_pipe(self, pipe: PipeInfo, credit: int) -> None:
+        super().add_pipe(pipe, credit)
+        self._lb.add(pipe.id, pipe.send_priority, credit)
+
+    def remove_pipe(self, pid: int) -> None:
+        super().remove_pipe(pid)
+        self._lb.remove(pid)
+
+    def pipe_credit(self, pid: int, n: int) -> None:
+        self._lb.give(pid, n)
+
+    def send(self, body: bytes, header: bytes = b"") -> None:
+        pid = self._lb.take()
+        if pid is None:
+            raise WouldBlock
+        self.actions.append((TRANSMIT, pid, body))
+
+    def can_send(self) -> bool:
+        return bool(self._lb)
+
+    def send_to(self, pid: int, payload: bytes) -> None:
+        """Transmit on pipe ``pid``, or drop (counted) if it is gone or out of credit."""
+        if self._lb.take_pipe(pid):
+            self.actions.append((TRANSMIT, pid, payload))
+        else:
+            self.dropped += 1
+
+
+class Distributing(Core):
+    """Send side: every message goes to every pipe with credit (nanomsg ``dist``).
+
+    A pipe without credit misses the message; sending never waits. ``_credit``
+    maps pipe id to credit.
+    """
+
+    def __init__(self, options: Any, raw: bool = False) -> None:
+        super().__init__(options, raw)
+        self._credit: dict[int, int] = {}
+
+    def add_pipe(self, pipe: PipeInfo, credit: int) -> None:
+        super().add_pipe(pipe, credit)
+        self._credit[pipe.id] = credit
+
+    def remove_pipe(self, pid: int) -> None:
+        super().remove_pipe(pid)
+        self._credit.pop(pid, None)
+
+    def pipe_credit(self, pid: int, n: int) -> None:
+        if pid in self._credit:
+            self._credit[pid] += n
+
+    def distribute(self, payload: bytes, skip: int | None = None) -> int:
+        """Transmit ``payload`` on every pipe with credit but ``skip``; return how many missed it."""
+        credit = self._credit
+        append = self.actions.append
+        missed = 0
+        for pid, c in credit.items():
+            if pid == skip:
+                continue
+            if c > 0:
+                credit[pid] = c - 1
+                append((TRANSMIT, pid, payload))
+            else:
+                missed += 1
+        return missed
+
+    def can_send(self) -> bool:
+        return True
+
+
+class FairQueuing(Core):
+    """Receive side: :class:`Message` objects queued per pipe in a :class:`FairQueue` (``_fq``).
+
+    A gone pipe's unread messages are discarded. Subclasses fill the queue in
+    ``messages_received``; list this mixin last among a core's bases.
+    """
+
+    queue_class: ClassVar[type[FairQueue]] = FairQueue
+
+    def __init__(self, options: Any, raw: bool = False) -> None:
+        super().__init__(options, raw)
+        self._fq = self.queue_class(self.actions, options)
+
+    def add_pipe(self, pipe: PipeInfo, credit: int) -> None:
+        super().add_pipe(pipe, credit)
+        self._fq.add(pipe.id, pipe.recv_priority)
+
+    def remove_pipe(self, pid: int) -> None:
+        super().remove_pipe(pid)
+        self._fq.remove(pid)
+
+    def recv(self) -> Message:
+        return self._fq.pop()
+
+    def can_recv(self) -> bool:
+        return bool(self._fq)
+
+
+class BodyQueuing(FairQueuing):
+    """Receive side for headerless protocols: raw payloads are queued as they came.
+
+    A :class:`Message` is built only when the user asks for one (``recv_body``
+    skips it). Messages from a gone pipe stay readable (:meth:`Core.retire_pipe`).
+    """
+
+    def remove_pipe(self, pid: int) -> None:
+        # Core's part too: the PipeInfo stays while its messages are unread.
+        self.retire_pipe(pid, self._fq)
+
+    def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
+        return self._fq.push(pid, payloads)
+
+    def recv(self) -> Message:
+        body = self._fq.pop()
+        return Message(body, self.pipes[self._fq.last_pid].token)
+
+    def recv_body(self) -> bytes:
+        return self._fq.pop()

@@ -28,13 +28,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._core import TRANSMIT, Core, FairQueue, PipeInfo
+from .._core import TRANSMIT, BodyQueuing, Distributing, FairQueue
 from .._errors import ProtocolError
 from .._message import Message
 from .._radix import RadixTree
 
 
-class Pub0(Core):
+class Pub0(Distributing):
     """PUB: best-effort fan-out to every subscriber pipe."""
 
     protocol_id = 0x20
@@ -43,26 +43,11 @@ class Pub0(Core):
     peer_name = "sub"
     receives = False
 
-    def __init__(self, options: Any, raw: bool = False) -> None:
-        super().__init__(options, raw)
-        self._credit: dict[int, int] = {}
-
-    def add_pipe(self, pipe: PipeInfo, credit: int) -> None:
-        super().add_pipe(pipe, credit)
-        self._credit[pipe.id] = credit
-
-    def remove_pipe(self, pid: int) -> None:
-        super().remove_pipe(pid)
-        self._credit.pop(pid, None)
-
-    def pipe_credit(self, pid: int, n: int) -> None:
-        if pid in self._credit:
-            self._credit[pid] += n
-
     def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
         return True  # a SUB has nothing to say; ignore it and keep reading
 
     def send(self, body: bytes, header: bytes = b"") -> None:
+        # Distributing.distribute without a skip, inlined: PUB's hot path.
         credit = self._credit
         append = self.actions.append
         for pid, c in credit.items():
@@ -71,9 +56,6 @@ class Pub0(Core):
                 append((TRANSMIT, pid, body))
             else:
                 self.dropped += 1
-
-    def can_send(self) -> bool:
-        return True
 
     def recv(self) -> Message:
         raise ProtocolError("PUB sockets cannot receive; use a SUB socket")
@@ -104,7 +86,7 @@ class _LatestQueue(FairQueue):
         return True
 
 
-class Sub0(Core):
+class Sub0(BodyQueuing):
     """SUB: receive the messages whose body starts with a subscribed topic."""
 
     protocol_id = 0x21
@@ -112,19 +94,12 @@ class Sub0(Core):
     name = "sub"
     peer_name = "pub"
     sends = False
+    queue_class = _LatestQueue
+    _fq: _LatestQueue
 
     def __init__(self, options: Any, raw: bool = False) -> None:
         super().__init__(options, raw)
-        self._fq = _LatestQueue(self.actions, options)
         self.topics = RadixTree()
-
-    def add_pipe(self, pipe: PipeInfo, credit: int) -> None:
-        super().add_pipe(pipe, credit)
-        self._fq.add(pipe.id, pipe.recv_priority)
-
-    def remove_pipe(self, pid: int) -> None:
-        # Messages already received from the pipe stay readable.
-        self.retire_pipe(pid, self._fq)
 
     def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
         # Queue bare payloads; a Message is built only if the user asks for one.
@@ -139,15 +114,7 @@ class Sub0(Core):
             fq.dropped = 0
         return keep
 
-    def recv(self) -> Message:
-        body = self._fq.pop()
-        return Message(body, self.pipes[self._fq.last_pid].token)
-
-    def recv_body(self) -> bytes:
-        return self._fq.pop()
-
-    def can_recv(self) -> bool:
-        return bool(self._fq)
+    # recv / recv_body: BodyQueuing (a gone PUB's messages stay readable)
 
     def send(self, body: bytes, header: bytes = b"") -> None:
         raise ProtocolError("SUB sockets cannot send; use a PUB socket")
