@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .._core import TRANSMIT, Core, FairQueue, LoadBalancer, PipeInfo
+from .._core import CLOSE_PIPE, TRANSMIT, Core, FairQueue, LoadBalancer, PipeInfo
 from .._errors import ProtocolError
 from .._message import Message
 
@@ -86,6 +86,30 @@ def split_backtrace(payload: bytes, max_ttl: int) -> tuple[bytes, bytes] | str:
         if last:
             return payload[:pos], payload[pos:]
     return MALFORMED
+
+
+# -- PAIR v0 / v1 -----------------------------------------------------------------
+class SinglePeer(Core):
+    """Monogamous pipe handling: the first pipe is the peer; later ones are closed
+    while it lives, and every other pipe event is ignored. List it first among
+    the bases so it sees add_pipe/remove_pipe before the other building blocks.
+    """
+
+    def __init__(self, options: Any, raw: bool = False) -> None:
+        super().__init__(options, raw)
+        self.peer: int | None = None
+
+    def add_pipe(self, pipe: PipeInfo, credit: int) -> None:
+        if self.peer is not None:
+            self.actions.append((CLOSE_PIPE, pipe.id, f"{self.name.upper()} already has a peer"))
+            return
+        self.peer = pipe.id
+        super().add_pipe(pipe, credit)
+
+    def remove_pipe(self, pid: int) -> None:
+        if pid == self.peer:
+            self.peer = None
+            super().remove_pipe(pid)
 
 
 # -- REP / RESPONDENT -------------------------------------------------------------

@@ -20,46 +20,21 @@ Sending waits for credit on the peer's pipe (like PAIR v0); with no peer it wait
 
 from __future__ import annotations
 
-from typing import Any
-
-from .._core import CLOSE_PIPE, TRANSMIT, Core, FairQueue, LoadBalancer, PipeInfo
+from .._core import TRANSMIT, FairQueuing, LoadBalancing
 from .._errors import ProtocolError, WouldBlock
 from .._message import Message
+from ._common import SinglePeer
 
 _ONE = b"\x00\x00\x00\x01"
 
 
-class Pair1(Core):
+class Pair1(SinglePeer, LoadBalancing, FairQueuing):
     protocol_id = 0x11
     peer_id = 0x11
     name = "pair1"
     peer_name = "pair1"
 
-    def __init__(self, options: Any, raw: bool = False) -> None:
-        super().__init__(options, raw)
-        self.peer: int | None = None
-        self._lb = LoadBalancer()
-        self._fq = FairQueue(self.actions, options)
-
-    def add_pipe(self, pipe: PipeInfo, credit: int) -> None:
-        if self.peer is not None:
-            self.actions.append((CLOSE_PIPE, pipe.id, "PAIR1 already has a peer"))
-            return
-        super().add_pipe(pipe, credit)
-        self.peer = pipe.id
-        self._lb.add(pipe.id, pipe.send_priority, credit)
-        self._fq.add(pipe.id, pipe.recv_priority)
-
-    def remove_pipe(self, pid: int) -> None:
-        if pid != self.peer:
-            return
-        super().remove_pipe(pid)
-        self.peer = None
-        self._lb.remove(pid)
-        self._fq.remove(pid)
-
-    def pipe_credit(self, pid: int, n: int) -> None:
-        self._lb.give(pid, n)
+    # SinglePeer: one peer, the rest closed. FairQueuing: recv of queued Messages.
 
     def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
         if pid != self.peer:
@@ -98,12 +73,3 @@ class Pair1(Core):
         if pid is None:
             raise WouldBlock
         self.actions.append((TRANSMIT, pid, word + body))
-
-    def recv(self) -> Message:
-        return self._fq.pop()
-
-    def can_send(self) -> bool:
-        return bool(self._lb)
-
-    def can_recv(self) -> bool:
-        return bool(self._fq)
