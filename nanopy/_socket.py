@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import random
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import trio
@@ -31,15 +30,17 @@ from ._options import make_descriptors, new_options, validate_priority
 from ._pipe import PipeDriver
 from ._registry import protocols as _protocols
 from ._registry import transports as _transports
+from ._requests import RequestMethods
 from ._stats import SocketStats
+from ._util import ASYNC_YIELD_EVERY as _ASYNC_YIELD_EVERY
+from ._util import DEFAULT as _DEFAULT
+from ._util import as_bytes, yield_to_loop
 from ._timers import Timers
 from ._waiters import ThreadWaiter, WaitQueue, async_waiter
 from .transports._base import Connection, PipeContext
 
 log = logging.getLogger("nanopy")
 
-_DEFAULT: Any = object()  # "use the socket's timeout option"
-_ASYNC_YIELD_EVERY = 64  # fast-path async calls between forced checkpoints
 
 _pipe_ids_lock = threading.Lock()
 _pipe_ids = itertools.count(random.randrange(1, 1 << 30))
@@ -50,20 +51,6 @@ def _new_pipe_id() -> int:
         return (next(_pipe_ids) % 0x7FFFFFFF) or next(_pipe_ids)
 
 
-def as_bytes(data: Any) -> bytes:
-    """Accept bytes-like data; refuse text with advice."""
-    if isinstance(data, bytes):
-        return data
-    if isinstance(data, (bytearray, memoryview)):
-        return bytes(data)
-    if isinstance(data, str):
-        raise TypeError("nanopy sends bytes, not str: encode it first, e.g. data.encode()")
-    try:
-        return bytes(memoryview(data))
-    except TypeError:
-        raise TypeError(f"nanopy sends bytes-like data, not {type(data).__name__}") from None
-
-
 def _as_list(value: str | Iterable[str] | None) -> list[str]:
     if value is None:
         return []
@@ -72,51 +59,7 @@ def _as_list(value: str | Iterable[str] | None) -> list[str]:
     return list(value)
 
 
-async def _yield_to_loop() -> None:
-    import sniffio
-
-    if sniffio.current_async_library() == "trio":
-        await trio.lowlevel.checkpoint()
-    else:
-        import asyncio
-
-        await asyncio.sleep(0)
-
-
-class _IdRouter:
-    """Wakes the waiter of each request/survey id whose state changed (lock held).
-
-    Sits in ``Socket._wait_queues`` like a WaitQueue: the core lists ids in
-    ``core.replied``; ``wake_one`` routes each to that id's own WaitQueue, so a
-    reply wakes exactly its caller however many requests are in flight.
-    """
-
-    __slots__ = ("_core", "queues")
-
-    def __init__(self, core: Core) -> None:
-        self._core = core
-        core.replied = []  # type: ignore[attr-defined]  # the core starts listing ids
-        self.queues: dict[int, WaitQueue] = {}
-
-    @property
-    def waiters(self) -> list[int]:
-        return self._core.replied  # type: ignore[attr-defined]
-
-    def wake_one(self) -> None:
-        replied = self._core.replied  # type: ignore[attr-defined]
-        queues = self.queues
-        for key in replied:
-            queue = queues.get(key)
-            if queue is not None and queue.waiters:
-                queue.wake_one()
-        replied.clear()
-
-    def wake_all(self) -> None:
-        for queue in list(self.queues.values()):
-            queue.wake_all()
-
-
-class Socket:
+class Socket(RequestMethods):
     """A scalability-protocols socket.
 
     Args:
@@ -563,7 +506,7 @@ class Socket:
     async def _acall(self, attempt: Callable[[], Any], queue: WaitQueue, timeout: float | None, what: str) -> Any:
         """Async twin of :meth:`_call` for trio and asyncio tasks."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        await _yield_to_loop()
+        await yield_to_loop()
         while True:
             with self._lock:
                 if self._closed:
@@ -631,6 +574,9 @@ class Socket:
         """
         if data.__class__ is not bytes:
             data = as_bytes(data)
+        self._send(data, b"", timeout)
+
+    def _send(self, body: bytes, header: bytes, timeout: Any) -> None:
         if timeout is not _DEFAULT:
             self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
         # Fast path: one lock round, no waiter, no engine hop.
@@ -638,13 +584,13 @@ class Socket:
             if self._closed:
                 raise self._closed_error()
             try:
-                self._core.send(data)
+                self._core.send(body, header)
             except WouldBlock:
                 sent = False
             else:
                 sent = True
                 self._sent += 1
-                self._bytes_sent += len(data)
+                self._bytes_sent += len(body)
                 actions = self._take_actions()
                 self._wake()
         if sent:
@@ -652,7 +598,7 @@ class Socket:
                 self._execute(actions)
             return
         timeout = self._timeout(timeout, self._options.send_timeout)
-        self._call(self._send_attempt(data), self._send_q, timeout, "send")
+        self._call(self._send_attempt(body, header), self._send_q, timeout, "send")
 
     def recv(self, *, timeout: float | None = _DEFAULT) -> bytes:
         """Receive the next message body.
@@ -756,219 +702,13 @@ class Socket:
             self._check_open()
             self._core_method("unsubscribe", "unsubscribe()")(topic)
 
-    # -- request/reply and surveys (REQ, REP, SURVEYOR, RESPONDENT; raw devices) --------
-    _router: _IdRouter | None = None  # created on first request()/survey()
-
-    def _id_router(self) -> _IdRouter:
-        """The per-id waiter router (lock held); registered as a wait queue once."""
-        router = self._router
-        if router is None:
-            router = self._router = _IdRouter(self._core)
-            self._wait_queues.append(router)  # type: ignore[arg-type]
-        return router
-
-    def _cooked_method(self, name: str, what: str) -> Callable[..., Any]:
-        if self.raw:
-            raise ProtocolError(f"{self.name}: {what} is not available on raw sockets")
-        return self._core_method(name, what)
-
-    def _start_request(self, data: bytes) -> tuple[int, WaitQueue]:
-        core = self._core
-        with self._lock:
-            self._check_open()
-            rid = self._cooked_method("start_request", "request()")(data)
-            self._sent += 1
-            self._bytes_sent += len(data)
-            queue = WaitQueue(lambda: core.reply_ready(rid))  # type: ignore[attr-defined]
-            self._id_router().queues[rid] = queue
-            actions = self._take_actions()
-            self._wake()
-        if actions:
-            self._execute(actions)
-        return rid, queue
-
-    def _take_reply_attempt(self, rid: int) -> Callable[[], Message]:
-        core = self._core
-
-        def attempt() -> Message:
-            msg = core.take_reply(rid)  # type: ignore[attr-defined]
-            self._received += 1
-            self._bytes_received += len(msg.body)
-            self._router.queues.pop(rid, None)  # type: ignore[union-attr]
-            return msg
-
-        return attempt
-
-    def _forget_request(self, rid: int) -> None:
-        with self._lock:
-            if self._router is not None:
-                self._router.queues.pop(rid, None)
-            self._core.cancel_request(rid)  # type: ignore[attr-defined]
-            actions = self._take_actions()
-        if actions:
-            self._execute(actions)
-
-    def request(self, data: Any, *, timeout: float | None = _DEFAULT) -> bytes:
-        """REQ: send ``data`` as a new request and return the reply to it.
-
-        Thread-safe: any number of threads may call it at once on one socket; each
-        request has its own id and gets its own reply. Independent of the classic
-        ``send``/``recv`` pair (neither cancels the other). The request is resent
-        every ``resend_interval`` and at once when its pipe dies, until answered.
-
-        Args:
-            timeout: seconds for the whole round trip; defaults to ``recv_timeout``.
-
-        Raises:
-            Timeout: no reply in time (the request is abandoned; a late reply is
-                dropped). Closed: the socket closed. ProtocolError: not a cooked REQ.
-        """
-        if data.__class__ is not bytes:
-            data = as_bytes(data)
-        timeout = self._timeout(timeout, self._options.recv_timeout)
-        rid, queue = self._start_request(data)
-        try:
-            return self._call(self._take_reply_attempt(rid), queue, timeout, "request").body
-        except BaseException:
-            self._forget_request(rid)
-            raise
-
-    async def arequest(self, data: Any, *, timeout: float | None = _DEFAULT) -> bytes:
-        """Async :meth:`request` (trio or asyncio); cancelling it abandons the request."""
-        data = as_bytes(data)
-        timeout = self._timeout(timeout, self._options.recv_timeout)
-        rid, queue = self._start_request(data)
-        try:
-            return (await self._acall(self._take_reply_attempt(rid), queue, timeout, "request")).body
-        except BaseException:
-            self._forget_request(rid)
-            raise
-
-    def _reply(self, route: Any, data: Any, timeout: float | None = None) -> None:
-        """REP/RESPONDENT: answer the request that arrived with ``route``.
-
-        Never blocks: a reply for a pipe that is gone or full is dropped (counted)
-        and the requester's resend recovers, as in nanomsg.
-        """
-        if data.__class__ is not bytes:
-            data = as_bytes(data)
-        with self._lock:
-            self._check_open()
-            self._core.reply(route, data)  # type: ignore[attr-defined]
-            self._sent += 1
-            self._bytes_sent += len(data)
-            actions = self._take_actions()
-            self._wake()
-        if actions:
-            self._execute(actions)
-
-    async def _areply(self, route: Any, data: Any) -> None:
-        self._reply(route, data)
-        self._async_calls += 1
-        if self._async_calls % _ASYNC_YIELD_EVERY == 0:
-            await _yield_to_loop()
-
-    def _start_survey(self, data: Any) -> tuple[int, WaitQueue]:
-        data = as_bytes(data)
-        core = self._core
-        with self._lock:
-            self._check_open()
-            sid = self._cooked_method("start_survey", "survey()")(data)
-            self._sent += 1
-            self._bytes_sent += len(data)
-            queue = WaitQueue(lambda: core.answer_ready(sid))  # type: ignore[attr-defined]
-            self._id_router().queues[sid] = queue
-            actions = self._take_actions()
-            self._wake()
-        if actions:
-            self._execute(actions)
-        return sid, queue
-
-    def _take_answer_attempt(self, sid: int) -> Callable[[], Message | None]:
-        core = self._core
-
-        def attempt() -> Message | None:
-            msg = core.take_answer(sid)  # type: ignore[attr-defined]
-            if msg is None:
-                self._router.queues.pop(sid, None)  # type: ignore[union-attr]
-            else:
-                self._received += 1
-                self._bytes_received += len(msg.body)
-            return msg
-
-        return attempt
-
-    def _end_survey(self, sid: int) -> None:
-        # No lock: this may run from a generator finalizer (GC) on a thread that
-        # already holds it; a single dict.pop is atomic anyway.
-        if self._router is not None:
-            self._router.queues.pop(sid, None)
-
-    def survey(self, data: Any) -> Iterator[bytes]:
-        """SURVEYOR: send a survey now; iterate over the answers until its deadline.
-
-        The iterator ends ``survey_deadline`` seconds after the call, or as soon
-        as a newer survey starts on this socket. Late answers are dropped.
-        """
-        sid, queue = self._start_survey(data)
-        return self._answers(sid, queue)
-
-    def _answers(self, sid: int, queue: WaitQueue) -> Iterator[bytes]:
-        attempt = self._take_answer_attempt(sid)
-        try:
-            while True:
-                msg = self._call(attempt, queue, None, "survey")
-                if msg is None:
-                    return
-                yield msg.body
-        finally:
-            self._end_survey(sid)
-
-    def asurvey(self, data: Any) -> AsyncIterator[bytes]:
-        """Async :meth:`survey`: ``async for answer in sock.asurvey(b"?")``.
-
-        The survey is sent when ``asurvey`` is called.
-        """
-        sid, queue = self._start_survey(data)
-        return self._aanswers(sid, queue)
-
-    async def _aanswers(self, sid: int, queue: WaitQueue) -> AsyncIterator[bytes]:
-        attempt = self._take_answer_attempt(sid)
-        try:
-            while True:
-                msg = await self._acall(attempt, queue, None, "survey")
-                if msg is None:
-                    return
-                yield msg.body
-        finally:
-            self._end_survey(sid)
-
     def send_msg(self, msg: Message, *, timeout: float | None = _DEFAULT) -> None:
         """Send a :class:`Message`, header included: how devices forward on raw sockets.
 
         On a cooked socket the header is ignored (the protocol makes its own).
         """
         body = msg.body if msg.body.__class__ is bytes else as_bytes(msg.body)
-        header = msg.header if self.raw else b""
-        with self._lock:
-            if self._closed:
-                raise self._closed_error()
-            try:
-                self._core.send(body, header)
-            except WouldBlock:
-                sent = False
-            else:
-                sent = True
-                self._sent += 1
-                self._bytes_sent += len(body)
-                actions = self._take_actions()
-                self._wake()
-        if sent:
-            if actions:
-                self._execute(actions)
-            return
-        timeout = self._timeout(timeout, self._options.send_timeout)
-        self._call(self._send_attempt(body, header), self._send_q, timeout, "send")
+        self._send(body, msg.header if self.raw else b"", timeout)
 
     async def asend_msg(self, msg: Message, *, timeout: float | None = _DEFAULT) -> None:
         """Async :meth:`send_msg` (trio or asyncio)."""

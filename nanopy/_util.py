@@ -1,0 +1,35 @@
+"""Small helpers shared by the socket modules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+DEFAULT: Any = object()  # "use the socket's timeout option"
+ASYNC_YIELD_EVERY = 64  # fast-path async calls between forced checkpoints
+
+
+def as_bytes(data: Any) -> bytes:
+    """Accept bytes-like data; refuse text with advice."""
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    if isinstance(data, str):
+        raise TypeError("nanopy sends bytes, not str: encode it first, e.g. data.encode()")
+    try:
+        return bytes(memoryview(data))
+    except TypeError:
+        raise TypeError(f"nanopy sends bytes-like data, not {type(data).__name__}") from None
+
+
+async def yield_to_loop() -> None:
+    import sniffio
+
+    if sniffio.current_async_library() == "trio":
+        await trio.lowlevel.checkpoint()
+    else:
+        import asyncio
+
+        await asyncio.sleep(0)
