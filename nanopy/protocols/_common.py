@@ -12,9 +12,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar
 
-from .._core import CLOSE_PIPE, TRANSMIT, Core, FairQueue, LoadBalancer, PipeInfo
+from .._core import CLOSE_PIPE, Core, FairQueuing, LoadBalancing, PipeInfo
 from .._errors import ProtocolError
 from .._message import Message
 
@@ -127,41 +127,30 @@ REPLIER_TABLE = StateTable(
 )
 
 
-class Replier(Core):
-    """Cooked REP/RESPONDENT: strips and stores backtraces, answers along them.
+class BacktraceQueuing(FairQueuing):
+    """Receive side of the backtrace protocols: REQ/REP and SURVEYOR/RESPONDENT.
 
-    Replies never block: a reply for a pipe that is gone or whose send queue is
-    full is dropped and counted (the requester resends), as in nanomsg.
+    Each payload's stack is split off (:func:`split_backtrace`): a stack over the
+    hop limit drops the message (counted), a malformed one closes the pipe. A
+    cooked core keeps the stack as the message's reply route ``(owner, (pid,
+    stack))`` for ``msg.reply()``; a raw one exposes it in ``Message.header``,
+    after the incoming pipe's id when ``push_hop`` is set (raw REP/RESPONDENT).
     """
 
-    def __init__(self, options: Any, raw: bool = False) -> None:
-        super().__init__(options, raw)
-        self._fq = FairQueue(self.actions, options)
-        self._lb = LoadBalancer()
-        self.state = "idle"
-        self._current: tuple[int, bytes] | None = None
-        self.owner: Any = None  # the Socket, stamped into messages for msg.reply()
-
-    def add_pipe(self, pipe: PipeInfo, credit: int) -> None:
-        super().add_pipe(pipe, credit)
-        self._fq.add(pipe.id, pipe.recv_priority)
-        self._lb.add(pipe.id, pipe.send_priority, credit)
-
-    def remove_pipe(self, pid: int) -> None:
-        super().remove_pipe(pid)
-        self._fq.remove(pid)
-        self._lb.remove(pid)
-
-    def pipe_credit(self, pid: int, n: int) -> None:
-        self._lb.give(pid, n)
+    hop_limit: ClassVar[int | None] = None  # None: options.max_ttl
+    push_hop: ClassVar[bool] = False
+    malformed: ClassVar[str] = "{name}: malformed backtrace from peer"
+    owner: Any = None  # cooked: the Socket, stamped into messages for msg.reply()
 
     def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
         pipe = self.pipes.get(pid)
         if pipe is None:
             return False
         token = pipe.token
+        ttl = self.hop_limit or self.options.max_ttl
+        raw = self.raw
         owner = self.owner
-        ttl = self.options.max_ttl
+        hop = pid.to_bytes(4, "big") if self.push_hop else b""
         msgs = []
         ok = True
         for payload in payloads:
@@ -170,25 +159,39 @@ class Replier(Core):
                 if split is TOO_MANY_HOPS:
                     self.dropped += 1
                     continue
-                self.protocol_violation(pid, f"{self.name}: malformed backtrace from peer")
+                self.protocol_violation(pid, self.malformed.format(name=self.name))
                 ok = False
                 break
             header, body = split  # type: ignore[misc]
-            msg = Message(body, token)
-            msg._reply_to = (owner, (pid, header))
-            msgs.append(msg)
+            if raw:
+                msgs.append(Message(body, token, hop + header))
+            else:
+                msg = Message(body, token)
+                msg._reply_to = (owner, (pid, header))
+                msgs.append(msg)
         if msgs:
             ok = self._fq.push(pid, msgs) and ok
         return ok
+
+
+class Replier(LoadBalancing, BacktraceQueuing):
+    """Cooked REP/RESPONDENT: strips and stores backtraces, answers along them.
+
+    Replies never block: a reply for a pipe that is gone or whose send queue is
+    full is dropped and counted (the requester resends), as in nanomsg.
+    """
+
+    def __init__(self, options: Any, raw: bool = False) -> None:
+        super().__init__(options, raw)
+        self.state = "idle"
+        self._current: tuple[int, bytes] | None = None
+        self.owner = None
 
     def recv(self) -> Message:
         msg = self._fq.pop()
         self.state = REPLIER_TABLE.step(self.state, "recv")
         self._current = msg._reply_to[1]  # type: ignore[index]
         return msg
-
-    def can_recv(self) -> bool:
-        return bool(self._fq)
 
     def send(self, body: bytes, header: bytes = b"") -> None:
         self.state = REPLIER_TABLE.step(self.state, "send")
@@ -205,66 +208,20 @@ class Replier(Core):
             self._current = None
             self.state = "idle"
         pid, header = route
-        if pid not in self.pipes or not self._lb.take_pipe(pid):
-            self.dropped += 1
-            return
-        self.actions.append((TRANSMIT, pid, header + body))
+        self.send_to(pid, header + body)
 
 
-class RawReplier(Core):
+class RawReplier(LoadBalancing, BacktraceQueuing):
     """Raw REP/RESPONDENT (device side): the header is pipe id + backtrace.
 
     Receiving pushes the id of the incoming pipe (top bit clear) onto the stack;
     sending pops the first word to choose the pipe. Unknown or full pipes: dropped.
     """
 
+    push_hop = True
+
     def __init__(self, options: Any, raw: bool = True) -> None:
         super().__init__(options, True)
-        self._fq = FairQueue(self.actions, options)
-        self._lb = LoadBalancer()
-
-    def add_pipe(self, pipe: PipeInfo, credit: int) -> None:
-        super().add_pipe(pipe, credit)
-        self._fq.add(pipe.id, pipe.recv_priority)
-        self._lb.add(pipe.id, pipe.send_priority, credit)
-
-    def remove_pipe(self, pid: int) -> None:
-        super().remove_pipe(pid)
-        self._fq.remove(pid)
-        self._lb.remove(pid)
-
-    def pipe_credit(self, pid: int, n: int) -> None:
-        self._lb.give(pid, n)
-
-    def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
-        pipe = self.pipes.get(pid)
-        if pipe is None:
-            return False
-        token = pipe.token
-        ttl = self.options.max_ttl
-        hop = pid.to_bytes(4, "big")
-        msgs = []
-        ok = True
-        for payload in payloads:
-            split = split_backtrace(payload, ttl)
-            if split.__class__ is str:
-                if split is TOO_MANY_HOPS:
-                    self.dropped += 1
-                    continue
-                self.protocol_violation(pid, f"{self.name}: malformed backtrace from peer")
-                ok = False
-                break
-            header, body = split  # type: ignore[misc]
-            msgs.append(Message(body, token, hop + header))
-        if msgs:
-            ok = self._fq.push(pid, msgs) and ok
-        return ok
-
-    def recv(self) -> Message:
-        return self._fq.pop()
-
-    def can_recv(self) -> bool:
-        return bool(self._fq)
 
     def send(self, body: bytes, header: bytes = b"") -> None:
         if len(header) < 4 or len(header) % 4:
@@ -272,11 +229,7 @@ class RawReplier(Core):
                 f"raw {self.name}: the header must be a pipe id word followed by the "
                 f"backtrace (as received); got {len(header)} bytes"
             )
-        pid = int.from_bytes(header[:4], "big")
-        if pid not in self.pipes or not self._lb.take_pipe(pid):
-            self.dropped += 1
-            return
-        self.actions.append((TRANSMIT, pid, header[4:] + body))
+        self.send_to(int.from_bytes(header[:4], "big"), header[4:] + body)
 
     def can_send(self) -> bool:
         return True

@@ -16,35 +16,15 @@ count: a topology with a cycle of devices loops, exactly as in nanomsg and NNG.
 
 from __future__ import annotations
 
-from typing import Any
-
-from .._core import TRANSMIT, Core, FairQueue, LoadBalancer, PipeInfo
+from .._core import Distributing, FairQueuing
 from .._message import Message
 
 
-class Bus0(Core):
+class Bus0(Distributing, FairQueuing):
     protocol_id = 0x70
     peer_id = 0x70
     name = "bus"
     peer_name = "bus"
-
-    def __init__(self, options: Any, raw: bool = False) -> None:
-        super().__init__(options, raw)
-        self._lb = LoadBalancer()
-        self._fq = FairQueue(self.actions, options)
-
-    def add_pipe(self, pipe: PipeInfo, credit: int) -> None:
-        super().add_pipe(pipe, credit)
-        self._lb.add(pipe.id, pipe.send_priority, credit)
-        self._fq.add(pipe.id, pipe.recv_priority)
-
-    def remove_pipe(self, pid: int) -> None:
-        super().remove_pipe(pid)
-        self._lb.remove(pid)
-        self._fq.remove(pid)
-
-    def pipe_credit(self, pid: int, n: int) -> None:
-        self._lb.give(pid, n)
 
     def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
         pipe = self.pipes.get(pid)
@@ -58,19 +38,5 @@ class Bus0(Core):
 
     def send(self, body: bytes, header: bytes = b"") -> None:
         skip = int.from_bytes(header[:4], "big") if self.raw and len(header) >= 4 else None
-        take = self._lb.take_pipe
-        actions = self.actions
-        for pid in self.pipes:
-            if pid != skip and take(pid):
-                actions.append((TRANSMIT, pid, body))
-            elif pid != skip:
-                self.dropped += 1  # that peer is not keeping up: it misses this one
-
-    def can_send(self) -> bool:
-        return True
-
-    def recv(self) -> Message:
-        return self._fq.pop()
-
-    def can_recv(self) -> bool:
-        return bool(self._fq)
+        # A peer that is not keeping up misses this one.
+        self.dropped += self.distribute(body, skip)

@@ -54,10 +54,10 @@ import random
 from collections import deque
 from typing import Any
 
-from .._core import ARM_TIMER, CANCEL_TIMER, TRANSMIT, Core, FairQueue, LoadBalancer, PipeInfo
+from .._core import ARM_TIMER, CANCEL_TIMER, TRANSMIT, LoadBalancing, PipeInfo
 from .._errors import WouldBlock
 from .._message import Message
-from ._common import END_BIT, ID_MASK, MALFORMED, RawReplier, Replier, StateTable, split_backtrace
+from ._common import END_BIT, ID_MASK, BacktraceQueuing, RawReplier, Replier, StateTable
 
 REQUEST_TABLE = StateTable(
     "req",
@@ -92,7 +92,7 @@ class _Request:
         self.reply: Message | None = None
 
 
-class Req0(Core):
+class Req0(LoadBalancing):
     """Cooked REQ (see the module docstring). ``Req0(options, raw=True)`` is an XReq0."""
 
     protocol_id = 0x30
@@ -107,7 +107,6 @@ class Req0(Core):
 
     def __init__(self, options: Any, raw: bool = False) -> None:
         super().__init__(options, False)
-        self._lb = LoadBalancer()
         self._requests: dict[int, _Request] = {}
         self._queue: deque[int] = deque()  # request ids waiting for send credit
         self._inflight: dict[int, set[int]] = {}  # pid -> ids last sent on it
@@ -123,14 +122,12 @@ class Req0(Core):
     # -- pipes ---------------------------------------------------------------------
     def add_pipe(self, pipe: PipeInfo, credit: int) -> None:
         super().add_pipe(pipe, credit)
-        self._lb.add(pipe.id, pipe.send_priority, credit)
         self._inflight[pipe.id] = set()
         if self._queue:
             self._flush()
 
     def remove_pipe(self, pid: int) -> None:
         super().remove_pipe(pid)
-        self._lb.remove(pid)
         lost = self._inflight.pop(pid, ())
         requests = self._requests
         for rid in sorted(lost):
@@ -317,7 +314,7 @@ class Req0(Core):
         return len(self._requests)
 
 
-class XReq0(Core):
+class XReq0(LoadBalancing, BacktraceQueuing):
     """Raw REQ: sends header + body load-balanced; received replies keep their stack.
 
     No ids, no resends, no matching: a device forwards whatever comes.
@@ -327,62 +324,17 @@ class XReq0(Core):
     peer_id = 0x31
     name = "req"
     peer_name = "rep"
+    hop_limit = 255  # replies shrink on the way back: no hop limit to enforce here
+    malformed = "raw req: reply without a request id word"
 
     def __init__(self, options: Any, raw: bool = True) -> None:
         super().__init__(options, True)
-        self._lb = LoadBalancer()
-        self._fq = FairQueue(self.actions, options)
-
-    def add_pipe(self, pipe: PipeInfo, credit: int) -> None:
-        super().add_pipe(pipe, credit)
-        self._lb.add(pipe.id, pipe.send_priority, credit)
-        self._fq.add(pipe.id, pipe.recv_priority)
-
-    def remove_pipe(self, pid: int) -> None:
-        super().remove_pipe(pid)
-        self._lb.remove(pid)
-        self._fq.remove(pid)
-
-    def pipe_credit(self, pid: int, n: int) -> None:
-        self._lb.give(pid, n)
-
-    def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
-        pipe = self.pipes.get(pid)
-        if pipe is None:
-            return False
-        token = pipe.token
-        ttl = 255  # replies shrink on the way back: no hop limit to enforce here
-        msgs = []
-        ok = True
-        for payload in payloads:
-            split = split_backtrace(payload, ttl)
-            if split.__class__ is str:
-                if split is MALFORMED:
-                    self.protocol_violation(pid, "raw req: reply without a request id word")
-                    ok = False
-                    break
-                self.dropped += 1
-                continue
-            header, body = split  # type: ignore[misc]
-            msgs.append(Message(body, token, header))
-        if msgs:
-            ok = self._fq.push(pid, msgs) and ok
-        return ok
 
     def send(self, body: bytes, header: bytes = b"") -> None:
         pid = self._lb.take()
         if pid is None:
             raise WouldBlock
         self.actions.append((TRANSMIT, pid, header + body))
-
-    def can_send(self) -> bool:
-        return bool(self._lb)
-
-    def recv(self) -> Message:
-        return self._fq.pop()
-
-    def can_recv(self) -> bool:
-        return bool(self._fq)
 
 
 class Rep0(Replier):

@@ -48,10 +48,10 @@ import random
 from collections import deque
 from typing import Any
 
-from .._core import ARM_TIMER, CANCEL_TIMER, TRANSMIT, Core, FairQueue, LoadBalancer, PipeInfo
+from .._core import ARM_TIMER, CANCEL_TIMER, Distributing
 from .._errors import Timeout, WouldBlock
 from .._message import Message
-from ._common import END_BIT, ID_MASK, MALFORMED, RawReplier, Replier, StateTable, split_backtrace
+from ._common import END_BIT, ID_MASK, BacktraceQueuing, RawReplier, Replier, StateTable
 
 SURVEY_TABLE = StateTable(
     "surveyor",
@@ -68,15 +68,7 @@ SURVEY_TABLE = StateTable(
 )
 
 
-def _broadcast(core: Core, lb: LoadBalancer, payload: bytes) -> None:
-    """Queue ``payload`` on every pipe that has credit; the others miss it."""
-    actions = core.actions
-    for pid in core.pipes:
-        if lb.take_pipe(pid):
-            actions.append((TRANSMIT, pid, payload))
-
-
-class Surveyor0(Core):
+class Surveyor0(Distributing):
     """Cooked SURVEYOR (see the module docstring). ``raw=True`` gives an XSurveyor0."""
 
     protocol_id = 0x62
@@ -91,7 +83,6 @@ class Surveyor0(Core):
 
     def __init__(self, options: Any, raw: bool = False) -> None:
         super().__init__(options, False)
-        self._lb = LoadBalancer()
         self.state = "idle"
         self.survey_id: int | None = None
         self._answers: deque[Message] = deque()
@@ -99,17 +90,6 @@ class Surveyor0(Core):
         # Survey ids whose iterators should look again, drained by the socket;
         # None until the socket routes per-survey waiters (survey()).
         self.replied: list[int] | None = None
-
-    def add_pipe(self, pipe: PipeInfo, credit: int) -> None:
-        super().add_pipe(pipe, credit)
-        self._lb.add(pipe.id, pipe.send_priority, credit)
-
-    def remove_pipe(self, pid: int) -> None:
-        super().remove_pipe(pid)
-        self._lb.remove(pid)
-
-    def pipe_credit(self, pid: int, n: int) -> None:
-        self._lb.give(pid, n)
 
     # -- surveys ---------------------------------------------------------------------
     def start_survey(self, body: bytes) -> int:
@@ -124,7 +104,7 @@ class Surveyor0(Core):
             self._answers.clear()
         self._next = (self._next + 1) & ID_MASK
         sid = self.survey_id = self._next | END_BIT
-        _broadcast(self, self._lb, sid.to_bytes(4, "big") + body)
+        self.distribute(sid.to_bytes(4, "big") + body)  # misses are not counted as drops
         self.actions.append((ARM_TIMER, sid, self.options.survey_deadline))
         return sid
 
@@ -172,9 +152,6 @@ class Surveyor0(Core):
     def send(self, body: bytes, header: bytes = b"") -> None:
         self.start_survey(body)
 
-    def can_send(self) -> bool:
-        return True
-
     def recv(self) -> Message:
         if self._answers:
             return self._answers.popleft()
@@ -195,65 +172,21 @@ class Surveyor0(Core):
             self.actions.append((CANCEL_TIMER, self.survey_id))
 
 
-class XSurveyor0(Core):
+class XSurveyor0(Distributing, BacktraceQueuing):
     """Raw SURVEYOR: broadcasts header + body; answers keep their stack as header."""
 
     protocol_id = 0x62
     peer_id = 0x63
     name = "surveyor"
     peer_name = "respondent"
+    hop_limit = 255  # answers shrink on the way back: no hop limit to enforce here
+    malformed = "raw surveyor: answer without a survey id word"
 
     def __init__(self, options: Any, raw: bool = True) -> None:
         super().__init__(options, True)
-        self._lb = LoadBalancer()
-        self._fq = FairQueue(self.actions, options)
-
-    def add_pipe(self, pipe: PipeInfo, credit: int) -> None:
-        super().add_pipe(pipe, credit)
-        self._lb.add(pipe.id, pipe.send_priority, credit)
-        self._fq.add(pipe.id, pipe.recv_priority)
-
-    def remove_pipe(self, pid: int) -> None:
-        super().remove_pipe(pid)
-        self._lb.remove(pid)
-        self._fq.remove(pid)
-
-    def pipe_credit(self, pid: int, n: int) -> None:
-        self._lb.give(pid, n)
-
-    def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
-        pipe = self.pipes.get(pid)
-        if pipe is None:
-            return False
-        token = pipe.token
-        msgs = []
-        ok = True
-        for payload in payloads:
-            split = split_backtrace(payload, 255)
-            if split.__class__ is str:
-                if split is MALFORMED:
-                    self.protocol_violation(pid, "raw surveyor: answer without a survey id word")
-                    ok = False
-                    break
-                self.dropped += 1
-                continue
-            header, body = split  # type: ignore[misc]
-            msgs.append(Message(body, token, header))
-        if msgs:
-            ok = self._fq.push(pid, msgs) and ok
-        return ok
 
     def send(self, body: bytes, header: bytes = b"") -> None:
-        _broadcast(self, self._lb, header + body)
-
-    def can_send(self) -> bool:
-        return True
-
-    def recv(self) -> Message:
-        return self._fq.pop()
-
-    def can_recv(self) -> bool:
-        return bool(self._fq)
+        self.distribute(header + body)
 
 
 class Respondent0(Replier):
