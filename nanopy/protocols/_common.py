@@ -88,6 +88,23 @@ def split_backtrace(payload: bytes, max_ttl: int) -> tuple[bytes, bytes] | str:
     return MALFORMED
 
 
+class RawVariant:
+    """``Cls(options, raw=True)`` builds ``Cls.raw_class`` instead.
+
+    The raw forms of REQ, REP, SURVEYOR and RESPONDENT are separate cores (as in
+    NNG's ``xreq.c`` and friends). Only the class that sets ``raw_class`` switches;
+    its subclasses are built as asked.
+    """
+
+    raw_class: ClassVar[type[Core]]
+
+    def __new__(cls, options: Any = None, raw: bool = False) -> Any:
+        variant = cls.__dict__.get("raw_class")
+        if raw and variant is not None:
+            return variant(options)
+        return super().__new__(cls)
+
+
 # -- PAIR v0 / v1 -----------------------------------------------------------------
 class SinglePeer(Core):
     """Monogamous pipe handling: the first pipe is the peer; later ones are closed

@@ -57,7 +57,7 @@ from typing import Any
 from .._core import ARM_TIMER, CANCEL_TIMER, TRANSMIT, LoadBalancing, PipeInfo
 from .._errors import WouldBlock
 from .._message import Message
-from ._common import END_BIT, ID_MASK, BacktraceQueuing, RawReplier, Replier, StateTable
+from ._common import END_BIT, ID_MASK, BacktraceQueuing, RawReplier, RawVariant, Replier, StateTable
 
 REQUEST_TABLE = StateTable(
     "req",
@@ -92,18 +92,37 @@ class _Request:
         self.reply: Message | None = None
 
 
-class Req0(LoadBalancing):
+class XReq0(LoadBalancing, BacktraceQueuing):
+    """Raw REQ: sends header + body load-balanced; received replies keep their stack.
+
+    No ids, no resends, no matching: a device forwards whatever comes.
+    """
+
+    protocol_id = 0x30
+    peer_id = 0x31
+    name = "req"
+    peer_name = "rep"
+    hop_limit = 255  # replies shrink on the way back: no hop limit to enforce here
+    malformed = "raw req: reply without a request id word"
+
+    def __init__(self, options: Any, raw: bool = True) -> None:
+        super().__init__(options, True)
+
+    def send(self, body: bytes, header: bytes = b"") -> None:
+        pid = self._lb.take()
+        if pid is None:
+            raise WouldBlock
+        self.actions.append((TRANSMIT, pid, header + body))
+
+
+class Req0(RawVariant, LoadBalancing):
     """Cooked REQ (see the module docstring). ``Req0(options, raw=True)`` is an XReq0."""
 
     protocol_id = 0x30
     peer_id = 0x31
     name = "req"
     peer_name = "rep"
-
-    def __new__(cls, options: Any = None, raw: bool = False) -> Any:
-        if raw and cls is Req0:
-            return XReq0(options)
-        return super().__new__(cls)
+    raw_class = XReq0
 
     def __init__(self, options: Any, raw: bool = False) -> None:
         super().__init__(options, False)
@@ -314,43 +333,6 @@ class Req0(LoadBalancing):
         return len(self._requests)
 
 
-class XReq0(LoadBalancing, BacktraceQueuing):
-    """Raw REQ: sends header + body load-balanced; received replies keep their stack.
-
-    No ids, no resends, no matching: a device forwards whatever comes.
-    """
-
-    protocol_id = 0x30
-    peer_id = 0x31
-    name = "req"
-    peer_name = "rep"
-    hop_limit = 255  # replies shrink on the way back: no hop limit to enforce here
-    malformed = "raw req: reply without a request id word"
-
-    def __init__(self, options: Any, raw: bool = True) -> None:
-        super().__init__(options, True)
-
-    def send(self, body: bytes, header: bytes = b"") -> None:
-        pid = self._lb.take()
-        if pid is None:
-            raise WouldBlock
-        self.actions.append((TRANSMIT, pid, header + body))
-
-
-class Rep0(Replier):
-    """Cooked REP. ``Rep0(options, raw=True)`` is an XRep0."""
-
-    protocol_id = 0x31
-    peer_id = 0x30
-    name = "rep"
-    peer_name = "req"
-
-    def __new__(cls, options: Any = None, raw: bool = False) -> Any:
-        if raw and cls is Rep0:
-            return XRep0(options)
-        return super().__new__(cls)
-
-
 class XRep0(RawReplier):
     """Raw REP: the header is the incoming pipe id followed by the backtrace."""
 
@@ -358,3 +340,13 @@ class XRep0(RawReplier):
     peer_id = 0x30
     name = "rep"
     peer_name = "req"
+
+
+class Rep0(RawVariant, Replier):
+    """Cooked REP. ``Rep0(options, raw=True)`` is an XRep0."""
+
+    protocol_id = 0x31
+    peer_id = 0x30
+    name = "rep"
+    peer_name = "req"
+    raw_class = XRep0

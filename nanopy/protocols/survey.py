@@ -51,7 +51,7 @@ from typing import Any
 from .._core import ARM_TIMER, CANCEL_TIMER, Distributing
 from .._errors import Timeout, WouldBlock
 from .._message import Message
-from ._common import END_BIT, ID_MASK, BacktraceQueuing, RawReplier, Replier, StateTable
+from ._common import END_BIT, ID_MASK, BacktraceQueuing, RawReplier, RawVariant, Replier, StateTable
 
 SURVEY_TABLE = StateTable(
     "surveyor",
@@ -68,18 +68,31 @@ SURVEY_TABLE = StateTable(
 )
 
 
-class Surveyor0(Distributing):
+class XSurveyor0(Distributing, BacktraceQueuing):
+    """Raw SURVEYOR: broadcasts header + body; answers keep their stack as header."""
+
+    protocol_id = 0x62
+    peer_id = 0x63
+    name = "surveyor"
+    peer_name = "respondent"
+    hop_limit = 255  # answers shrink on the way back: no hop limit to enforce here
+    malformed = "raw surveyor: answer without a survey id word"
+
+    def __init__(self, options: Any, raw: bool = True) -> None:
+        super().__init__(options, True)
+
+    def send(self, body: bytes, header: bytes = b"") -> None:
+        self.distribute(header + body)
+
+
+class Surveyor0(RawVariant, Distributing):
     """Cooked SURVEYOR (see the module docstring). ``raw=True`` gives an XSurveyor0."""
 
     protocol_id = 0x62
     peer_id = 0x63
     name = "surveyor"
     peer_name = "respondent"
-
-    def __new__(cls, options: Any = None, raw: bool = False) -> Any:
-        if raw and cls is Surveyor0:
-            return XSurveyor0(options)
-        return super().__new__(cls)
+    raw_class = XSurveyor0
 
     def __init__(self, options: Any, raw: bool = False) -> None:
         super().__init__(options, False)
@@ -172,37 +185,6 @@ class Surveyor0(Distributing):
             self.actions.append((CANCEL_TIMER, self.survey_id))
 
 
-class XSurveyor0(Distributing, BacktraceQueuing):
-    """Raw SURVEYOR: broadcasts header + body; answers keep their stack as header."""
-
-    protocol_id = 0x62
-    peer_id = 0x63
-    name = "surveyor"
-    peer_name = "respondent"
-    hop_limit = 255  # answers shrink on the way back: no hop limit to enforce here
-    malformed = "raw surveyor: answer without a survey id word"
-
-    def __init__(self, options: Any, raw: bool = True) -> None:
-        super().__init__(options, True)
-
-    def send(self, body: bytes, header: bytes = b"") -> None:
-        self.distribute(header + body)
-
-
-class Respondent0(Replier):
-    """Cooked RESPONDENT. ``Respondent0(options, raw=True)`` is an XRespondent0."""
-
-    protocol_id = 0x63
-    peer_id = 0x62
-    name = "respondent"
-    peer_name = "surveyor"
-
-    def __new__(cls, options: Any = None, raw: bool = False) -> Any:
-        if raw and cls is Respondent0:
-            return XRespondent0(options)
-        return super().__new__(cls)
-
-
 class XRespondent0(RawReplier):
     """Raw RESPONDENT: the header is the incoming pipe id followed by the backtrace."""
 
@@ -210,3 +192,13 @@ class XRespondent0(RawReplier):
     peer_id = 0x62
     name = "respondent"
     peer_name = "surveyor"
+
+
+class Respondent0(RawVariant, Replier):
+    """Cooked RESPONDENT. ``Respondent0(options, raw=True)`` is an XRespondent0."""
+
+    protocol_id = 0x63
+    peer_id = 0x62
+    name = "respondent"
+    peer_name = "surveyor"
+    raw_class = XRespondent0
