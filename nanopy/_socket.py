@@ -15,7 +15,6 @@ import itertools
 import logging
 import random
 import threading
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -24,19 +23,19 @@ import trio
 from . import _engine
 from ._core import ARM_TIMER, CANCEL_TIMER, CLOSE_PIPE, RESUME_READ, TRANSMIT, Core, PipeInfo
 from ._endpoint import Endpoint
-from ._errors import AddressError, Closed, ProtocolError, Timeout, WouldBlock
+from ._errors import AddressError, Closed, ProtocolError, WouldBlock
 from ._message import Message, Pipe
 from ._options import make_descriptors, new_options, validate_priority
 from ._pipe import PipeDriver
 from ._registry import protocols as _protocols
 from ._registry import transports as _transports
+from ._blocking import BlockingCalls
 from ._requests import RequestMethods
 from ._stats import SocketStats
-from ._util import ASYNC_YIELD_EVERY as _ASYNC_YIELD_EVERY
 from ._util import DEFAULT as _DEFAULT
-from ._util import as_bytes, yield_to_loop
+from ._util import as_bytes
 from ._timers import Timers
-from ._waiters import ThreadWaiter, WaitQueue, async_waiter
+from ._waiters import WaitQueue
 from .transports._base import Connection, PipeContext
 
 log = logging.getLogger("nanopy")
@@ -59,7 +58,7 @@ def _as_list(value: str | Iterable[str] | None) -> list[str]:
     return list(value)
 
 
-class Socket(RequestMethods):
+class Socket(BlockingCalls, RequestMethods):
     """A scalability-protocols socket.
 
     Args:
@@ -400,7 +399,7 @@ class Socket(RequestMethods):
             for pid, n in credits.items():
                 self._pipe_credit(pid, n)
 
-    # -- blocking machinery ---------------------------------------------------------
+    # -- state checks ---------------------------------------------------------------
     def _check_open(self) -> None:
         if self._closed:
             raise self._closed_error()
@@ -418,125 +417,6 @@ class Socket(RequestMethods):
         self._closed = True
         self._fork_closed = True
         self._lock = threading.Lock()
-
-    def _timeout(self, timeout: Any, default: float | None) -> float | None:
-        if timeout is _DEFAULT:
-            return default
-        if timeout is not None:
-            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-                raise TypeError(f"timeout must be a number of seconds or None, not {type(timeout).__name__}")
-            if timeout < 0:
-                raise ValueError(f"timeout must be >= 0, got {timeout}")
-        return timeout
-
-    def _call(self, attempt: Callable[[], Any], queue: WaitQueue, timeout: float | None, what: str) -> Any:
-        """Run ``attempt`` under the lock until it stops raising WouldBlock."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            with self._lock:
-                if self._closed:
-                    raise self._closed_error()
-                try:
-                    result = attempt()
-                except WouldBlock:
-                    waiter = None
-                    if deadline is None or deadline > time.monotonic():
-                        waiter = ThreadWaiter()
-                        queue.waiters.append(waiter)
-                else:
-                    actions = self._take_actions()
-                    self._wake()
-                    break
-            if waiter is None:
-                raise Timeout(f"{self.name}: {what} timed out")
-            if self._engine_obj is not None and self._engine_obj.in_engine_thread():
-                with self._lock:
-                    queue.abandon(waiter)
-                raise RuntimeError(
-                    f"{self.name}: a blocking {what} on the nanopy engine thread would deadlock; "
-                    "pass timeout=0 in pipe callbacks"
-                )
-            try:
-                woken = waiter.wait(None if deadline is None else deadline - time.monotonic())
-            except BaseException:
-                with self._lock:
-                    queue.abandon(waiter)
-                raise
-            if not woken:
-                with self._lock:
-                    queue.abandon(waiter)
-                    # One last try: the condition may have turned true as we timed out.
-                    if not self._closed:
-                        try:
-                            result = attempt()
-                        except WouldBlock:
-                            pass
-                        else:
-                            actions = self._take_actions()
-                            self._wake()
-                            break
-                raise Timeout(f"{self.name}: {what} timed out")
-        if actions:
-            self._execute(actions)
-        return result
-
-    def _try_now(self, attempt: Callable[[], Any]) -> Any:
-        """Async fast path: run ``attempt`` once; None if it would block.
-
-        Every ``_ASYNC_YIELD_EVERY`` calls it declines, so the async caller takes
-        the slow path, which checkpoints: a task looping on ready data cannot
-        starve its event loop.
-        """
-        self._async_calls += 1
-        if self._async_calls % _ASYNC_YIELD_EVERY == 0:
-            return None
-        with self._lock:
-            if self._closed:
-                raise self._closed_error()
-            try:
-                result = attempt()
-            except WouldBlock:
-                return None
-            actions = self._take_actions()
-            self._wake()
-        if actions:
-            self._execute(actions)
-        return True if result is None else result
-
-    async def _acall(self, attempt: Callable[[], Any], queue: WaitQueue, timeout: float | None, what: str) -> Any:
-        """Async twin of :meth:`_call` for trio and asyncio tasks."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        await yield_to_loop()
-        while True:
-            with self._lock:
-                if self._closed:
-                    raise self._closed_error()
-                try:
-                    result = attempt()
-                except WouldBlock:
-                    waiter = None
-                    if deadline is None or deadline > time.monotonic():
-                        waiter = async_waiter()
-                        queue.waiters.append(waiter)
-                else:
-                    actions = self._take_actions()
-                    self._wake()
-                    break
-            if waiter is None:
-                raise Timeout(f"{self.name}: {what} timed out")
-            try:
-                woken = await waiter.wait(None if deadline is None else deadline - time.monotonic())
-            except BaseException:
-                with self._lock:
-                    queue.abandon(waiter)
-                raise
-            if not woken:
-                with self._lock:
-                    queue.abandon(waiter)
-                raise Timeout(f"{self.name}: {what} timed out")
-        if actions:
-            self._execute(actions)
-        return result
 
     # -- sending and receiving -------------------------------------------------------
     def _send_attempt(self, data: bytes, header: bytes = b"") -> Callable[[], None]:
