@@ -1,12 +1,20 @@
-"""Pieces shared by the request/reply and survey families (and their raw forms).
+"""Pieces shared by several protocol cores (and their raw forms).
 
 * :class:`StateTable`: an explicit ``(state, event) -> state`` table; any pair not
   in it is an illegal transition and raises :class:`ProtocolError`.
 * :func:`split_backtrace`: pops the backtrace stack (WIRE.md section 8.1) off a
   payload -- 32-bit big-endian words, pipe ids with the top bit clear, ending with
   the request/survey id that has the top bit set.
+* :class:`RawVariant`: ``Req0(options, raw=True)`` and friends build the separate
+  raw core instead.
+* :class:`SinglePeer`: PAIR v0/v1's one-peer pipe handling.
+* :class:`BacktraceQueuing`: the receive path of REP, RESPONDENT and all four
+  raw backtrace cores (split, hop limit, route or header, fair queue).
 * :class:`Replier` / :class:`RawReplier`: the REP and RESPONDENT cores, which
   differ only in their protocol identity.
+
+The generic building blocks (LoadBalancing, Distributing, FairQueuing,
+BodyQueuing) live in :mod:`nanopy._core`.
 """
 
 from __future__ import annotations
@@ -129,21 +137,7 @@ class SinglePeer(Core):
             super().remove_pipe(pid)
 
 
-# -- REP / RESPONDENT -------------------------------------------------------------
-# Classic replier state: a cooked REP (or RESPONDENT) remembers the route of the
-# last request received with recv(); send() answers it. Replies made through
-# Message.reply() carry their own route and bypass this table.
-REPLIER_TABLE = StateTable(
-    "replier",
-    {
-        ("idle", "recv"): "pending",
-        ("pending", "recv"): "pending",  # nanomsg: a new recv abandons the old request
-        ("pending", "send"): "idle",
-    },
-    {("idle", "send"): "send() without a pending request: call recv() first (or reply via msg.reply())"},
-)
-
-
+# -- REQ/REP and SURVEYOR/RESPONDENT receive side -----------------------------------
 class BacktraceQueuing(FairQueuing):
     """Receive side of the backtrace protocols: REQ/REP and SURVEYOR/RESPONDENT.
 
@@ -189,6 +183,21 @@ class BacktraceQueuing(FairQueuing):
         if msgs:
             ok = self._fq.push(pid, msgs) and ok
         return ok
+
+
+# -- REP / RESPONDENT -------------------------------------------------------------
+# Classic replier state: a cooked REP (or RESPONDENT) remembers the route of the
+# last request received with recv(); send() answers it. Replies made through
+# Message.reply() carry their own route and bypass this table.
+REPLIER_TABLE = StateTable(
+    "replier",
+    {
+        ("idle", "recv"): "pending",
+        ("pending", "recv"): "pending",  # nanomsg: a new recv abandons the old request
+        ("pending", "send"): "idle",
+    },
+    {("idle", "send"): "send() without a pending request: call recv() first (or reply via msg.reply())"},
+)
 
 
 class Replier(LoadBalancing, BacktraceQueuing):
