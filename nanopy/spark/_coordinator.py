@@ -293,7 +293,9 @@ class Coordinator:
                     self._pending.appendleft(item_id)
                     self.requeued += 1
         if self._bar is not None:
-            self._bar.update(len(self._results), self.in_flight())
+            flights = self.in_flight()
+            note = "" if flights or self._results else "waiting for tasks"
+            self._bar.update(len(self._results), flights, note)
 
     def _release(self, pid: int) -> None:
         """Put a dropped connection's leased items back at the front of the queue."""

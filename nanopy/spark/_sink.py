@@ -69,9 +69,9 @@ class _Writer:
                 '(name it "payload" or pass .option("column", name))'
             )
         self.column = column
-        topic_column = options.get("topiccolumn")
-        if topic_column is None and self.protocol == "pub" and "topic" in names:
-            topic_column = "topic"
+        topic_column = options.get("topiccolumn") or None
+        if topic_column is not None and topic_column not in names:
+            raise opt.SourceOptionError(f"topicColumn {topic_column!r} is not a column of {names}")
         self.topic_column = topic_column
         self.tag = opt.boolean(options, "tag", True)
         self.send_timeout = opt.number(options, "sendTimeout", 30.0)
@@ -175,7 +175,7 @@ class NanopyBatchWriter(_Writer, _BatchBase):  # type: ignore[misc, valid-type]
         log.info("nanopy sink: wrote %d rows", _total(messages))
 
     def abort(self, messages: list[Any]) -> None:
-        log.warning("nanopy sink: write aborted after %d rows were sent", _total(messages))
+        log.info("nanopy sink: write aborted after %d rows were sent", _total(messages))
 
 
 class NanopyStreamWriter(_Writer, _StreamBase):  # type: ignore[misc, valid-type]
@@ -188,4 +188,4 @@ class NanopyStreamWriter(_Writer, _StreamBase):  # type: ignore[misc, valid-type
         log.info("nanopy sink: batch %d wrote %d rows", batchId, _total(messages))
 
     def abort(self, messages: list[Any], batchId: int) -> None:
-        log.warning("nanopy sink: batch %d aborted after %d rows were sent", batchId, _total(messages))
+        log.info("nanopy sink: batch %d aborted after %d rows were sent", batchId, _total(messages))
