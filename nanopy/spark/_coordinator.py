@@ -51,9 +51,10 @@ class Coordinator:
             work redone when a task dies).
         lease_timeout: seconds a task may hold items without contacting the
             coordinator before they are handed to someone else.
-        bind: the URL to listen on; default ``tcp://127.0.0.1:0`` (any free port).
-            In a cluster bind an address the executors can reach, e.g.
-            ``tcp://0.0.0.0:0`` with ``advertise="driver-host"``.
+        bind: the URL to listen on. Default: ``tcp://127.0.0.1:0`` (any free
+            port); :meth:`map` on a non-local master binds ``tcp://0.0.0.0:0`` and
+            advertises ``spark.driver.host``. In a cluster, bind an address the
+            executors can reach, e.g. ``tcp://0.0.0.0:0`` with ``advertise=host``.
         advertise: the host name tasks should dial (default: the bound host, or
             this machine's name when bound to a wildcard address).
         progress: show the live progress line on ``progress_stream`` (stderr).
@@ -70,7 +71,7 @@ class Coordinator:
         *,
         chunk_size: int = 64,
         lease_timeout: float = 60.0,
-        bind: str = "tcp://127.0.0.1:0",
+        bind: str | None = None,
         advertise: str | None = None,
         progress: bool = True,
         progress_stream: TextIO | None = None,
@@ -118,7 +119,7 @@ class Coordinator:
         sock = Socket(ensure_registered(), name=self.name, recv_buffer=4096)
         sock.on_pipe_removed(lambda pipe: self._dropped_pipes.append(pipe.id))
         try:
-            ep = sock.bind(self._bind)
+            ep = sock.bind(self._bind or "tcp://127.0.0.1:0")
         except BaseException:
             sock.close(linger=0)
             raise
@@ -211,6 +212,10 @@ class Coordinator:
         """
         sc = getattr(spark, "sparkContext", spark)
         n = tasks or sc.defaultParallelism
+        if self._bind is None and not sc.master.startswith("local"):
+            # Executors run on other hosts: listen everywhere, advertise the driver host.
+            self._bind = "tcp://0.0.0.0:0"
+            self._advertise = self._advertise or sc.getConf().get("spark.driver.host")
         with self:
             client = self.client()
             group = f"nanopy-coordinator-{self._token}"
