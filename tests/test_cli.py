@@ -403,3 +403,89 @@ def test_nanopy_command_dispatch() -> None:
     assert main(["--help"]) == 0
     done = subprocess.run([sys.executable, "-m", "nanopy", "cat", "--help"], capture_output=True, timeout=30)
     assert done.returncode == 0 and done.stdout.startswith(b"Usage: nanopy cat")
+
+
+@pytest.mark.interop
+def test_pair_and_bus(payload_file: str) -> None:
+    """PAIR/BUS without data only print (nanocat's recv loop); with data they send."""
+    jobs = {}
+    for proto in ("pair", "bus"):
+        for subject in SUBJECTS:
+            for fmt in ("quoted", "msgpack"):
+                p = free_tcp_port()
+                # The sender sends after 1 s, then waits 1 s for an answer and exits.
+                jobs[(subject, proto, "recv", fmt)] = (
+                    cmd(subject, proto, "--bind", url(p), "--format", fmt),
+                    cmd("nanocat", proto, "--connect", url(p), "-F", payload_file, "-d", "1",
+                        "--recv-timeout", "1"),
+                    p,
+                )
+                p = free_tcp_port()
+                jobs[(subject, proto, "send", fmt)] = (
+                    cmd("nanocat", proto, "--bind", url(p), "--format", fmt),
+                    cmd(subject, proto, "--connect", url(p), "-F", payload_file, "-d", "1", "--recv-timeout", "1"),
+                    p,
+                )
+    results = run_all(jobs)
+    for proto in ("pair", "bus"):
+        for fmt in ("quoted", "msgpack"):
+            _compare(results, (proto, "recv", fmt), "server")
+            _compare(results, (proto, "send", fmt), "server")
+        assert results[("nanopy", proto, "recv", "msgpack")].server_out == fmt_msgpack(PAYLOAD)
+        assert results[("nanopy", proto, "send", "msgpack")].server_out == fmt_msgpack(PAYLOAD)
+
+
+def test_req_interval_repeats_requests() -> None:
+    """REQ with --interval: a new request every interval, replies printed in between."""
+    with nanopy.Socket("rep", bind="tcp://127.0.0.1:0") as rep:
+        proc = subprocess.Popen(
+            [*NANOPY_CAT, "--req", "--connect", rep.endpoints[0].url, "-D", "q", "-i", "0.2", "-A"],
+            stdout=subprocess.PIPE,
+        )
+        try:
+            for n in range(3):
+                msg = rep.recv_msg(timeout=20)
+                assert msg.body == b"q"
+                msg.reply(b"a%d" % n)
+            assert proc.stdout is not None
+            assert proc.stdout.read(9) == b"a0\na1\na2\n"
+        finally:
+            if proc.poll() is None:
+                os.kill(proc.pid, 9)
+            proc.wait(timeout=10)
+
+
+def test_tls_with_verbose_bind_address(tmp_path: Path) -> None:
+    """tls+tcp with nngcat-style TLS flags; -v reports the port a port-0 bind got."""
+    from tls_certs import tls_files
+
+    tls = tls_files()
+    server_pem, ca_pem = tmp_path / "server.pem", tmp_path / "ca.pem"
+    server_pem.write_text(tls.server_pem)
+    ca_pem.write_text(tls.ca_pem)
+    proc = subprocess.Popen(
+        [*NANOPY_CAT, "--pull", "--bind", "tls+tcp://127.0.0.1:0", "--cert", str(server_pem), "-v",
+         "--recv-timeout", "3", "-Q"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stderr is not None and proc.stdout is not None
+        line = proc.stderr.readline().decode()
+        assert line.startswith("Listening at: tls+tcp://127.0.0.1:"), line
+        bound = line.split(": ", 1)[1].strip()
+        with nanopy.Socket("push") as push:
+            push.connect(bound, ssl_context=tls.client_ctx)
+            push.send(b"secret\n")
+            assert proc.stdout.readline() == b'"secret\\n"\n'
+        with nanopy.Socket("pull", recv_timeout=20) as pull:
+            ep = pull.bind("tls+tcp://127.0.0.1:0", ssl_context=tls.server_ctx)
+            sent = subprocess.run(
+                [*NANOPY_CAT, "--push", "--connect", ep.url, "--cacert", str(ca_pem), "-D", "over tls"],
+                capture_output=True, timeout=30,
+            )
+            assert sent.returncode == 0, sent.stderr
+            assert pull.recv() == b"over tls"
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, 9)
+        proc.wait(timeout=10)
