@@ -228,7 +228,8 @@ class Discovery:
         self._async_waiters: list[Any] = []
         self._wakeup = threading.Event()
         self._closing = False
-        self._sock = Socket("surveyor", survey_deadline=self.deadline, name="discovery", **socket_options)
+        socket_options.setdefault("name", "discovery")
+        self._sock = Socket("surveyor", survey_deadline=self.deadline, **socket_options)
         try:
             self._endpoint = self._sock.bind(url)
         except BaseException:
@@ -348,7 +349,7 @@ class Discovery:
                     self._answer(body, seen)
             except Closed:
                 break
-            except NanopyError:
+            except Exception:  # keep surveying whatever happened to this round
                 log.exception("discovery survey failed")
             self._end_round(seen)
             left = start + self.interval - time.monotonic()
@@ -475,8 +476,8 @@ class Announcer:
         self._answer = encode_answer(name, address, priority=priority, metadata=metadata)
         self.answered = 0  #: surveys answered
         socket_options.setdefault("reconnect_interval", min(0.1, reconnect_interval_max))
-        self._sock = Socket("respondent", reconnect_interval_max=reconnect_interval_max,
-                            name=f"announce {name}", **socket_options)
+        socket_options.setdefault("name", f"announce {name}")
+        self._sock = Socket("respondent", reconnect_interval_max=reconnect_interval_max, **socket_options)
         try:
             for url in _as_list(connect):
                 self._sock.connect(url)

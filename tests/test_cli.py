@@ -339,6 +339,9 @@ def test_parser_rules() -> None:
     # nanopy's extensions never steal nanocat's abbreviations: --in is --interval.
     cfg = catmod.parse(["--push", "-l", "1", "-D", "x", "--in", "2", "--ins"])
     assert cfg.interval == 2.0 and cfg.insecure
+    assert catmod.parse(["--pull", "-l", "1", "--recv-timeout", "inf"]).recv_timeout == 1e9
+    with pytest.raises(UsageError, match="needs a number of seconds"):
+        catmod.parse(["--pull", "-l", "1", "--recv-timeout", "1_0"])
     with pytest.raises(UsageError, match="ambiguous option --su: could be --sub, --surveyor, --subscribe"):
         catmod.parse(["--su", "-l", "1"])
 

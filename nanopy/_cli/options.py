@@ -231,7 +231,9 @@ def seconds_option(attr: str, long: str) -> Callable[[Any, str | None], None]:
             raise UsageError(f"nanopy cat: option --{long} needs a number of seconds, got {value!r}") from None
         if math.isnan(number):
             raise UsageError(f"nanopy cat: option --{long} needs a number of seconds, got {value!r}")
-        setattr(config, attr, number)
+        # "inf" is accepted like strtof does; a billion seconds is forever enough
+        # and keeps sleeps and lock timeouts within their limits.
+        setattr(config, attr, min(number, 1e9))
 
     return apply
 
