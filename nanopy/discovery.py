@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from ._errors import Closed, NanopyError
 from ._socket import Socket
@@ -128,7 +128,7 @@ def decode_answer(data: bytes, now: float | None = None) -> Provider:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"not UTF-8 JSON: {exc}") from None
     if not isinstance(obj, dict):
-        raise ValueError("not a JSON object")
+        raise ValueError("not a JSON object")  # noqa: TRY004 - a malformed answer, not a caller's bug
     version = obj.get("v")
     if version != FORMAT_VERSION or isinstance(version, bool):
         raise ValueError(f"unsupported format version {version!r}")
@@ -142,7 +142,7 @@ def decode_answer(data: bytes, now: float | None = None) -> Provider:
         raise ValueError(str(exc)) from None
     metadata = obj.get("metadata", {})
     if not isinstance(metadata, dict):
-        raise ValueError("metadata must be a JSON object")
+        raise ValueError("metadata must be a JSON object")  # noqa: TRY004 - see above
     stamp = time.time() if now is None else now
     return Provider(name, address, priority, metadata, stamp, stamp)
 
@@ -178,7 +178,7 @@ async def _in_worker_thread(fn: Callable[[], Any]) -> Any:
 
 
 class _Entry:
-    __slots__ = ("provider", "missed")
+    __slots__ = ("missed", "provider")
 
     def __init__(self, provider: Provider) -> None:
         self.provider = provider
@@ -426,16 +426,16 @@ class Discovery:
         """Async :meth:`close`."""
         await _in_worker_thread(self.close)
 
-    def __enter__(self) -> Discovery:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    async def __aenter__(self) -> Discovery:
+    async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
 
@@ -531,14 +531,14 @@ class Announcer:
         """Async :meth:`close`."""
         await _in_worker_thread(self.close)
 
-    def __enter__(self) -> Announcer:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    async def __aenter__(self) -> Announcer:
+    async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.aclose()

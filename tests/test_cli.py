@@ -27,13 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from peers import free_tcp_port, need_tool, read_until_eof, run_tool, wait_exit
 
 import nanopy
 from nanopy._cli import cat as catmod
 from nanopy._cli.formats import FORMATTERS, fmt_msgpack
 from nanopy._cli.options import UsageError
 from nanopy.testing import wait_pipes
-from peers import free_tcp_port, need_tool, read_until_eof, run_tool, wait_exit
 
 NANOPY_CAT = [sys.executable, "-m", "nanopy", "cat"]
 FORMATS = ("no", "raw", "ascii", "quoted", "msgpack", "hex")
@@ -296,7 +296,7 @@ def test_ws_url_with_nanocat() -> None:
 def test_usage_errors_match_nanocat_exit_codes(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     ours = catmod.main(argv)
     err = capsys.readouterr().err
-    theirs = subprocess.run([need_tool("nanocat"), *argv], capture_output=True, timeout=10).returncode
+    theirs = subprocess.run([need_tool("nanocat"), *argv], check=False, capture_output=True, timeout=10).returncode
     assert ours == theirs
     assert err.startswith("nanopy cat: ") and err.endswith("\n")
 
@@ -306,7 +306,7 @@ def test_bind_error_exits_3_like_nanocat(capsys: pytest.CaptureFixture[str]) -> 
     argv = ["--pull", "--bind", "nosuchscheme://x"]
     assert catmod.main(argv) == 3
     assert "Can't bind" in capsys.readouterr().err
-    assert subprocess.run([need_tool("nanocat"), *argv], capture_output=True, timeout=10).returncode == 3
+    assert subprocess.run([need_tool("nanocat"), *argv], check=False, capture_output=True, timeout=10).returncode == 3
 
 
 @pytest.mark.interop
@@ -314,7 +314,7 @@ def test_reply_loop_timeout_exits_3_like_nanocat(capsys: pytest.CaptureFixture[s
     # nanocat ends a REP reply loop with "Can't recv: Connection timed out", status 3.
     p = free_tcp_port()
     argv = ["--rep", "--bind", url(p), "-D", "x", "--recv-timeout", "1"]
-    assert subprocess.run([need_tool("nanocat"), *argv], capture_output=True, timeout=10).returncode == 3
+    assert subprocess.run([need_tool("nanocat"), *argv], check=False, capture_output=True, timeout=10).returncode == 3
     assert catmod.main(["--rep", "--bind", "tcp://127.0.0.1:0", "-D", "x", "--recv-timeout", "0.1"]) == 3
     assert "Can't recv: Connection timed out" in capsys.readouterr().err
 
@@ -392,7 +392,7 @@ def test_data_from_stdin() -> None:
     with nanopy.Socket("pull", bind="tcp://127.0.0.1:0", recv_timeout=20) as pull:
         proc = subprocess.run(
             [*NANOPY_CAT, "--push", "--connect", pull.endpoints[0].url, "-F", "-"],
-            input=b"from\x00stdin", capture_output=True, timeout=30,
+            input=b"from\x00stdin", check=False, capture_output=True, timeout=30,
         )
         assert proc.returncode == 0, proc.stderr
         assert pull.recv() == b"from\x00stdin"
@@ -404,7 +404,7 @@ def test_nanopy_command_dispatch() -> None:
     assert main(["--version"]) == 0
     assert main(["no-such-command"]) == 1
     assert main(["--help"]) == 0
-    done = subprocess.run([sys.executable, "-m", "nanopy", "cat", "--help"], capture_output=True, timeout=30)
+    done = subprocess.run([sys.executable, "-m", "nanopy", "cat", "--help"], check=False, capture_output=True, timeout=30)
     assert done.returncode == 0 and done.stdout.startswith(b"Usage: nanopy cat")
 
 
@@ -484,7 +484,7 @@ def test_tls_with_verbose_bind_address(tmp_path: Path) -> None:
             ep = pull.bind("tls+tcp://127.0.0.1:0", ssl_context=tls.server_ctx)
             sent = subprocess.run(
                 [*NANOPY_CAT, "--push", "--connect", ep.url, "--cacert", str(ca_pem), "-D", "over tls"],
-                capture_output=True, timeout=30,
+                check=False, capture_output=True, timeout=30,
             )
             assert sent.returncode == 0, sent.stderr
             assert pull.recv() == b"over tls"

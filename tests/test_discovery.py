@@ -302,6 +302,6 @@ def test_discover_events_and_announce_cli() -> None:
 def test_example_demo_runs() -> None:
     """examples/service_discovery/run_demo.py passes its own checks."""
     demo = os.path.join(os.path.dirname(__file__), "..", "examples", "service_discovery", "run_demo.py")
-    done = subprocess.run([sys.executable, demo], capture_output=True, text=True, timeout=90)
+    done = subprocess.run([sys.executable, demo], check=False, capture_output=True, text=True, timeout=90)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.rstrip().endswith("DEMO OK")
