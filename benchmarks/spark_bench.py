@@ -102,6 +102,11 @@ def bench_source(spark, n: int, size: int, max_batch: int) -> dict:
         sent = producer.stdout.readline().strip()
         done.wait(300)
         elapsed = stats["last"] - t0 if stats["last"] else float("nan")
+        phases: dict[str, list[int]] = {}
+        for progress in query.recentProgress:
+            if progress.get("numInputRows"):
+                for key, ms in progress.get("durationMs", {}).items():
+                    phases.setdefault(key, []).append(ms)
         query.stop()
         ranges = sorted(stats["ranges"])
         contiguous = all(b[0] == a[1] + 1 for a, b in zip(ranges, ranges[1:]))
@@ -113,6 +118,7 @@ def bench_source(spark, n: int, size: int, max_batch: int) -> dict:
             "batches": stats["batches"], "seconds": round(elapsed, 3),
             "msgs_per_s": round(stats["count"] / elapsed) if stats["last"] else 0,
             "producer": sent,
+            "median_ms": {k: sorted(v)[len(v) // 2] for k, v in sorted(phases.items())},
         }
     finally:
         producer.kill()

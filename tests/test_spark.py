@@ -92,14 +92,18 @@ def test_source_delivers_every_pushed_message(spark: Any, tmp_path: Any) -> None
     assert len(sink.batches) >= 5  # 4000 rows per micro-batch at most
 
 
-def test_spool_survives_restart_mid_stream(spark: Any, tmp_path: Any) -> None:
+@pytest.mark.parametrize("spooled", [True, False], ids=["spool", "no-spool"])
+def test_restart_mid_stream(spark: Any, tmp_path: Any, spooled: bool) -> None:
+    """With a spool nothing is lost across a restart; without one, the replayed batch is."""
     first, second = 3000, 2000
     spool = str(tmp_path / "spool")
+    options = {"maxRecordsPerBatch": "1000"}
+    if spooled:
+        options["spoolPath"] = spool
     sink = Collector(first + second, fail_on=ids(1, first - 1)[0])
     with nanopy.Socket("push", bind="tcp://127.0.0.1:0", send_buffer=10_000) as push:
         url = push.endpoints[0].url
-        query = start_query(spark, url, sink, str(tmp_path), spoolPath=spool,
-                            maxRecordsPerBatch="1000")
+        query = start_query(spark, url, sink, str(tmp_path), **options)
         try:
             wait_pipes(push, 1, 120)
             for payload in ids(first):
@@ -111,19 +115,27 @@ def test_spool_survives_restart_mid_stream(spark: Any, tmp_path: Any) -> None:
         finally:
             query.stop()
         assert sink.failed
-        assert os.listdir(spool), "the failed batch should be in the spool"
+        before = len(sink.rows)
+        if spooled:
+            assert os.listdir(spool), "the failed batch should be in the spool"
         wait_no_pipes(push, 60)  # the old reader process is gone
-        query = start_query(spark, url, sink, str(tmp_path), spoolPath=spool,
-                            maxRecordsPerBatch="1000")
+        if not spooled:
+            sink.goal = first + second - (first - before)
+        query = start_query(spark, url, sink, str(tmp_path), **options)
         try:
             wait_pipes(push, 1, 120)
             for payload in ids(second, first):
                 push.send(payload)
-            assert sink.reached.wait(120), f"only {len(sink.rows)} of {first + second} arrived"
+            assert sink.reached.wait(120), f"only {len(sink.rows)} of {sink.goal} arrived"
         finally:
             query.stop()
-    assert sorted(p for p, _ in sink.rows) == ids(first + second)  # nothing lost, no repeats
-    assert sorted(s for _, s in sink.rows) == list(range(1, first + second + 1))
+    got = sorted(p for p, _ in sink.rows)
+    if spooled:
+        assert got == ids(first + second)  # nothing lost, no repeats
+        assert sorted(s for _, s in sink.rows) == list(range(1, first + second + 1))
+    else:  # at-most-once: exactly the failed batch is missing
+        assert got == ids(before) + ids(second, first)
+        assert before < first
 
 
 def test_sink_batch_write_delivers_every_row(spark: Any) -> None:
@@ -241,3 +253,30 @@ def test_nanopy_in_reused_forked_workers(spark: Any) -> None:
         got = [pull.recv().split(b":") for _ in range(200)]
     assert sorted(int(x) for _, x in got) == sorted(list(range(100)) * 2)
     assert {int(p) for p, _ in got} == pids
+
+
+def test_sub_source_topics_and_pub_sink(spark: Any, tmp_path: Any) -> None:
+    """PUB producer -> source (SUB, 2 subscriptions) -> sink (PUB, topicColumn) -> SUB."""
+    per_topic = 500
+    with nanopy.Socket("pub", bind="tcp://127.0.0.1:0", send_buffer=10_000) as pub, \
+            nanopy.Socket("sub", bind="tcp://127.0.0.1:0", recv_timeout=120) as sub:
+        sub.subscribe(b"a.")
+        query = (spark.readStream.format("nanopy").option("url", pub.endpoints[0].url)
+                 .option("protocol", "sub").option("subscriptions", "a.,b.").load()
+                 .selectExpr("cast(concat(topic, '|') as binary) as t", "payload")
+                 .writeStream.format("nanopy").option("protocol", "pub")
+                 .option("url", sub.endpoints[0].url).option("topicColumn", "t")
+                 .option("checkpointLocation", str(tmp_path / "checkpoint"))
+                 .trigger(processingTime="0 seconds").start())
+        try:
+            wait_pipes(pub, 1, 120)
+            for i in range(per_topic):
+                for topic in (b"a.", b"b.", b"c."):
+                    pub.send(topic + b"%05d" % i)
+            got = [split_tag(sub.recv())[0] for _ in range(per_topic)]
+            sub.recv_timeout = 0.5
+            with pytest.raises(nanopy.Timeout):
+                sub.recv()
+        finally:
+            query.stop()
+    assert sorted(got) == [b"a.|a.%05d" % i for i in range(per_topic)]
