@@ -305,3 +305,17 @@ def test_example_demo_runs() -> None:
     done = subprocess.run([sys.executable, demo], check=False, capture_output=True, text=True, timeout=90)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.rstrip().endswith("DEMO OK")
+
+
+def test_render_table() -> None:
+    from nanopy._cli.discover import render_table
+    from nanopy.discovery import Provider
+
+    rows = render_table([Provider("echo", "tcp://h:1", 2, {"zone": "ny"}, 0.0, 98.0),
+                         Provider("db", "ipc:///x", 8, {}, 0.0, 99.5)], now=100.0)
+    assert rows == [
+        "NAME  ADDRESS    PRIO  SEEN      METADATA",
+        'echo  tcp://h:1  2     2.0s ago  {"zone":"ny"}',
+        "db    ipc:///x   8     0.5s ago",
+    ]
+    assert render_table([])[1] == "(no live providers)"

@@ -241,7 +241,8 @@ def _ssl_context(cfg: CatConfig, server: bool) -> ssl.SSLContext | None:
         if cfg.cert:
             ctx.load_cert_chain(cfg.cert, cfg.key)
     except (OSError, ssl.SSLError) as exc:
-        raise Fatal(f"Can't load TLS settings: {exc}") from None
+        files = ", ".join(f"--{k} {v}" for k, v in (("cert", cfg.cert), ("key", cfg.key), ("cacert", cfg.cacert)) if v)
+        raise Fatal(f"Can't load TLS settings ({files or 'defaults'}): {exc}") from None
     return ctx
 
 
