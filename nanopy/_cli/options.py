@@ -166,7 +166,9 @@ class Parser:
                     i += 1
                 else:
                     take(flag, None)
-            elif arg.startswith("-") and len(arg) > 1:
+            elif arg == "-":
+                continue  # nanocat reads a lone "-" as an empty cluster of short flags
+            elif arg.startswith("-"):
                 pos = 1
                 while pos < len(arg):
                     flag = self._match_short(arg[pos])
