@@ -45,7 +45,7 @@ Action = tuple
 class PipeInfo:
     """What a core knows about one pipe."""
 
-    __slots__ = ("id", "token", "send_priority", "recv_priority")
+    __slots__ = ("id", "recv_priority", "send_priority", "token")
 
     def __init__(self, pid: int, token: Any, send_priority: int, recv_priority: int) -> None:
         self.id = pid
@@ -147,7 +147,7 @@ class FairQueue:
     ``last_pid`` names the pipe the item came from.
     """
 
-    __slots__ = ("_queues", "_ready", "_paused", "_actions", "_options", "_priority", "last_pid")
+    __slots__ = ("_actions", "_options", "_paused", "_priority", "_queues", "_ready", "last_pid")
 
     def __init__(self, actions: list[Action], options: Any) -> None:
         self._queues: dict[int, deque[Message]] = {}
@@ -228,7 +228,7 @@ class FairQueue:
 class LoadBalancer:
     """Per-pipe send credits; picks the best-priority pipe that can take a message."""
 
-    __slots__ = ("_credit", "_ready", "_priority")
+    __slots__ = ("_credit", "_priority", "_ready")
 
     def __init__(self) -> None:
         self._credit: dict[int, int] = {}

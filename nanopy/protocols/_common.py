@@ -36,7 +36,7 @@ TOO_MANY_HOPS = "too-many-hops"
 class StateTable:
     """An explicit state machine: only the listed transitions are legal."""
 
-    __slots__ = ("name", "transitions", "messages")
+    __slots__ = ("messages", "name", "transitions")
 
     def __init__(
         self,

@@ -57,7 +57,15 @@ from typing import Any
 from .._core import ARM_TIMER, CANCEL_TIMER, TRANSMIT, LoadBalancing, PipeInfo
 from .._errors import WouldBlock
 from .._message import Message
-from ._common import END_BIT, ID_MASK, BacktraceQueuing, RawReplier, RawVariant, Replier, StateTable
+from ._common import (
+    END_BIT,
+    ID_MASK,
+    BacktraceQueuing,
+    RawReplier,
+    RawVariant,
+    Replier,
+    StateTable,
+)
 
 REQUEST_TABLE = StateTable(
     "req",
@@ -81,7 +89,7 @@ _TICK = "resend-tick"
 
 
 class _Request:
-    __slots__ = ("id", "payload", "state", "pid", "stamp", "reply")
+    __slots__ = ("id", "payload", "pid", "reply", "stamp", "state")
 
     def __init__(self, rid: int, payload: bytes) -> None:
         self.id = rid
