@@ -124,7 +124,7 @@ def test_three_services_appear_within_two_intervals(disco: Discovery) -> None:
             _, _, _, rnd, when = rec.event(name, address, True)
             # Seen by the first survey sent after the pipes were up, or the one after it.
             assert rnd <= start_round + 1
-            assert when - start <= 2 * INTERVAL + 0.3
+            assert when - start <= 2 * INTERVAL + 1.0  # slack for a loaded machine; rounds are exact
         assert disco.services() == {n: [a] for n, a in services}
         assert [dict(p.metadata) for p in disco.providers()] == [{"i": 0}, {"i": 1}, {"i": 2}]
     finally:
@@ -142,7 +142,7 @@ def test_killed_service_disappears_and_comes_back(disco: Discovery) -> None:
         kill(proc)
         _, _, _, rnd, when = rec.event("svc", "tcp://127.0.0.1:7101", False)
         assert rnd <= kill_round + MISSES + 1
-        assert when - killed_at <= (MISSES + 1) * INTERVAL + 0.3
+        assert when - killed_at <= (MISSES + 1) * INTERVAL + 1.0
         assert disco.services() == {"svc": ["tcp://127.0.0.1:7100"]}
         # resolve() only returns live providers.
         assert {disco.resolve("svc") for _ in range(50)} == {"tcp://127.0.0.1:7100"}
