@@ -22,6 +22,10 @@ Flow control is by credits: a pipe added with ``credit`` n may be handed n
 TRANSMITs; the engine returns credits with ``pipe_credit`` as data leaves.
 ``messages_received`` returns False when that pipe's inbound queue is full; the
 engine then stops reading it until RESUME_READ.
+
+Reusable parts: :class:`FairQueue`, :class:`LoadBalancer`, and the building-block
+cores at the end of this module (:class:`LoadBalancing`, :class:`Distributing`,
+:class:`FairQueuing`, :class:`BodyQueuing`) that own one side's pipe bookkeeping.
 """
 
 from __future__ import annotations

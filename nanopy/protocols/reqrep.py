@@ -57,15 +57,7 @@ from typing import Any
 from .._core import ARM_TIMER, CANCEL_TIMER, TRANSMIT, LoadBalancing, PipeInfo
 from .._errors import WouldBlock
 from .._message import Message
-from ._common import (
-    END_BIT,
-    ID_MASK,
-    BacktraceQueuing,
-    RawReplier,
-    RawVariant,
-    Replier,
-    StateTable,
-)
+from ._common import END_BIT, ID_MASK, BacktraceQueuing, RawReplier, RawVariant, Replier, StateTable
 
 REQUEST_TABLE = StateTable(
     "req",

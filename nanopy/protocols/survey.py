@@ -51,15 +51,7 @@ from typing import Any
 from .._core import ARM_TIMER, CANCEL_TIMER, Distributing
 from .._errors import Timeout, WouldBlock
 from .._message import Message
-from ._common import (
-    END_BIT,
-    ID_MASK,
-    BacktraceQueuing,
-    RawReplier,
-    RawVariant,
-    Replier,
-    StateTable,
-)
+from ._common import END_BIT, ID_MASK, BacktraceQueuing, RawReplier, RawVariant, Replier, StateTable
 
 SURVEY_TABLE = StateTable(
     "surveyor",
