@@ -15,6 +15,7 @@ reported in items/s for a few chunk sizes.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import subprocess
 import sys
@@ -26,9 +27,9 @@ import time
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 
-import nanopy  # noqa: E402
-import nanopy.spark  # noqa: E402
-import nanopy.testing  # noqa: E402
+import nanopy
+import nanopy.spark
+import nanopy.testing
 
 PRODUCER = r"""
 import sys, time, nanopy, nanopy.testing
@@ -52,7 +53,7 @@ with nanopy.Socket("push", bind=url, send_buffer=65536, linger=30) as push:
 def bench_source(spark, n: int, size: int, max_batch: int) -> dict:
     from pyspark.sql import functions as F
 
-    url = "tcp://127.0.0.1:%d" % _free_port()
+    url = f"tcp://127.0.0.1:{_free_port()}"
     producer = subprocess.Popen([sys.executable, "-c", PRODUCER, url, str(size)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     work = tempfile.mkdtemp(prefix="nanopy-bench-")
@@ -109,7 +110,7 @@ def bench_source(spark, n: int, size: int, max_batch: int) -> dict:
                     phases.setdefault(key, []).append(ms)
         query.stop()
         ranges = sorted(stats["ranges"])
-        contiguous = all(b[0] == a[1] + 1 for a, b in zip(ranges, ranges[1:]))
+        contiguous = all(b[0] == a[1] + 1 for a, b in itertools.pairwise(ranges))
         return {
             "messages": n, "size": size, "delivered": stats["count"],
             # producer ids are 0..warm+n-1: their sum proves none lost or repeated given the count

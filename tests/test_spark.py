@@ -17,10 +17,10 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-import nanopy  # noqa: E402
-import nanopy.spark  # noqa: E402
-from nanopy.spark import Coordinator, Deduplicator, split_tag  # noqa: E402
-from nanopy.testing import wait_no_pipes, wait_pipes  # noqa: E402
+import nanopy
+import nanopy.spark
+from nanopy.spark import Coordinator, Deduplicator, split_tag
+from nanopy.testing import wait_no_pipes, wait_pipes
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
 

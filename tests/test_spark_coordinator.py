@@ -21,7 +21,7 @@ def run_clients(client: TaskClient, fn, n: int = 2) -> list[int]:
     def body() -> None:
         try:
             counts.append(client.run(fn))
-        except BaseException as exc:  # surfaced below
+        except BaseException as exc:  # noqa: BLE001 - surfaced below
             errors.append(exc)
 
     threads = [threading.Thread(target=body) for _ in range(n)]
@@ -80,8 +80,8 @@ def test_expired_lease_goes_back() -> None:
         # A "hung" task: takes a chunk over a raw PAIR socket and never answers.
         hung = nanopy.Socket("pair", connect=coord.url, recv_timeout=5)
         try:
-            hung.send(pickle.dumps((1, coord._token, "hung", [], 10)))
-            rid, kind, payload = pickle.loads(hung.recv())
+            hung.send(coord._token.encode() + pickle.dumps((1, "hung", [], 10)))
+            _, kind, payload = pickle.loads(hung.recv())
             assert kind == "items" and len(payload) == 10
             assert coord.client().run(lambda x: x) == 200
             assert coord.wait(5)
@@ -95,11 +95,11 @@ def test_late_result_counts_once() -> None:
     with Coordinator(range(20), chunk_size=20, lease_timeout=0.2, progress=False) as coord:
         slow = nanopy.Socket("pair", connect=coord.url, recv_timeout=5)
         try:
-            slow.send(pickle.dumps((1, coord._token, "slow", [], 20)))
+            slow.send(coord._token.encode() + pickle.dumps((1, "slow", [], 20)))
             _, kind, items = pickle.loads(slow.recv())
             assert kind == "items"
             assert coord.client().run(lambda x: ("fast", x)) == 20  # after the lease expired
-            slow.send(pickle.dumps((2, coord._token, None, [(i, ("slow", x)) for i, x in items], 0)))
+            slow.send(coord._token.encode() + pickle.dumps((2, None, [(i, ("slow", x)) for i, x in items], 0)))
             _, kind, _ = pickle.loads(slow.recv())
             assert kind == "done"
         finally:
@@ -174,3 +174,15 @@ def test_tag_round_trip_and_dedup() -> None:
     assert dedup.duplicates == 1
     with pytest.raises(ValueError):
         split_tag(b"untagged")
+
+
+def test_requests_without_the_token_are_refused_before_unpickling() -> None:
+    with Coordinator(range(3), progress=False) as coord:
+        stray = nanopy.Socket("pair", connect=coord.url, recv_timeout=5)
+        try:
+            stray.send(b"\x00" * 16 + pickle.dumps((1, "x", [], 10)))
+            _, kind, _ = pickle.loads(stray.recv())
+            assert kind == "refused"
+        finally:
+            stray.close(linger=0)
+        assert coord.client().run(lambda x: x) == 3

@@ -27,8 +27,17 @@ from ._tags import Tag as Tag
 from ._tags import split_tag as split_tag
 
 __all__ = [
-    "Coordinator", "CoordinatorLost", "CoordinatorRefused", "Deduplicator", "NanopyDataSource",
-    "TAG_SIZE", "Tag", "TaskClient", "local_session", "register", "split_tag",
+    "TAG_SIZE",
+    "Coordinator",
+    "CoordinatorLost",
+    "CoordinatorRefused",
+    "Deduplicator",
+    "NanopyDataSource",
+    "Tag",
+    "TaskClient",
+    "local_session",
+    "register",
+    "split_tag",
 ]
 
 

@@ -49,9 +49,11 @@ class TaskClient:
     leased items straight back to the coordinator.
     """
 
-    def __init__(self, url: str, token: str, chunk_size: int = 64, timeout: float = 30.0) -> None:
+    def __init__(self, url: str, token: str, chunk_size: int = 64, timeout: float = 30.0,
+                 max_message: int = 64 << 20) -> None:
         self.url = url
         self.token = token
+        self.max_message = max_message
         self.chunk_size = chunk_size
         self.timeout = timeout
 
@@ -78,13 +80,14 @@ class TaskClient:
         rid = 0
         sock = Socket("pair", name="nanopy-spark-task", send_timeout=self.timeout,
                       recv_timeout=self.timeout, reconnect_interval=0.05,
-                      reconnect_interval_max=1.0)
+                      reconnect_interval_max=1.0, recv_max_size=self.max_message)
+        token = self.token.encode()
         try:
             sock.connect(self.url)
             while True:
                 rid += 1
-                request = pickle.dumps((rid, self.token, hello, results, self.chunk_size),
-                                       protocol=pickle.HIGHEST_PROTOCOL)
+                request = token + pickle.dumps((rid, hello, results, self.chunk_size),
+                                               protocol=pickle.HIGHEST_PROTOCOL)
                 hello = None
                 kind, payload = self._exchange(sock, rid, request)
                 results = []
@@ -115,7 +118,7 @@ class TaskClient:
                 if left <= 0:
                     raise Timeout("recv timed out")
                 got_rid, kind, payload = pickle.loads(sock.recv(timeout=left))
-                if got_rid == rid:  # skip a late answer to an earlier request
+                if got_rid == rid or kind == "refused":  # skip late answers to earlier requests
                     return kind, payload
         except Timeout:
             raise CoordinatorLost(

@@ -2,13 +2,16 @@
 
 Wire protocol (private to nanopy.spark; pickled tuples over PAIR v0):
 
-* task -> coordinator: ``(rid, token, hello, results, want)`` where ``hello`` is a
+* task -> coordinator: the run's 16-byte token, then a pickled
+  ``(rid, hello, results, want)`` where ``hello`` is a
   worker label on the first request of a connection (else ``None``), ``results``
   a list of ``(item_id, value)`` and ``want`` how many new items it can take.
 * coordinator -> task: ``(rid, kind, payload)`` with kind ``"items"`` (a list of
   ``(item_id, item)``), ``"wait"`` (seconds to wait before asking again: nothing
   is free now but leased items may come back), ``"done"``, ``"cancelled"`` or
-  ``"refused"`` (a stale token: the task belongs to another coordinator run).
+  ``"refused"`` (a wrong token: the task belongs to another coordinator run).
+  The token is checked *before* anything is unpickled, so a stray peer on the
+  port cannot make the driver unpickle its bytes.
 
 Leases: every item handed out is leased to that connection with a deadline of
 ``lease_timeout`` seconds, renewed by each request of the connection. When the
@@ -20,8 +23,8 @@ once.
 
 from __future__ import annotations
 
+import hmac
 import logging
-import os
 import pickle
 import secrets
 import socket as _stdsocket
@@ -60,6 +63,8 @@ class Coordinator:
         progress: show the live progress line on ``progress_stream`` (stderr).
         task_timeout: seconds a task waits for an answer before giving up with
             :class:`CoordinatorLost` (the coordinator vanished).
+        max_message: the largest request or answer in bytes (a chunk of items or
+            results); raise it for big items or lower ``chunk_size``.
 
     Use as a context manager (or call :meth:`start` / :meth:`close`); inside,
     hand :meth:`client` to the Spark tasks, or let :meth:`map` run the job.
@@ -76,6 +81,7 @@ class Coordinator:
         progress: bool = True,
         progress_stream: TextIO | None = None,
         task_timeout: float = 30.0,
+        max_message: int = 64 << 20,
         name: str = "coordinator",
     ) -> None:
         if chunk_size < 1:
@@ -85,12 +91,14 @@ class Coordinator:
         self.chunk_size = chunk_size
         self.lease_timeout = float(lease_timeout)
         self.task_timeout = float(task_timeout)
+        self.max_message = max_message
         self._bind = bind
         self._advertise = advertise
         self._show_progress = progress
         self._progress_stream = progress_stream
         self.name = name
         self._token = secrets.token_hex(8)
+        self._token_bytes = self._token.encode()
         self._pending: deque[int] = deque(range(self.total))
         self._results: dict[int, Any] = {}
         self._owner: dict[int, int] = {}  # item id -> pipe id holding its lease
@@ -116,7 +124,8 @@ class Coordinator:
         """Bind the socket and start serving in a background thread."""
         if self._thread is not None:
             return self
-        sock = Socket(ensure_registered(), name=self.name, recv_buffer=4096)
+        sock = Socket(ensure_registered(), name=self.name, recv_buffer=4096,
+                      recv_max_size=self.max_message)
         sock.on_pipe_removed(lambda pipe: self._dropped_pipes.append(pipe.id))
         try:
             ep = sock.bind(self._bind or "tcp://127.0.0.1:0")
@@ -151,10 +160,10 @@ class Coordinator:
         if self._sock is not None:
             self._sock.close(linger=0.5)
 
-    def __enter__(self) -> Coordinator:
+    def __enter__(self) -> Coordinator:  # noqa: PYI034
         return self.start()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def cancel(self) -> None:
@@ -167,7 +176,7 @@ class Coordinator:
         """A picklable handle for Spark tasks (holds only the URL and settings)."""
         if self.url is None:
             raise RuntimeError("start the coordinator first (use it as a context manager)")
-        return TaskClient(self.url, self._token, self.chunk_size, self.task_timeout)
+        return TaskClient(self.url, self._token, self.chunk_size, self.task_timeout, self.max_message)
 
     # -- results -----------------------------------------------------------------
     @property
@@ -229,7 +238,7 @@ class Coordinator:
                 def run_job() -> None:
                     try:
                         job["rows"] = rdd.collect()
-                    except BaseException as exc:  # reported below
+                    except BaseException as exc:  # noqa: BLE001 - re-raised below
                         job["error"] = exc
 
                 runner = threading.Thread(target=run_job, name="nanopy-coordinator-job", daemon=True)
@@ -315,14 +324,15 @@ class Coordinator:
                     self.requeued += 1
 
     def _handle(self, sock: Socket, pid: int, body: bytes) -> None:
-        try:
-            rid, token, hello, results, want = pickle.loads(body)
-        except Exception:
-            log.warning("%s: ignoring a malformed request from pipe %d", self.name, pid)
-            return
         route = pid.to_bytes(4, "big")
-        if token != self._token:
-            sock.send(route + pickle.dumps((rid, "refused", "unknown coordinator token")), timeout=0)
+        size = len(self._token_bytes)
+        if not hmac.compare_digest(body[:size], self._token_bytes):
+            sock.send(route + pickle.dumps((0, "refused", "wrong coordinator token")), timeout=0)
+            return
+        try:
+            rid, hello, results, want = pickle.loads(body[size:])
+        except Exception:  # noqa: BLE001 - a broken request must not stop the server
+            log.warning("%s: ignoring a malformed request from pipe %d", self.name, pid)
             return
         if hello is not None:
             self._labels[pid] = hello

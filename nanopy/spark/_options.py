@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 
 class SourceOptionError(ValueError):
@@ -74,10 +73,3 @@ def topics(opts: dict[str, str]) -> list[bytes]:
     raw = opts.get("subscriptions", opts.get("subscribe", ""))
     return [t.encode() for t in raw.split(",")] if raw != "" else [b""]
 
-
-def open_socket(protocol: str, mode: str, addresses: list[str], **socket_options: Any) -> Any:
-    """Create a nanopy socket and bind or connect it to every address."""
-    from .._socket import Socket
-
-    kwargs = {"bind" if mode == "bind" else "connect": addresses}
-    return Socket(protocol, **kwargs, **socket_options)
