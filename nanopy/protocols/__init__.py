@@ -3,7 +3,9 @@
 A protocol is a :class:`nanopy.protocols.Core` subclass (Sans-I/O, see
 ``nanopy/_core.py`` for the contract). Built-ins and third-party protocols are
 found through the ``nanopy.protocols`` entry-point group (name = protocol name);
-:func:`register` adds one in-process.
+:func:`register` adds one in-process. The building blocks the built-in cores
+are made of (``LoadBalancing``, ``Distributing``, ``FairQueuing``, ``BodyQueuing``)
+are exported for third-party protocols.
 """
 
 from __future__ import annotations
@@ -14,9 +16,13 @@ from .._core import (
     CLOSE_PIPE as CLOSE_PIPE,
     RESUME_READ as RESUME_READ,
     TRANSMIT as TRANSMIT,
+    BodyQueuing as BodyQueuing,
     Core as Core,
+    Distributing as Distributing,
     FairQueue as FairQueue,
+    FairQueuing as FairQueuing,
     LoadBalancer as LoadBalancer,
+    LoadBalancing as LoadBalancing,
     PipeInfo as PipeInfo,
 )
 from .._registry import protocols as _registry
