@@ -23,12 +23,14 @@ logger.resolvewrite.name = org.apache.spark.sql.execution.streaming.runtime.Reso
 logger.resolvewrite.level = error
 logger.dagcancel.name = org.apache.spark.scheduler.DAGScheduler
 logger.dagcancel.level = error
+logger.microbatch.name = org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution
+logger.microbatch.level = error
 """
 
 
 def quiet_conf_dir() -> str:
     """A SPARK_CONF_DIR holding a log4j2.properties that logs warnings and up only."""
-    path = os.path.join(tempfile.gettempdir(), f"nanopy-spark-conf-{os.getuid()}-v4")
+    path = os.path.join(tempfile.gettempdir(), f"nanopy-spark-conf-{os.getuid()}-v5")
     os.makedirs(path, exist_ok=True)
     target = os.path.join(path, "log4j2.properties")
     if not os.path.exists(target):
