@@ -286,3 +286,21 @@ def test_sub_source_topics_and_pub_sink(spark: Any, tmp_path: Any) -> None:
         finally:
             query.stop()
     assert sorted(got) == [b"a.|a.%05d" % i for i in range(per_topic)]
+
+
+def test_coordinator_map_timeout_cancels_the_job(spark: Any) -> None:
+    import time
+
+    def slow(x: int) -> int:
+        time.sleep(0.01)  # simulated work: 20,000 items would take minutes
+        return x
+
+    coord = Coordinator(range(20_000), chunk_size=8, progress=False)
+    t0 = time.monotonic()
+    with pytest.raises(nanopy.Timeout):
+        coord.map(spark, slow, tasks=2, timeout=3)
+    assert coord.cancelled
+    assert 0 < coord.done < 20_000
+    assert time.monotonic() - t0 < 30
+    # The slots are free again: a new job runs normally.
+    assert Coordinator(range(10), progress=False).map(spark, lambda x: -x, tasks=2) == [-x for x in range(10)]

@@ -228,38 +228,35 @@ class Coordinator:
         with self:
             client = self.client()
             group = f"nanopy-coordinator-{self._token}"
-            sc.setJobGroup(group, f"nanopy coordinator ({self.total} items)", interruptOnCancel=True)
-            try:
-                rdd = sc.parallelize(range(n), n).mapPartitions(
-                    lambda _it: client.process(fn, batch=batch)
-                )
-                job: dict[str, Any] = {}
+            rdd = sc.parallelize(range(n), n).mapPartitions(
+                lambda _it: client.process(fn, batch=batch)
+            )
+            job: dict[str, Any] = {}
 
-                def run_job() -> None:
-                    try:
-                        job["rows"] = rdd.collect()
-                    except BaseException as exc:  # noqa: BLE001 - re-raised below
-                        job["error"] = exc
-
-                runner = threading.Thread(target=run_job, name="nanopy-coordinator-job", daemon=True)
-                runner.start()
-                deadline = None if timeout is None else time.monotonic() + timeout
+            def run_job() -> None:
+                # Job groups are per thread in PySpark: set it where the action runs.
+                sc.setJobGroup(group, f"nanopy coordinator ({self.total} items)", interruptOnCancel=True)
                 try:
-                    while runner.is_alive():
-                        left = None if deadline is None else deadline - time.monotonic()
-                        if left is not None and left <= 0:
-                            self.cancel()
-                            sc.cancelJobGroup(group)
-                            raise Timeout(f"coordinator map did not finish within {timeout}s")
-                        runner.join(0.1 if left is None else min(0.1, left))
-                except KeyboardInterrupt:
-                    self.cancel()
-                    sc.cancelJobGroup(group)
-                    raise
-                if "error" in job and not self.cancelled:
-                    raise job["error"]
-            finally:
-                sc.setLocalProperty("spark.jobGroup.id", None)
+                    job["rows"] = rdd.collect()
+                except BaseException as exc:  # noqa: BLE001 - re-raised below
+                    job["error"] = exc
+
+            runner = threading.Thread(target=run_job, name="nanopy-coordinator-job", daemon=True)
+            runner.start()
+            deadline = None if timeout is None else time.monotonic() + timeout
+            try:
+                while runner.is_alive():
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise Timeout(f"coordinator map did not finish within {timeout}s")
+                    runner.join(0.1 if left is None else min(0.1, left))
+            except BaseException:  # timeout or Ctrl-C: stop the tasks, then the job
+                self.cancel()
+                sc.cancelJobGroup(group)
+                runner.join(30)
+                raise
+            if "error" in job and not self.cancelled:
+                raise job["error"]
             self.wait(5.0)
         if self.cancelled:
             return [self._results.get(i) for i in range(self.total)]
