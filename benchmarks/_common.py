@@ -13,7 +13,9 @@ if the parent forgets it.
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import os
 import queue
 import subprocess
@@ -132,26 +134,26 @@ def versions() -> dict[str, str]:
         import nanopy
 
         out["nanopy"] = getattr(nanopy, "__version__", "?")
-    except Exception:  # pragma: no cover
+    except ImportError:  # pragma: no cover - that system is simply not measured
         pass
     try:
         import pynng
 
         out["pynng"] = pynng.__version__
-    except Exception:  # pragma: no cover
+    except ImportError:  # pragma: no cover - that system is simply not measured
         pass
     try:
         import zmq
 
         out["pyzmq"] = zmq.__version__
         out["libzmq"] = zmq.zmq_version()
-    except Exception:  # pragma: no cover
+    except ImportError:  # pragma: no cover - that system is simply not measured
         pass
     try:
         import trio
 
         out["trio"] = trio.__version__
-    except Exception:  # pragma: no cover
+    except ImportError:  # pragma: no cover - that system is simply not measured
         pass
     return out
 
@@ -224,7 +226,7 @@ def interpolate(samples: list[list[float]], t: float, column: int = 1) -> float:
         return float("nan")
     if t <= samples[0][0]:
         return samples[0][column]
-    for (ta, *ra), (tb, *rb) in zip(samples, samples[1:]):
+    for (ta, *ra), (tb, *rb) in itertools.pairwise(samples):
         if ta <= t <= tb:
             va, vb = ra[column - 1], rb[column - 1]
             if tb == ta:
@@ -265,7 +267,7 @@ class Worker:
         try:
             self.stderr.seek(0)
             return self.stderr.read()[-2000:]
-        except Exception:
+        except (OSError, ValueError):
             return ""
 
     def event(self, name: str) -> dict[str, Any] | None:
@@ -277,7 +279,7 @@ class Worker:
 
 def spawn(script: str, role: str, args: dict[str, Any], q: queue.Queue) -> Worker:
     """Start ``python script '<json args>'`` and pump its stdout lines into ``q``."""
-    err = tempfile.TemporaryFile(mode="w+")
+    err = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 -- closed in run_workers' finally
     cmd = [sys.executable, os.path.join(HERE, script), json.dumps({**args, "role": role})]
     profile_dir = os.environ.get("NANOPY_BENCH_PYSPY")
     if profile_dir:
@@ -378,8 +380,8 @@ def run_workers(
             for stream in (w.proc.stdin, w.proc.stdout):
                 try:
                     stream.close()  # type: ignore[union-attr]
-                except Exception:
-                    pass
+                except OSError:
+                    pass  # a broken pipe to a killed worker
             w.stderr.close()
 
 
@@ -415,7 +417,7 @@ def remove_ipc(url: str) -> None:
 
 
 def median(values: list[float]) -> float:
-    vals = sorted(v for v in values if v == v)
+    vals = sorted(v for v in values if not math.isnan(v))
     if not vals:
         return float("nan")
     mid = len(vals) // 2
@@ -426,7 +428,7 @@ def percentile(sorted_values: list[float], p: float) -> float:
     """Nearest-rank percentile of an already sorted list."""
     if not sorted_values:
         return float("nan")
-    k = max(0, min(len(sorted_values) - 1, int(round(p / 100 * len(sorted_values) + 0.5)) - 1))
+    k = max(0, min(len(sorted_values) - 1, round(p / 100 * len(sorted_values) + 0.5) - 1))
     return sorted_values[k]
 
 

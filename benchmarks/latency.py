@@ -22,7 +22,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import (  # noqa: E402
+from _common import (
     END,
     Commands,
     Sampler,
@@ -152,7 +152,7 @@ def worker_main() -> None:
             sock.close()
         else:
             raise ValueError(role)
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 -- reported to the parent, which fails the run
         emit("error", message=f"{type(exc).__name__}: {exc}")
         sys.stdout.flush()
         os._exit(2)

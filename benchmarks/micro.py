@@ -12,6 +12,7 @@ as relative costs (the machine is shared).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -36,122 +37,126 @@ def wait_until(pred: Callable[[], bool], timeout: float = 20.0) -> None:
 
 
 def nanopy_costs(n: int, rows: list[tuple[str, float, float]]) -> None:
+    for transport in ("inproc", "tcp"):
+        _nanopy_transport(transport, n, rows)
+
+
+def _nanopy_transport(transport: str, n: int, rows: list[tuple[str, float, float]]) -> None:
     import nanopy
     from nanopy.testing import connect_pair, inproc_url
 
     msg = b"m" * 64
-    for transport in ("inproc", "tcp"):
-        url = inproc_url("micro") if transport == "inproc" else "tcp://127.0.0.1:0"
-        push = nanopy.Socket("push", send_buffer=n + 10)
-        pull = nanopy.Socket("pull", recv_buffer=2 * n + 10)
-        connect_pair(pull, push, url)
-        core = pull._core
+    url = inproc_url("micro") if transport == "inproc" else "tcp://127.0.0.1:0"
+    push = nanopy.Socket("push", send_buffer=n + 10)
+    pull = nanopy.Socket("pull", recv_buffer=2 * n + 10)
+    connect_pair(pull, push, url)
+    core = pull._core
 
-        def fill() -> None:
-            for _ in range(n):
-                push.send(msg)
-            wait_until(lambda: core._fq.queued() >= n)
-
-        def sends() -> None:
-            send = push.send
-            for _ in range(n):
-                send(msg)
-
-        timed(f"nanopy {transport}: Socket.send (credit available)", n, sends, rows)
+    def fill() -> None:
+        for _ in range(n):
+            push.send(msg)
         wait_until(lambda: core._fq.queued() >= n)
 
-        def recvs() -> None:
-            recv = pull.recv
+    def sends() -> None:
+        send = push.send
+        for _ in range(n):
+            send(msg)
+
+    timed(f"nanopy {transport}: Socket.send (credit available)", n, sends, rows)
+    wait_until(lambda: core._fq.queued() >= n)
+
+    def recvs() -> None:
+        recv = pull.recv
+        for _ in range(n):
+            recv()
+
+    timed(f"nanopy {transport}: Socket.recv (message queued)", n, recvs, rows)
+    if transport == "inproc":
+        fill()
+
+        def core_pops() -> None:
+            pop = core.recv_body
+            with pull._lock:
+                for _ in range(n):
+                    pop()
+                core.actions.clear()
+
+        timed("  part: core.recv_body() (FairQueue.pop + PrioList)", n, core_pops, rows)
+
+        def locks() -> None:
+            lock = pull._lock
             for _ in range(n):
-                recv()
+                with lock:
+                    pass
 
-        timed(f"nanopy {transport}: Socket.recv (message queued)", n, recvs, rows)
-        if transport == "inproc":
-            fill()
+        timed("  part: with socket._lock: pass", n, locks, rows)
 
-            def core_pops() -> None:
-                pop = core.recv_body
-                with pull._lock:
-                    for _ in range(n):
-                        pop()
-                    core.actions.clear()
+        def takes() -> None:
+            take = pull._take_actions
+            for _ in range(n):
+                take()
 
-            timed("  part: core.recv_body() (FairQueue.pop + PrioList)", n, core_pops, rows)
+        timed("  part: _take_actions() (no actions)", n, takes, rows)
 
-            def locks() -> None:
-                lock = pull._lock
-                for _ in range(n):
-                    with lock:
-                        pass
+        def wakes() -> None:
+            wake = pull._wake
+            for _ in range(n):
+                wake()
 
-            timed("  part: with socket._lock: pass", n, locks, rows)
+        timed("  part: _wake() (no waiters)", n, wakes, rows)
 
-            def takes() -> None:
-                take = pull._take_actions
-                for _ in range(n):
-                    take()
+        def monotonic() -> None:
+            mono = time.monotonic
+            for _ in range(n):
+                mono()
 
-            timed("  part: _take_actions() (no actions)", n, takes, rows)
+        timed("  part: time.monotonic() (PipeDriver.transmit calls it per message)", n, monotonic, rows)
 
-            def wakes() -> None:
-                wake = pull._wake
-                for _ in range(n):
-                    wake()
+        from nanopy._wire import FrameDecoder, encode_frames
 
-            timed("  part: _wake() (no waiters)", n, wakes, rows)
+        frames = encode_frames([msg] * n)
+        dec = FrameDecoder(False, 1 << 20)
 
-            def monotonic() -> None:
-                mono = time.monotonic
-                for _ in range(n):
-                    mono()
+        def decode() -> None:
+            for i in range(0, len(frames), 256 * 1024):
+                dec.feed(frames[i : i + 256 * 1024])
 
-            timed("  part: time.monotonic() (PipeDriver.transmit calls it per message)", n, monotonic, rows)
+        timed("  part: FrameDecoder.feed per frame (256 KiB chunks)", n, decode, rows)
 
-            from nanopy._wire import FrameDecoder, encode_frames
+        def encode() -> None:
+            batch = [msg] * 1024
+            for _ in range(n // 1024):
+                encode_frames(batch)
 
-            frames = encode_frames([msg] * n)
-            dec = FrameDecoder(False, 1 << 20)
-
-            def decode() -> None:
-                for i in range(0, len(frames), 256 * 1024):
-                    dec.feed(frames[i : i + 256 * 1024])
-
-            timed("  part: FrameDecoder.feed per frame (256 KiB chunks)", n, decode, rows)
-
-            def encode() -> None:
-                batch = [msg] * 1024
-                for _ in range(n // 1024):
-                    encode_frames(batch)
-
-            timed("  part: encode_frames per frame (1024-frame batches)", n // 1024 * 1024, encode, rows)
-        if transport == "tcp":
-            # Send-side pieces, on a fresh pair (they consume credits behind the socket's back).
-            push.close(linger=0)
-            pull.close(linger=0)
-            push = nanopy.Socket("push", send_buffer=n + 10)
-            pull = nanopy.Socket("pull", recv_buffer=2 * n + 10)
-            connect_pair(pull, push, "tcp://127.0.0.1:0")
-            pcore = push._core
-
-            def core_sends() -> None:
-                send = pcore.send
-                with push._lock:
-                    for _ in range(n):
-                        send(msg)
-                    pcore.actions.clear()
-
-            timed("  part: Push0.send (LoadBalancer.take + action tuple)", n, core_sends, rows)
-            driver = next(iter(push._pipes.values()))
-
-            def transmits() -> None:
-                transmit = driver.transmit
-                for _ in range(n):
-                    transmit(msg)
-
-            timed("  part: PipeDriver.transmit (busy pipe: outbox + writer kick)", n, transmits, rows)
-            wait_until(lambda: pull._core._fq.queued() >= n)
+        timed("  part: encode_frames per frame (1024-frame batches)", n // 1024 * 1024, encode, rows)
+    if transport == "tcp":
+        # Send-side pieces, on a fresh pair (they consume credits behind the socket's back).
         push.close(linger=0)
         pull.close(linger=0)
+        push = nanopy.Socket("push", send_buffer=n + 10)
+        pull = nanopy.Socket("pull", recv_buffer=2 * n + 10)
+        connect_pair(pull, push, "tcp://127.0.0.1:0")
+        pcore = push._core
+
+        def core_sends() -> None:
+            send = pcore.send
+            with push._lock:
+                for _ in range(n):
+                    send(msg)
+                pcore.actions.clear()
+
+        timed("  part: Push0.send (LoadBalancer.take + action tuple)", n, core_sends, rows)
+        driver = next(iter(push._pipes.values()))
+
+        def transmits() -> None:
+            transmit = driver.transmit
+            for _ in range(n):
+                transmit(msg)
+
+        timed("  part: PipeDriver.transmit (busy pipe: outbox + writer kick)", n, transmits, rows)
+        wait_until(lambda: pull._core._fq.queued() >= n)
+    push.close(linger=0)
+    pull.close(linger=0)
 
 
 _SOCKETPAIR_CODE = """
@@ -182,7 +187,7 @@ def syscall_costs(rows: list[tuple[str, float, float]]) -> None:
 
     sizes = sorted({_stream.RECV_SIZE, 256 * 1024, 64 * 1024}, reverse=True)
     out = subprocess.run([sys.executable, "-c", _SOCKETPAIR_CODE, *map(str, sizes)],
-                         capture_output=True, text=True, timeout=60).stdout
+                         capture_output=True, text=True, timeout=60, check=False).stdout
     for line in out.splitlines():
         size, cpu = line.split()
         note = " (nanopy's RECV_SIZE)" if int(size) == _stream.RECV_SIZE else ""
@@ -229,7 +234,7 @@ def main() -> None:
     width = max(len(r[0]) for r in rows)
     print(f"{'call':<{width}}  {'CPU us':>7}  {'wall us':>7}")
     for label, cpu, wall in rows:
-        wall_text = f"{wall:7.3f}" if wall == wall else f"{'-':>7}"
+        wall_text = f"{'-':>7}" if math.isnan(wall) else f"{wall:7.3f}"
         print(f"{label:<{width}}  {cpu:7.3f}  {wall_text}")
     os._exit(0)
 

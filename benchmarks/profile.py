@@ -21,8 +21,8 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import latency  # noqa: E402
-import throughput  # noqa: E402
+import latency
+import throughput
 
 RATE = 500  # must match the rate in _common.spawn
 
@@ -51,7 +51,7 @@ def report(path: str, messages: int, top: int) -> str:
     for thread, _, n in stacks:
         per_thread[thread] += n
     total = sum(per_thread.values())
-    us = lambda n: n / RATE / messages * 1e6  # noqa: E731
+    us = lambda n: n / RATE / messages * 1e6
 
     lines.append("threads: " + ", ".join(f"{t} {us(n):.2f} us/msg ({n / total:.0%})" for t, n in per_thread.most_common()))
     self_time = collections.Counter()

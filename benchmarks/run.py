@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import sys
@@ -24,9 +25,9 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import latency  # noqa: E402
-import throughput  # noqa: E402
-from _common import HERE, VARIANTS, loadavg, median, now_utc, variant_name, versions  # noqa: E402
+import latency
+import throughput
+from _common import HERE, VARIANTS, loadavg, median, now_utc, variant_name, versions
 
 TARGETS = [
     # (label, test, transport, size, api, versus, comparison, goal)
@@ -92,7 +93,7 @@ def run_all(args: argparse.Namespace) -> list[dict[str, Any]]:
                         rec = throughput.measure(system, api, transport, size, args.warmup, args.duration)
                     else:
                         rec = latency.measure(system, api, transport, size, args.warmup, args.duration, args.max_rtts)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 -- any failure is recorded, the suite goes on
                     rec = {"test": test, "system": system, "api": api, "transport": transport,
                            "size": size, "error": f"{type(exc).__name__}: {exc}"[:2000], "loadavg": loadavg()}
                 rec["round"] = rnd
@@ -211,7 +212,7 @@ def check_targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _fmt(v: float, digits: int = 0) -> str:
-    if v != v:
+    if math.isnan(v):
         return "-"
     if digits == 0:
         return f"{v:,.0f}"
@@ -220,12 +221,12 @@ def _fmt(v: float, digits: int = 0) -> str:
 
 def _ratio(row: dict[str, Any], versus: str) -> str:
     v = row.get(f"ratio_vs_{versus}")
-    return "" if v is None or v != v else f"{v:.2f}x"
+    return "" if v is None or math.isnan(v) else f"{v:.2f}x"
 
 
 def _cpu_ratio(row: dict[str, Any], versus: str) -> str:
     v = row.get(f"cpu_ratio_vs_{versus}")
-    return "" if v is None or v != v else f"{v:.2f}x"
+    return "" if v is None or math.isnan(v) else f"{v:.2f}x"
 
 
 def _split(row: dict[str, Any]) -> str:
@@ -304,9 +305,9 @@ def source_state() -> dict[str, Any]:
     root = os.path.dirname(HERE)
     try:
         commit = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"],
-                                capture_output=True, text=True, timeout=10).stdout.strip()
+                                capture_output=True, text=True, timeout=10, check=False).stdout.strip()
         dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--", "nanopy"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+                               capture_output=True, text=True, timeout=10, check=False).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return {}
     return {"commit": commit, "nanopy_dirty": bool(dirty)}

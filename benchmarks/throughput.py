@@ -26,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import (  # noqa: E402
+from _common import (
     END,
     Commands,
     Sampler,
@@ -168,7 +168,7 @@ def worker_main() -> None:
             _inproc(args, system, api, size, warmup, duration)
         else:
             raise ValueError(role)
-    except BaseException as exc:  # reported to the parent, which fails the run
+    except BaseException as exc:  # noqa: BLE001 -- reported to the parent, which fails the run
         emit("error", message=f"{type(exc).__name__}: {exc}")
         sys.stdout.flush()
         os._exit(2)
@@ -189,14 +189,14 @@ def _inproc(args: dict[str, Any], system: str, api: str, size: int, warmup: floa
     def receiver() -> None:
         try:
             out["recv"] = _receive(rsock, api, size, warmup, duration, on_window)
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 -- ends the run with an error event
             out["error"] = f"receiver: {type(exc).__name__}: {exc}"
             flags.stop = True
 
     def sender() -> None:
         try:
             out["sent"] = _send(ssock, api, size, flags, sampler)
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 -- ends the run with an error event
             out["error"] = f"sender: {type(exc).__name__}: {exc}"
 
     threads = [threading.Thread(target=receiver, daemon=True), threading.Thread(target=sender, daemon=True)]
