@@ -22,7 +22,7 @@ bind really got (useful with port 0).
 
 from __future__ import annotations
 
-import signal
+import os
 import ssl
 import sys
 import time
@@ -415,13 +415,17 @@ def main(argv: Sequence[str]) -> int:
     except UsageError as exc:
         print(str(exc), file=sys.stderr)
         return exc.code
-    if hasattr(signal, "SIGPIPE"):
-        # Like a C tool: die quietly when the reader of stdout goes away (| head).
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     cat = Cat(cfg, sys.stdout.buffer)
     try:
         cat.open()
         cat.run()
+    except BrokenPipeError:
+        # The reader of stdout went away (| head): end quietly, as a C tool killed
+        # by SIGPIPE would. (SIGPIPE itself stays ignored: a dead TCP peer must
+        # surface as an error on that pipe, not kill the process.)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        cat.close(linger=0)
+        return 128 + 13
     except Fatal as exc:
         print(str(exc), file=sys.stderr)
         cat.close(linger=0)

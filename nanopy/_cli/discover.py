@@ -12,12 +12,13 @@ for the first surveys, prints the table (or JSON with ``--json``) and exits.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
 # ANSI: cursor to the start of the line N lines up, then clear to the end of screen.
@@ -33,6 +34,18 @@ def _positive(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
     return value
+
+
+@contextlib.contextmanager
+def _restored_signals() -> Iterator[None]:
+    """Put SIGINT/SIGTERM handling back as it was afterwards, so calling a command's
+    ``main`` in-process (tests, embedding) leaves the process's signals untouched."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
 
 
 def _stop_on_sigterm() -> None:
@@ -129,6 +142,11 @@ def discover_main(argv: Sequence[str]) -> int:
             out.flush()
 
     disco.on_change(on_change)
+    with _restored_signals():
+        return _show(args, disco, out, live)
+
+
+def _show(args: argparse.Namespace, disco: Any, out: Any, live: bool) -> int:
     _stop_on_sigterm()
     try:
         if args.once:
@@ -186,12 +204,13 @@ def announce_main(argv: Sequence[str]) -> int:
     print(f"nanopy announce: {args.name} at {args.address} -> {', '.join(args.connect)}", file=sys.stderr,
           flush=True)
     stop = threading.Event()
-    _stop_on_sigterm()
-    try:
-        stop.wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        _ignore_interrupts()
-        ann.close()
+    with _restored_signals():
+        _stop_on_sigterm()
+        try:
+            stop.wait()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            _ignore_interrupts()
+            ann.close()
     return 0
