@@ -10,9 +10,9 @@ so a busy sender rarely needs the engine and an idle one never waits for it:
   outbox as one frame batch whenever it reaches ``CALLER_BATCH`` messages -- the
   high-throughput path, with no engine wake-up per batch;
 * the writer task flushes what a burst leaves behind: woken by the first queued
-  message, it waits ``FLUSH_DELAY`` (letting the sender fill a batch), writes
-  what is left, and keeps doing so while traffic lasts; it also takes over
-  whenever the socket cannot take a write at once.
+  message, it waits while the burst goes on (``FLUSH_DELAY``, doubling, never
+  holding a message longer than ``MAX_HOLD``), then writes what is left; it also
+  takes over whenever the socket cannot take a write at once.
 """
 
 from __future__ import annotations
@@ -37,8 +37,10 @@ log = logging.getLogger("nanopy")
 DIRECT_IDLE = 50e-6
 # A sending thread writes the outbox itself once it holds this many messages.
 CALLER_BATCH = 64
-# The writer task's wait before flushing a partial batch left by a burst.
+# The writer task's first wait before flushing a partial batch left by a burst.
 FLUSH_DELAY = 200e-6
+# No queued message waits longer than this for the writer task.
+MAX_HOLD = 1e-3
 
 
 class PipeDriver:
@@ -53,6 +55,8 @@ class PipeDriver:
         self.writing = False
         self.closed = False
         self.last_tx = 0.0
+        self.appended = 0  # messages handed to transmit (tells the writer a burst goes on)
+        self.first_queued = 0.0  # when the oldest message in the outbox was queued
         self._writer_event: trio.Event | None = None
         self._reader_event: trio.Event | None = None
         self._resume_pending = False
@@ -68,9 +72,13 @@ class PipeDriver:
             if self.closed:
                 return 0
             outbox = self.outbox
+            self.appended += 1
             if outbox or self.writing:
                 outbox.append(payload)
-                if len(outbox) >= CALLER_BATCH and not self.writing:
+                n = len(outbox)
+                if n == 1:
+                    self.first_queued = time.monotonic()
+                elif n >= CALLER_BATCH and not self.writing:
                     return self._flush_from_caller()
                 return 0
             now = time.monotonic()
@@ -81,6 +89,7 @@ class PipeDriver:
                     self._kick_writer()
                 return 0 if conn.manages_credit else 1
             outbox.append(payload)
+            self.first_queued = now
             self._kick_writer()
             return 0
 
@@ -172,10 +181,10 @@ class PipeDriver:
     async def _writer(self) -> None:
         conn = self.conn
         credit_back = not conn.manages_credit
-        lingering = False  # a burst is under way: keep flushing every FLUSH_DELAY
+        lingering = False  # a burst is under way: let the sender write its own batches
         while True:
             if lingering:
-                await trio.sleep(FLUSH_DELAY)
+                await self._linger()
             with self.lock:
                 batch = self.outbox
                 if batch or conn.has_pending:
@@ -199,6 +208,27 @@ class PipeDriver:
             # Keep lingering only for small flushes; a full outbox means the
             # sender outruns the socket, so write again at once.
             lingering = len(batch) < CALLER_BATCH
+
+    async def _linger(self) -> None:
+        """Wait while a burst goes on, so the sender keeps writing full batches itself.
+
+        Returns once the sender has paused for a whole wait, a full batch is
+        waiting, or the oldest queued message has waited ``MAX_HOLD``. The waits
+        double while the burst lasts, so a long burst costs few wake-ups.
+        """
+        delay = FLUSH_DELAY
+        while True:
+            seen = self.appended
+            await trio.sleep(delay)
+            outbox = self.outbox
+            if (
+                not outbox
+                or self.appended == seen
+                or len(outbox) >= CALLER_BATCH
+                or time.monotonic() - self.first_queued >= MAX_HOLD
+            ):
+                return
+            delay = min(delay * 2, MAX_HOLD)
 
     def _notify_idle(self) -> None:
         event, self._idle_event = self._idle_event, None
