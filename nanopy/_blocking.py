@@ -35,111 +35,112 @@ class BlockingCalls:
                 raise ValueError(f"timeout must be >= 0, got {timeout}")
         return timeout
 
-    def _call(self, attempt: Callable[[], Any], queue: WaitQueue, timeout: float | None, what: str) -> Any:
-        """Run ``attempt`` under the lock until it stops raising WouldBlock."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            with self._lock:
-                if self._closed:
-                    raise self._closed_error()
-                try:
-                    result = attempt()
-                except WouldBlock:
-                    waiter = None
-                    if deadline is None or deadline > time.monotonic():
-                        waiter = ThreadWaiter()
-                        queue.waiters.append(waiter)
-                else:
-                    actions = self._take_actions()
-                    self._wake()
-                    break
-            if waiter is None:
-                raise Timeout(f"{self.name}: {what} timed out")
-            if self._engine_obj is not None and self._engine_obj.in_engine_thread():
-                with self._lock:
-                    queue.abandon(waiter)
-                raise RuntimeError(
-                    f"{self.name}: a blocking {what} on the nanopy engine thread would deadlock; "
-                    "pass timeout=0 in pipe callbacks"
-                )
-            try:
-                woken = waiter.wait(None if deadline is None else deadline - time.monotonic())
-            except BaseException:
-                with self._lock:
-                    queue.abandon(waiter)
-                raise
-            if not woken:
-                with self._lock:
-                    queue.abandon(waiter)
-                    # One last try: the condition may have turned true as we timed out.
-                    if not self._closed:
-                        try:
-                            result = attempt()
-                        except WouldBlock:
-                            pass
-                        else:
-                            actions = self._take_actions()
-                            self._wake()
-                            break
-                raise Timeout(f"{self.name}: {what} timed out")
-        if actions:
-            self._execute(actions)
-        return result
+    def _attempt(self, attempt: Callable[[], Any], park: Callable[[], Any]) -> tuple[Any, Any]:
+        """One try of ``attempt`` under the lock.
 
-    def _try_now(self, attempt: Callable[[], Any]) -> Any:
-        """Async fast path: run ``attempt`` once; None if it would block.
-
-        Every ``_ASYNC_YIELD_EVERY`` calls it declines, so the async caller takes
-        the slow path, which checkpoints: a task looping on ready data cannot
-        starve its event loop.
+        Returns ``(result, None)`` after carrying out the core's actions, or
+        ``(BLOCKED, park())`` when it would block -- ``park`` runs under the lock,
+        so a waiter it registers cannot miss a wake-up.
         """
-        self._async_calls += 1
-        if self._async_calls % _ASYNC_YIELD_EVERY == 0:
-            return None
         with self._lock:
             if self._closed:
                 raise self._closed_error()
             try:
                 result = attempt()
             except WouldBlock:
-                return None
+                return BLOCKED, park()
             actions = self._take_actions()
             self._wake()
         if actions:
             self._execute(actions)
+        return result, None
+
+    def _abandon(self, queue: WaitQueue, waiter: Any) -> None:
+        with self._lock:
+            queue.abandon(waiter)
+
+    def _call(self, attempt: Callable[[], Any], queue: WaitQueue, timeout: float | None, what: str) -> Any:
+        """Run ``attempt`` until it stops raising WouldBlock, parking this thread between tries."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def park() -> ThreadWaiter | None:
+            return _park(queue, deadline, ThreadWaiter)
+
+        while True:
+            result, waiter = self._attempt(attempt, park)
+            if result is not BLOCKED:
+                return result
+            if waiter is None:
+                raise Timeout(f"{self.name}: {what} timed out")
+            if self._engine_obj is not None and self._engine_obj.in_engine_thread():
+                self._abandon(queue, waiter)
+                raise RuntimeError(
+                    f"{self.name}: a blocking {what} on the nanopy engine thread would deadlock; "
+                    "pass timeout=0 in pipe callbacks"
+                )
+            try:
+                woken = waiter.wait(None if deadline is None else deadline - time.monotonic())
+            except BaseException:  # Ctrl-C: the call took nothing
+                self._abandon(queue, waiter)
+                raise
+            if not woken:
+                self._abandon(queue, waiter)
+                # One last try: the condition may have turned true as we timed out.
+                result, _ = self._attempt(attempt, no_park)
+                if result is not BLOCKED:
+                    return result
+                raise Timeout(f"{self.name}: {what} timed out")
+
+    def _try_now(self, attempt: Callable[[], Any]) -> Any:
+        """Async fast path: run ``attempt`` once; None if it would block.
+
+        Every ``ASYNC_YIELD_EVERY`` calls it declines, so the async caller takes
+        the slow path, which checkpoints: a task looping on ready data cannot
+        starve its event loop.
+        """
+        self._async_calls += 1
+        if self._async_calls % _ASYNC_YIELD_EVERY == 0:
+            return None
+        result, _ = self._attempt(attempt, no_park)
+        if result is BLOCKED:
+            return None
         return True if result is None else result
 
     async def _acall(self, attempt: Callable[[], Any], queue: WaitQueue, timeout: float | None, what: str) -> Any:
-        """Async twin of :meth:`_call` for trio and asyncio tasks."""
+        """Async twin of :meth:`_call` for trio and asyncio tasks (cancellation is lossless)."""
         deadline = None if timeout is None else time.monotonic() + timeout
+
+        def park() -> Any:
+            return _park(queue, deadline, async_waiter)
+
         await yield_to_loop()
         while True:
-            with self._lock:
-                if self._closed:
-                    raise self._closed_error()
-                try:
-                    result = attempt()
-                except WouldBlock:
-                    waiter = None
-                    if deadline is None or deadline > time.monotonic():
-                        waiter = async_waiter()
-                        queue.waiters.append(waiter)
-                else:
-                    actions = self._take_actions()
-                    self._wake()
-                    break
+            result, waiter = self._attempt(attempt, park)
+            if result is not BLOCKED:
+                return result
             if waiter is None:
                 raise Timeout(f"{self.name}: {what} timed out")
             try:
                 woken = await waiter.wait(None if deadline is None else deadline - time.monotonic())
             except BaseException:
-                with self._lock:
-                    queue.abandon(waiter)
+                self._abandon(queue, waiter)
                 raise
             if not woken:
-                with self._lock:
-                    queue.abandon(waiter)
+                self._abandon(queue, waiter)
                 raise Timeout(f"{self.name}: {what} timed out")
-        if actions:
-            self._execute(actions)
-        return result
+
+
+BLOCKED: Any = object()  # _attempt's "would block" marker
+
+
+def no_park() -> None:
+    return None
+
+
+def _park(queue: WaitQueue, deadline: float | None, make: Callable[[], Any]) -> Any:
+    """Register a new waiter on ``queue`` unless the deadline has passed (lock held)."""
+    if deadline is not None and deadline <= time.monotonic():
+        return None
+    waiter = make()
+    queue.waiters.append(waiter)
+    return waiter
