@@ -283,7 +283,7 @@ def spawn(script: str, role: str, args: dict[str, Any], q: queue.Queue) -> Worke
     cmd = [sys.executable, os.path.join(HERE, script), json.dumps({**args, "role": role})]
     profile_dir = os.environ.get("NANOPY_BENCH_PYSPY")
     if profile_dir:
-        # Profiling mode (benchmarks/profile.py): py-spy runs the worker as its child.
+        # Profiling mode (benchmarks/profiling.py): py-spy runs the worker as its child.
         out = os.path.join(profile_dir, f"{args.get('system')}-{args.get('api')}-{role}.txt")
         pyspy = os.path.join(os.path.dirname(sys.executable), "py-spy")
         cmd = [pyspy, "record", "-f", "raw", "-F", "-t", "-r", "500", "--nonblocking", "-o", out, "--", *cmd]

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/micro.py [-n 50000]
 
-Complements ``profile.py``: sampling profilers inflate small functions and count
+Complements ``profiling.py``: sampling profilers inflate small functions and count
 blocked time, so this times the pieces directly with ``thread_time`` (the CPU of
 the calling thread only) while the engine thread is idle or busy elsewhere. pyzmq
 is timed the same way as a reference. Figures are microseconds per call; read them

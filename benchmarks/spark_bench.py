@@ -23,10 +23,6 @@ import tempfile
 import threading
 import time
 
-# benchmarks/profile.py would shadow the stdlib "profile" module that pyspark imports.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-
 import nanopy
 import nanopy.spark
 import nanopy.testing
