@@ -3,6 +3,10 @@
 Uses plain non-blocking stdlib sockets with trio's readiness waits: no stream
 wrapper on the hot path, many frames per ``recv``, one ``send`` per batch, and a
 ``try_send`` that writes straight from the caller's thread when the socket is idle.
+
+The framing (:class:`FramedConnection`) is written once over two byte operations,
+``_send_all`` and ``_recv_some``; :class:`StreamConnection` supplies them from a
+socket (:class:`SocketIO`), the TLS transport from a :class:`trio.SSLStream`.
 """
 
 from __future__ import annotations
@@ -16,92 +20,38 @@ from .._errors import RemoteProtocolError
 from .._wire import HEADER_SIZE, FrameDecoder, encode_frame, encode_frames, encode_header, parse_header
 from ._base import Connection, Listener, PipeContext
 
-RECV_SIZE = 256 * 1024
+RECV_SIZE = 64 * 1024  # below glibc's mmap threshold: a bigger buffer costs an mmap per read
 
 
-class StreamConnection(Connection):
-    def __init__(self, sock: socket.socket, ctx: PipeContext, ipc: bool, remote_address: str) -> None:
+def close_socket(sock: socket.socket) -> None:
+    """Wake trio tasks waiting on ``sock``, then close it."""
+    try:
+        trio.lowlevel.notify_closing(sock)
+    except Exception:
+        pass
+    sock.close()
+
+
+class SocketIO:
+    """A connected stdlib socket in non-blocking mode, driven by trio readiness waits."""
+
+    def __init__(self, sock: socket.socket) -> None:
         sock.setblocking(False)
         self._sock = sock
-        self._ctx = ctx
-        self._ipc = ipc
-        self._decoder = FrameDecoder(ipc, ctx.recv_max_size)
-        self._pending: memoryview | None = None
         self._drained = False
         self._closed = False
-        self.remote_address = remote_address
 
-    async def handshake(self) -> None:
-        await self._send_all(memoryview(encode_header(self._ctx.protocol_id)))
-        header = b""
-        while len(header) < HEADER_SIZE:
-            chunk = await self._recv_some(HEADER_SIZE - len(header))
-            if not chunk:
-                if not header:  # connected and left (a port probe): not a protocol error
-                    raise EOFError("peer closed before the SP handshake")
-                raise RemoteProtocolError("peer closed during the SP handshake")
-            header += chunk
-        parse_header(header, self._ctx.peer_id)
-
-    # -- sending ---------------------------------------------------------------
-    def try_send(self, payload: bytes) -> bool:
-        if self._pending is not None or self._closed:
-            return False
-        return self._write_now(encode_frame(payload, self._ipc))
-
-    def try_send_batch(self, payloads: list[bytes]) -> bool:
-        if self._pending is not None or self._closed:
-            return False
-        return self._write_now(encode_frames(payloads, self._ipc))
-
-    def _write_now(self, data: bytes) -> bool:
-        """Write without blocking; keep an unwritten tail as pending."""
-        try:
-            n = self._sock.send(data)
-        except (BlockingIOError, InterruptedError):
-            return False  # the socket is full: the writer task will wait for it
-        except OSError:
-            return False  # let the writer task meet (and report) the error
-        if n < len(data):
-            self._pending = memoryview(data)[n:]
-            self.has_pending = True
-        return True
-
-    async def send(self, payloads: list[bytes]) -> None:
-        pending = self._pending
-        if pending is not None:
-            self._pending = None
-            self.has_pending = False
-            await self._send_all(pending)
-        if payloads:
-            await self._send_all(memoryview(encode_frames(payloads, self._ipc)))
-        else:
-            await trio.lowlevel.checkpoint()
-
-    async def _send_all(self, data: memoryview) -> None:
+    async def _send_all(self, data: bytes | memoryview) -> None:
         sock = self._sock
-        while data:
+        view = memoryview(data)
+        while view:
             try:
-                n = sock.send(data)
+                n = sock.send(view)
             except (BlockingIOError, InterruptedError):
                 await trio.lowlevel.wait_writable(sock)
                 continue
-            data = data[n:]
+            view = view[n:]
         await trio.lowlevel.checkpoint()
-
-    # -- receiving -------------------------------------------------------------
-    async def receive(self) -> list[bytes]:
-        if self._decoder.error is not None:  # found after the frames we returned last
-            raise self._decoder.error
-        while True:
-            chunk = await self._recv_some(RECV_SIZE)
-            if not chunk:
-                if self._decoder.pending:
-                    raise RemoteProtocolError("peer closed in the middle of a message")
-                raise EOFError("peer closed the connection")
-            msgs = self._decoder.feed(chunk)
-            if msgs:
-                return msgs
 
     async def _recv_some(self, size: int) -> bytes:
         """Read up to ``size`` bytes, waiting for readability as needed.
@@ -132,11 +82,110 @@ class StreamConnection(Connection):
         if self._closed:
             return
         self._closed = True
+        close_socket(self._sock)
+
+
+class FramedConnection(Connection):
+    """SP over a byte stream: the 8-byte header exchange and u64-length frames.
+
+    Subclasses supply ``_send_all(data)`` and ``_recv_some(size)`` (``_recv_some``
+    returns ``b""`` at end of stream).
+    """
+
+    def __init__(self, ctx: PipeContext, ipc: bool, remote_address: str) -> None:
+        self._ctx = ctx
+        self._ipc = ipc
+        self._decoder = FrameDecoder(ipc, ctx.recv_max_size)
+        # Bytes a fast-path write (StreamConnection.try_send) left unwritten.
+        self._pending: memoryview | None = None
+        self.remote_address = remote_address
+
+    async def _send_all(self, data: bytes | memoryview) -> None:
+        raise NotImplementedError
+
+    async def _recv_some(self, size: int) -> bytes:
+        raise NotImplementedError
+
+    async def handshake(self) -> None:
+        await self._send_all(encode_header(self._ctx.protocol_id))
+        header = b""
+        while len(header) < HEADER_SIZE:
+            chunk = await self._recv_some(HEADER_SIZE - len(header))
+            if not chunk:
+                if not header:  # connected and left (a port probe): not a protocol error
+                    raise EOFError("peer closed before the SP handshake")
+                raise RemoteProtocolError("peer closed during the SP handshake")
+            header += chunk
+        parse_header(header, self._ctx.peer_id)
+
+    async def send(self, payloads: list[bytes]) -> None:
+        pending = self._pending
+        if pending is not None:
+            self._pending = None
+            self.has_pending = False
+            await self._send_all(pending)
+        if payloads:
+            await self._send_all(encode_frames(payloads, self._ipc))
+        else:
+            await trio.lowlevel.checkpoint()
+
+    async def receive(self) -> list[bytes]:
+        if self._decoder.error is not None:  # found after the frames we returned last
+            raise self._decoder.error
+        while True:
+            chunk = await self._recv_some(RECV_SIZE)
+            if not chunk:
+                if self._decoder.pending:
+                    raise RemoteProtocolError("peer closed in the middle of a message")
+                raise EOFError("peer closed the connection")
+            msgs = self._decoder.feed(chunk)
+            if msgs:
+                return msgs
+
+
+class StreamConnection(SocketIO, FramedConnection):
+    """SP framing on a plain socket, with the thread-safe non-blocking fast path."""
+
+    def __init__(self, sock: socket.socket, ctx: PipeContext, ipc: bool, remote_address: str) -> None:
+        SocketIO.__init__(self, sock)
+        FramedConnection.__init__(self, ctx, ipc, remote_address)
+
+    def try_send(self, payload: bytes) -> bool:
+        if self._pending is not None or self._closed:
+            return False
+        return self._write_now(encode_frame(payload, self._ipc))
+
+    def try_send_batch(self, payloads: list[bytes]) -> bool:
+        if self._pending is not None or self._closed:
+            return False
+        return self._write_now(encode_frames(payloads, self._ipc))
+
+    def _write_now(self, data: bytes) -> bool:
+        """Write without blocking; keep an unwritten tail as pending."""
         try:
-            trio.lowlevel.notify_closing(self._sock)
-        except Exception:
-            pass
-        self._sock.close()
+            n = self._sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            return False  # the socket is full: the writer task will wait for it
+        except OSError:
+            return False  # let the writer task meet (and report) the error
+        if n < len(data):
+            self._pending = memoryview(data)[n:]
+            self.has_pending = True
+        return True
+
+
+async def accept_socket(sock: socket.socket) -> tuple[socket.socket, object]:
+    """Accept one connection on a listening non-blocking socket (riding out fd exhaustion)."""
+    while True:
+        try:
+            return sock.accept()
+        except (BlockingIOError, InterruptedError):
+            await trio.lowlevel.wait_readable(sock)
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                await trio.sleep(0.1)  # out of descriptors: back off, keep listening
+                continue
+            raise
 
 
 class StreamListener(Listener):
@@ -159,30 +208,20 @@ class StreamListener(Listener):
     def describe_peer(self, addr: object) -> str:
         return str(addr)
 
+    def connection(self, conn_sock: socket.socket, peer: str) -> Connection:
+        """The connection for an accepted socket (tls wraps it in TLS)."""
+        return StreamConnection(conn_sock, self._ctx, self._ipc, peer)
+
     async def accept(self) -> Connection:
-        while True:
-            try:
-                conn, addr = self._sock.accept()
-            except (BlockingIOError, InterruptedError):
-                await trio.lowlevel.wait_readable(self._sock)
-                continue
-            except OSError as exc:
-                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    await trio.sleep(0.1)  # out of descriptors: back off, keep listening
-                    continue
-                raise
-            self.configure(conn)
-            return StreamConnection(conn, self._ctx, self._ipc, self.describe_peer(addr))
+        conn, addr = await accept_socket(self._sock)
+        self.configure(conn)
+        return self.connection(conn, self.describe_peer(addr))
 
     async def aclose(self) -> None:
         if self._closed:
             return
         self._closed = True
-        try:
-            trio.lowlevel.notify_closing(self._sock)
-        except Exception:
-            pass
-        self._sock.close()
+        close_socket(self._sock)
 
 
 async def connect_socket(sock: socket.socket, address: object) -> None:
@@ -195,3 +234,34 @@ async def connect_socket(sock: socket.socket, address: object) -> None:
         err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
         if err:
             raise OSError(err, f"connect to {address}: {errno.errorcode.get(err, err)}")
+
+
+class SocketChannel(SocketIO):
+    """A plain socket as a byte channel (what ``ws://`` runs on; ``wss://`` uses
+    :class:`nanopy.transports.tls.StreamChannel`), with a thread-safe non-blocking write."""
+
+    secure = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def start(self) -> None:
+        """Nothing to negotiate on a plain socket."""
+
+    recv = SocketIO._recv_some
+    send_all = SocketIO._send_all
+
+    def send_nowait(self, data: bytes | memoryview) -> int:
+        """Write what the kernel takes now (any thread); returns the byte count."""
+        try:
+            return self._sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            return 0
+
+    async def send_eof(self) -> None:
+        try:
+            self._sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        await trio.lowlevel.checkpoint()

@@ -132,7 +132,9 @@ async def dial_tcp_socket(url: str, scheme: str, ctx: PipeContext) -> tuple[sock
     raise last or OSError(f"cannot resolve {host!r}")
 
 
-class _TcpListener(StreamListener):
+class TcpListener(StreamListener):
+    """Accepted sockets get TCP_NODELAY (per the socket option) and a ``host:port`` peer."""
+
     def configure(self, conn_sock: socket.socket) -> None:
         set_nodelay(conn_sock, self._ctx)
 
@@ -141,17 +143,19 @@ class _TcpListener(StreamListener):
 
 
 class TcpTransport(Transport):
-    schemes = ("tcp",)
+    """``tcp://``; tls+tcp subclasses it (same URLs, listen/dial wrapped in TLS)."""
+
+    schemes: tuple[str, ...] = ("tcp",)
 
     def check_url(self, url: str) -> None:
-        split_host_port(url, "tcp", bind=True)
+        split_host_port(url, self.schemes[0], bind=True)
 
     def check_dial_url(self, url: str) -> None:
-        split_host_port(url, "tcp", bind=False)
+        split_host_port(url, self.schemes[0], bind=False)
 
     async def listen(self, url: str, ctx: PipeContext) -> Listener:
         sock = bind_tcp_socket(url, "tcp")
-        return _TcpListener(sock, bound_url("tcp", url, sock), ctx, ipc=False)
+        return TcpListener(sock, bound_url("tcp", url, sock), ctx, ipc=False)
 
     async def dial(self, url: str, ctx: PipeContext) -> Connection:
         sock, remote = await dial_tcp_socket(url, "tcp", ctx)

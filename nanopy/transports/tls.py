@@ -10,14 +10,13 @@ The TLS handshake runs in :meth:`Connection.handshake`, so the socket's
 ``handshake_timeout`` bounds it; a peer that fails verification is closed (and
 counted in ``stats().protocol_errors``) before any message passes.
 
-This module also holds the byte channels the ws transport runs on: a plain
-non-blocking socket (fast path, with a thread-safe non-blocking write) and a trio
-stream (:class:`trio.SSLStream`).
+This module also holds the TLS byte channel ``wss://`` runs on (:class:`StreamChannel`;
+``ws://`` runs on :class:`nanopy.transports._stream.SocketChannel`). The SP framing
+is that of tcp (:class:`nanopy.transports._stream.FramedConnection`) over the channel.
 """
 
 from __future__ import annotations
 
-import errno
 import socket
 import ssl
 from typing import Any
@@ -25,85 +24,20 @@ from typing import Any
 import trio
 
 from .._errors import AddressError, RemoteProtocolError
-from .._wire import HEADER_SIZE, FrameDecoder, encode_frames, encode_header, parse_header
-from ._base import Connection, Listener, PipeContext, Transport
-from ._stream import RECV_SIZE
-from .tcp import bind_tcp_socket, bound_url, dial_tcp_socket, peer_text, set_nodelay, split_host_port
+from ._base import Connection, Listener, PipeContext
+from ._stream import FramedConnection
+from .tcp import TcpListener, TcpTransport, bind_tcp_socket, bound_url, dial_tcp_socket, split_host_port
 
 # How long aclose() waits to say goodbye (TLS close_notify, WebSocket CLOSE).
 CLOSE_TIMEOUT = 0.5
 
 
-# -- byte channels -----------------------------------------------------------------
-class SocketChannel:
-    """A connected stdlib socket in non-blocking mode, driven by trio readiness waits."""
-
-    secure = False
-
-    def __init__(self, sock: socket.socket) -> None:
-        sock.setblocking(False)
-        self.sock = sock
-        self.closed = False
-
-    async def start(self) -> None:
-        """Nothing to negotiate on a plain socket."""
-
-    async def recv(self, size: int) -> bytes:
-        sock = self.sock
-        waited = False
-        while True:
-            try:
-                data = sock.recv(size)
-            except (BlockingIOError, InterruptedError):
-                await trio.lowlevel.wait_readable(sock)
-                waited = True
-                continue
-            if not waited:
-                await trio.lowlevel.checkpoint()  # data was there already: still yield once
-            return data
-
-    def send_nowait(self, data: bytes | memoryview) -> int:
-        """Write what the kernel takes now (any thread); returns the byte count."""
-        try:
-            return self.sock.send(data)
-        except (BlockingIOError, InterruptedError):
-            return 0
-
-    async def send_all(self, data: bytes | memoryview) -> None:
-        sock = self.sock
-        view = memoryview(data)
-        while view:
-            try:
-                n = sock.send(view)
-            except (BlockingIOError, InterruptedError):
-                await trio.lowlevel.wait_writable(sock)
-                continue
-            view = view[n:]
-        await trio.lowlevel.checkpoint()
-
-    async def send_eof(self) -> None:
-        try:
-            self.sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
-        await trio.lowlevel.checkpoint()
-
-    async def aclose(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        try:
-            trio.lowlevel.notify_closing(self.sock)
-        except Exception:
-            pass
-        self.sock.close()
-
-
+# -- the TLS byte channel ----------------------------------------------------------
 class StreamChannel:
     """A trio stream (here a :class:`trio.SSLStream`) behind the channel interface."""
 
     secure = True
-    send_nowait = None  # no thread-safe direct writes on a TLS stream
+    send_nowait = None  # no thread-safe direct writes on a TLS stream (ws checks this)
 
     def __init__(self, stream: trio.SSLStream, describe: str) -> None:
         self.stream = stream
@@ -148,9 +82,6 @@ class StreamChannel:
         await trio.aclose_forcefully(self.stream.transport_stream)
 
 
-Channel = SocketChannel | StreamChannel
-
-
 # -- SSL contexts ---------------------------------------------------------------------
 def client_context(options: Any) -> ssl.SSLContext:
     """The dialer's context: ``ssl_context`` or a verifying default."""
@@ -192,94 +123,43 @@ def tls_server(sock: socket.socket, ctx: ssl.SSLContext, describe: str) -> Strea
 
 
 # -- tls+tcp ------------------------------------------------------------------------
-class TlsConnection(Connection):
+class TlsConnection(FramedConnection):
     """SP over TCP framing (8-byte header, u64 lengths) inside a TLS session."""
 
     def __init__(self, channel: StreamChannel, ctx: PipeContext, remote_address: str) -> None:
+        super().__init__(ctx, False, remote_address)
         self._chan = channel
-        self._ctx = ctx
-        self._decoder = FrameDecoder(False, ctx.recv_max_size)
-        self.remote_address = remote_address
 
     async def handshake(self) -> None:
-        await self._chan.start()
-        await self._chan.send_all(encode_header(self._ctx.protocol_id))
-        header = b""
-        while len(header) < HEADER_SIZE:
-            chunk = await self._chan.recv(HEADER_SIZE - len(header))
-            if not chunk:
-                raise RemoteProtocolError("peer closed during the SP handshake")
-            header += chunk
-        parse_header(header, self._ctx.peer_id)
+        await self._chan.start()  # TLS first, then the SP header exchange inside it
+        await super().handshake()
 
-    async def send(self, payloads: list[bytes]) -> None:
-        if payloads:
-            await self._chan.send_all(encode_frames(payloads))
-        else:
-            await trio.lowlevel.checkpoint()
+    async def _send_all(self, data: bytes | memoryview) -> None:
+        await self._chan.send_all(data)
 
-    async def receive(self) -> list[bytes]:
-        while True:
-            chunk = await self._chan.recv(RECV_SIZE)
-            if not chunk:
-                if self._decoder.pending:
-                    raise RemoteProtocolError("peer closed in the middle of a message")
-                raise EOFError("peer closed the connection")
-            msgs = self._decoder.feed(chunk)
-            if msgs:
-                return msgs
+    async def _recv_some(self, size: int) -> bytes:
+        return await self._chan.recv(size)
 
     async def aclose(self) -> None:
         await self._chan.aclose()
 
 
-class TlsListener(Listener):
+class TlsListener(TcpListener):
+    """A TCP listener whose accepted sockets are wrapped as TLS servers."""
+
     def __init__(self, sock: socket.socket, url: str, ctx: PipeContext, ssl_ctx: ssl.SSLContext) -> None:
-        sock.setblocking(False)
-        self._sock = sock
-        self._ctx = ctx
+        super().__init__(sock, url, ctx, ipc=False)
         self._ssl = ssl_ctx
-        self.url = url
-        self._closed = False
 
-    async def accept(self) -> Connection:
-        while True:
-            try:
-                conn, addr = self._sock.accept()
-            except (BlockingIOError, InterruptedError):
-                await trio.lowlevel.wait_readable(self._sock)
-                continue
-            except OSError as exc:
-                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    await trio.sleep(0.1)  # out of descriptors: back off, keep listening
-                    continue
-                raise
-            set_nodelay(conn, self._ctx)
-            peer = peer_text(addr)
-            return TlsConnection(tls_server(conn, self._ssl, peer), self._ctx, peer)
-
-    async def aclose(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            trio.lowlevel.notify_closing(self._sock)
-        except Exception:
-            pass
-        self._sock.close()
+    def connection(self, conn_sock: socket.socket, peer: str) -> Connection:
+        return TlsConnection(tls_server(conn_sock, self._ssl, peer), self._ctx, peer)
 
 
-class TlsTransport(Transport):
+class TlsTransport(TcpTransport):
     """``tls+tcp://`` (NNG's TLS transport)."""
 
     schemes = ("tls+tcp",)
     endpoint_options = ("ssl_context",)
-
-    def check_url(self, url: str) -> None:
-        split_host_port(url, "tls+tcp", bind=True)
-
-    def check_dial_url(self, url: str) -> None:
-        split_host_port(url, "tls+tcp", bind=False)
 
     async def listen(self, url: str, ctx: PipeContext) -> Listener:
         ssl_ctx = server_context(ctx.options, url)

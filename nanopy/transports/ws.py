@@ -43,9 +43,9 @@ except ImportError:  # pragma: no cover - pure-Python build of websockets
 
 from .._errors import AddressError, AddressInUse, MessageTooLarge, RemoteProtocolError
 from ._base import Connection, Listener, PipeContext, Transport
+from ._stream import SocketChannel
 from .tls import (
     CLOSE_TIMEOUT,
-    SocketChannel,
     StreamChannel,
     client_context,
     server_context,
