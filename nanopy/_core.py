@@ -260,14 +260,12 @@ class LoadBalancer:
 
     def take(self) -> int | None:
         """Consume one credit of the pipe to use next; None if none can send."""
-        pid = self._ready.current()
+        pid = self._ready.take()
         if pid is None:
             return None
         c = self._credit[pid] - 1
         self._credit[pid] = c
-        if c > 0:
-            self._ready.advance()
-        else:
+        if c <= 0:
             self._ready.deactivate(pid)
         return pid  # type: ignore[return-value]
 

@@ -68,7 +68,9 @@ class PipeDriver:
     def transmit(self, payload: bytes) -> int:
         """Send or queue ``payload``; returns how many credits may be returned now."""
         conn = self.conn
-        with self.lock:
+        lock = self.lock
+        lock.acquire()
+        try:
             if self.closed:
                 return 0
             outbox = self.outbox
@@ -92,6 +94,8 @@ class PipeDriver:
             self.first_queued = now
             self._kick_writer()
             return 0
+        finally:
+            lock.release()
 
     def _flush_from_caller(self) -> int:
         """Write the whole outbox from the sending thread (pipe lock held)."""

@@ -76,6 +76,19 @@ class PrioList:
             return None
         return self._slots[best][self._cursor[best]]
 
+    def take(self) -> Hashable | None:
+        """``current()`` then ``advance()`` in one call (the load balancer's hot path)."""
+        best = self._best
+        if not best:
+            return None
+        slot = self._slots[best]
+        cursor = self._cursor
+        c = cursor[best]
+        pid = slot[c]
+        c += 1
+        cursor[best] = c if c < len(slot) else 0
+        return pid
+
     def advance(self) -> None:
         """Move the current slot's round-robin cursor to its next pipe."""
         best = self._best

@@ -459,8 +459,11 @@ class Socket(BlockingCalls, RequestMethods):
     def _send(self, body: bytes, header: bytes, timeout: Any) -> None:
         if timeout is not _DEFAULT:
             self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
-        # Fast path: one lock round, no waiter, no engine hop.
-        with self._lock:
+        # Fast path: one lock round, no waiter, no engine hop. (acquire/release
+        # rather than ``with``: measurably cheaper on the hottest lock.)
+        lock = self._lock
+        lock.acquire()
+        try:
             if self._closed:
                 raise self._closed_error()
             try:
@@ -473,6 +476,8 @@ class Socket(BlockingCalls, RequestMethods):
                 self._bytes_sent += len(body)
                 actions = self._take_actions()
                 self._wake()
+        finally:
+            lock.release()
         if sent:
             if actions:
                 self._execute(actions)
@@ -490,7 +495,9 @@ class Socket(BlockingCalls, RequestMethods):
         if timeout is not _DEFAULT:
             self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
         # Fast path written out (the hottest call in nanopy): one lock round.
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             if self._closed:
                 raise self._closed_error()
             try:
@@ -502,6 +509,8 @@ class Socket(BlockingCalls, RequestMethods):
                 self._bytes_received += len(body)
                 actions = self._take_actions()
                 self._wake()
+        finally:
+            lock.release()
         if body is not None:
             if actions:
                 self._execute(actions)
@@ -532,17 +541,20 @@ class Socket(BlockingCalls, RequestMethods):
 
     async def arecv(self, *, timeout: float | None = _DEFAULT) -> bytes:
         """Async :meth:`recv` (trio or asyncio)."""
-        return (await self.arecv_msg(timeout=timeout)).body
+        return await self._arecv(self._recv_body_attempt, timeout)
 
     async def arecv_msg(self, *, timeout: float | None = _DEFAULT) -> Message:
         """Async :meth:`recv_msg` (trio or asyncio)."""
+        return await self._arecv(self._recv_attempt, timeout)
+
+    async def _arecv(self, attempt: Callable[[], Any], timeout: Any) -> Any:
         if timeout is not _DEFAULT:
             self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
-        msg = self._try_now(self._recv_attempt)
-        if msg is not None:
-            return msg
+        result = self._try_now(attempt)
+        if result is not None:
+            return result
         timeout = self._timeout(timeout, self._options.recv_timeout)
-        return await self._acall(self._recv_attempt, self._recv_q, timeout, "recv")
+        return await self._acall(attempt, self._recv_q, timeout, "recv")
 
     # -- protocol conveniences ----------------------------------------------------------
     # Each delegates to an optional core method; a protocol without it raises
