@@ -9,7 +9,6 @@ the receiver's back-pressure reaches the sender as on a real wire.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 
@@ -17,6 +16,7 @@ import trio
 
 from .._errors import AddressError, AddressInUse, RemoteProtocolError
 from ._base import Connection, Listener, PipeContext, Transport
+from ._table import ProcessTable
 
 
 class _Inbox:
@@ -124,34 +124,8 @@ class _InprocListener(Listener):
             pass
 
 
-class _Names:
-    """The process's inproc names (reset in a child after fork)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._listeners: dict[str, _InprocListener] = {}
-        os.register_at_fork(after_in_child=self._reset)
-
-    def _reset(self) -> None:
-        self._lock = threading.Lock()
-        self._listeners = {}
-
-    def add(self, listener: _InprocListener) -> None:
-        with self._lock:
-            if listener.name in self._listeners:
-                raise AddressInUse(98, f"{listener.url}: address already in use")
-            self._listeners[listener.name] = listener
-
-    def remove(self, name: str, listener: _InprocListener) -> None:
-        with self._lock:
-            if self._listeners.get(name) is listener:
-                del self._listeners[name]
-
-    def get(self, name: str) -> _InprocListener | None:
-        return self._listeners.get(name)
-
-
-_registry = _Names()
+#: the process's inproc listeners by name
+_registry: ProcessTable[str, _InprocListener] = ProcessTable()
 
 
 def _name(url: str) -> str:
@@ -169,7 +143,8 @@ class InprocTransport(Transport):
 
     async def listen(self, url: str, ctx: PipeContext) -> Listener:
         listener = _InprocListener(_name(url), url, ctx)
-        _registry.add(listener)
+        if not _registry.add(listener.name, listener):
+            raise AddressInUse(98, f"{listener.url}: address already in use")
         return listener
 
     async def dial(self, url: str, ctx: PipeContext) -> Connection:
