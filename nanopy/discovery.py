@@ -174,6 +174,43 @@ async def _in_worker_thread(fn: Callable[[], Any]) -> Any:
     return await asyncio.get_running_loop().run_in_executor(None, fn)
 
 
+class _SocketThread:
+    """A socket served by a daemon thread: the closing and context-manager logic
+    :class:`Discovery` and :class:`Announcer` share."""
+
+    _sock: Socket
+    _thread: threading.Thread
+
+    def _start_thread(self, name: str) -> None:
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Close the socket and wait for the thread; idempotent."""
+        self._sock.close(linger=0)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout=5.0)
+
+    async def aclose(self) -> None:
+        """Async :meth:`close`."""
+        await _in_worker_thread(self.close)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
 # -- the discovery side -------------------------------------------------------------------------
 
 
@@ -185,7 +222,7 @@ class _Entry:
         self.missed = 0
 
 
-class Discovery:
+class Discovery(_SocketThread):
     """A discovery service: surveys announcers and keeps the set of live providers.
 
     Args:
@@ -235,8 +272,7 @@ class Discovery:
         except BaseException:
             self._sock.close(linger=0)
             raise
-        self._thread = threading.Thread(target=self._run, name=f"nanopy-discovery {url}", daemon=True)
-        self._thread.start()
+        self._start_thread(f"nanopy-discovery {url}")
 
     @property
     def url(self) -> str:
@@ -418,31 +454,13 @@ class Discovery:
             self._closing = True
             self._wake_waiters()
         self._wakeup.set()
-        self._sock.close(linger=0)
-        if threading.current_thread() is not self._thread:
-            self._thread.join(timeout=5.0)
-
-    async def aclose(self) -> None:
-        """Async :meth:`close`."""
-        await _in_worker_thread(self.close)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
+        super().close()
 
 
 # -- the announcer side ---------------------------------------------------------------------------
 
 
-class Announcer:
+class Announcer(_SocketThread):
     """Announce one service to one or more discovery services.
 
     Args:
@@ -484,8 +502,7 @@ class Announcer:
         except BaseException:
             self._sock.close(linger=0)
             raise
-        self._thread = threading.Thread(target=self._run, name=f"nanopy-announce {name}", daemon=True)
-        self._thread.start()
+        self._start_thread(f"nanopy-announce {name}")
 
     @property
     def socket(self) -> Socket:
@@ -523,22 +540,4 @@ class Announcer:
 
     def close(self) -> None:
         """Stop answering and disconnect; idempotent."""
-        self._sock.close(linger=0)
-        if threading.current_thread() is not self._thread:
-            self._thread.join(timeout=5.0)
-
-    async def aclose(self) -> None:
-        """Async :meth:`close`."""
-        await _in_worker_thread(self.close)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
+        super().close()

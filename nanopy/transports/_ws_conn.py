@@ -50,6 +50,14 @@ def _subprotocol(name: str) -> str:
     return name + SUBPROTOCOL_SUFFIX
 
 
+def _pick(offered: Sequence[str], own: str) -> str | None:
+    """NNG compares the subprotocol case-insensitively and echoes the client's spelling."""
+    for name in offered:
+        if name.lower() == own:
+            return name
+    return None
+
+
 # -- frames -------------------------------------------------------------------------
 def _header(first: int, size: int, masked: bool) -> bytes:
     bit = 0x80 if masked else 0
@@ -363,13 +371,3 @@ class WsConnection(Connection):
             proto.receive_data(data)
             proto.events_received()
             await self._flush_proto()
-
-
-def _pick(offered: Sequence[str], own: str) -> str | None:
-    """NNG compares the subprotocol case-insensitively and echoes the client's spelling."""
-    for name in offered:
-        if name.lower() == own:
-            return name
-    return None
-
-
