@@ -312,6 +312,21 @@ class Discovery(_SocketThread):
         known = sorted({k[0] for k in self._live})
         return LookupError(f"no live provider of {name!r}; live services: {', '.join(known) or 'none'}")
 
+    def _resolve_step(self, name: str, end: float | None) -> tuple[str | None, float | None]:
+        """One look (lock held): ``(address, None)``, or ``(None, seconds left to wait)``.
+
+        Raises Closed or LookupError when waiting longer cannot help.
+        """
+        address = self._pick(name)
+        if address is not None:
+            return address, None
+        if self._closing:
+            raise Closed("discovery is closed")
+        left = None if end is None else end - time.monotonic()
+        if left is not None and left <= 0:
+            raise self._lookup_error(name)
+        return None, left
+
     def resolve(self, name: str, *, timeout: float = 0.0) -> str:
         """A random live provider's address among those with the best priority.
 
@@ -326,14 +341,9 @@ class Discovery(_SocketThread):
         end = None if timeout is None else time.monotonic() + timeout
         with self._changed:
             while True:
-                address = self._pick(name)
+                address, left = self._resolve_step(name, end)
                 if address is not None:
                     return address
-                if self._closing:
-                    raise Closed("discovery is closed")
-                left = None if end is None else end - time.monotonic()
-                if left is not None and left <= 0:
-                    raise self._lookup_error(name)
                 self._changed.wait(left)
 
     async def aservices(self) -> dict[str, list[str]]:
@@ -345,14 +355,9 @@ class Discovery(_SocketThread):
         end = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._lock:
-                address = self._pick(name)
+                address, left = self._resolve_step(name, end)
                 if address is not None:
                     return address
-                if self._closing:
-                    raise Closed("discovery is closed")
-                left = None if end is None else end - time.monotonic()
-                if left is not None and left <= 0:
-                    raise self._lookup_error(name)
                 waiter = async_waiter()
                 self._async_waiters.append(waiter)
             try:
