@@ -22,13 +22,14 @@ library can announce a service (see ``docs/discovery.md``)::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -174,6 +175,16 @@ async def _in_worker_thread(fn: Callable[[], Any]) -> Any:
     return await asyncio.get_running_loop().run_in_executor(None, fn)
 
 
+@contextlib.contextmanager
+def _closed_on_error(sock: Socket) -> Iterator[None]:
+    """Close ``sock`` (at once) if setting it up fails."""
+    try:
+        yield
+    except BaseException:
+        sock.close(linger=0)
+        raise
+
+
 class _SocketThread:
     """A socket served by a daemon thread: the closing and context-manager logic
     :class:`Discovery` and :class:`Announcer` share."""
@@ -267,11 +278,8 @@ class Discovery(_SocketThread):
         self._closing = False
         socket_options.setdefault("name", "discovery")
         self._sock = Socket("surveyor", survey_deadline=self.deadline, **socket_options)
-        try:
+        with _closed_on_error(self._sock):
             self._endpoint = self._sock.bind(url)
-        except BaseException:
-            self._sock.close(linger=0)
-            raise
         self._start_thread(f"nanopy-discovery {url}")
 
     @property
@@ -501,12 +509,9 @@ class Announcer(_SocketThread):
         socket_options.setdefault("reconnect_interval", min(0.1, reconnect_interval_max))
         socket_options.setdefault("name", f"announce {name}")
         self._sock = Socket("respondent", reconnect_interval_max=reconnect_interval_max, **socket_options)
-        try:
+        with _closed_on_error(self._sock):
             for url in _as_list(connect):
                 self._sock.connect(url)
-        except BaseException:
-            self._sock.close(linger=0)
-            raise
         self._start_thread(f"nanopy-announce {name}")
 
     @property
