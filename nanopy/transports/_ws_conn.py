@@ -363,6 +363,12 @@ class WsConnection(Connection):
             proto.send_close(CloseCode.NORMAL_CLOSURE)
         await self._flush_proto()
         if self._peer_closed and not self._client:
+            # Lingering close: stop writing, then read and discard whatever the peer
+            # still sends, so our kernel does not answer unread data with a reset
+            # that would destroy the CLOSE frame (and its code) on the way out.
+            await self._chan.send_eof()
+            while await self._chan.recv(RECV_SIZE):
+                pass
             return
         while proto.state is not State.CLOSED:
             data = await self._chan.recv(RECV_SIZE)
