@@ -134,6 +134,7 @@ class Socket(BlockingCalls, RequestMethods):
 
     @property
     def closed(self) -> bool:
+        """True once :meth:`close` ran (or the socket was inherited across a fork)."""
         return self._closed
 
     @property
