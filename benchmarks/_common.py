@@ -13,6 +13,7 @@ if the parent forgets it.
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import json
 import math
@@ -130,31 +131,17 @@ def open_socket(system: str, kind: str, url: str, bind: bool) -> Any:
 def versions() -> dict[str, str]:
     """Versions of everything measured (imported in the parent only)."""
     out = {"python": sys.version.split()[0]}
-    try:
-        import nanopy
-
-        out["nanopy"] = getattr(nanopy, "__version__", "?")
-    except ImportError:  # pragma: no cover - that system is simply not measured
-        pass
-    try:
-        import pynng
-
-        out["pynng"] = pynng.__version__
-    except ImportError:  # pragma: no cover - that system is simply not measured
-        pass
-    try:
-        import zmq
-
-        out["pyzmq"] = zmq.__version__
-        out["libzmq"] = zmq.zmq_version()
-    except ImportError:  # pragma: no cover - that system is simply not measured
-        pass
-    try:
-        import trio
-
-        out["trio"] = trio.__version__
-    except ImportError:  # pragma: no cover - that system is simply not measured
-        pass
+    probes: list[tuple[str, Callable[[Any], dict[str, str]]]] = [
+        ("nanopy", lambda m: {"nanopy": getattr(m, "__version__", "?")}),
+        ("pynng", lambda m: {"pynng": m.__version__}),
+        ("zmq", lambda m: {"pyzmq": m.__version__, "libzmq": m.zmq_version()}),
+        ("trio", lambda m: {"trio": m.__version__}),
+    ]
+    for module, describe in probes:
+        try:
+            out.update(describe(importlib.import_module(module)))
+        except ImportError:  # pragma: no cover - that system is simply not measured
+            pass
     return out
 
 
