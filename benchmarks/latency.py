@@ -39,6 +39,16 @@ from _common import (
 )
 
 
+def _open_window(duration: float) -> tuple[float, float, int]:
+    """Start of the timed window: (monotonic, CPU time, perf_counter_ns deadline)."""
+    t0, c0 = time.monotonic(), time.process_time()
+    return t0, c0, time.perf_counter_ns() + int(duration * 1e9)
+
+
+def _ping_result(rtts: list[int], t0: float, t1: float, cpu: float, end_ok: bool) -> dict[str, Any]:
+    return {"rtts": rtts, "t0": t0, "t1": t1, "cpu": cpu, "end_ok": end_ok}
+
+
 def ping_sync(send: Callable[[bytes], Any], recv: Callable[[], bytes], msg: bytes, warmup: float, duration: float, max_rtts: int) -> dict[str, Any]:
     send(msg)
     recv()
@@ -49,8 +59,7 @@ def ping_sync(send: Callable[[bytes], Any], recv: Callable[[], bytes], msg: byte
     pc = time.perf_counter_ns
     rtts: list[int] = []
     append = rtts.append
-    t0, c0 = time.monotonic(), time.process_time()
-    stop = pc() + int(duration * 1e9)
+    t0, c0, stop = _open_window(duration)
     for _ in range(max_rtts):
         a = pc()
         send(msg)
@@ -61,8 +70,7 @@ def ping_sync(send: Callable[[bytes], Any], recv: Callable[[], bytes], msg: byte
             break
     t1, c1 = time.monotonic(), time.process_time()
     send(END)
-    ok = recv() == END
-    return {"rtts": rtts, "t0": t0, "t1": t1, "cpu": c1 - c0, "end_ok": ok}
+    return _ping_result(rtts, t0, t1, c1 - c0, recv() == END)
 
 
 async def ping_trio(asend: Any, arecv: Any, msg: bytes, warmup: float, duration: float, max_rtts: int) -> dict[str, Any]:
@@ -75,8 +83,7 @@ async def ping_trio(asend: Any, arecv: Any, msg: bytes, warmup: float, duration:
     pc = time.perf_counter_ns
     rtts: list[int] = []
     append = rtts.append
-    t0, c0 = time.monotonic(), time.process_time()
-    stop = pc() + int(duration * 1e9)
+    t0, c0, stop = _open_window(duration)
     for _ in range(max_rtts):
         a = pc()
         await asend(msg)
@@ -87,8 +94,7 @@ async def ping_trio(asend: Any, arecv: Any, msg: bytes, warmup: float, duration:
             break
     t1, c1 = time.monotonic(), time.process_time()
     await asend(END)
-    ok = await arecv() == END
-    return {"rtts": rtts, "t0": t0, "t1": t1, "cpu": c1 - c0, "end_ok": ok}
+    return _ping_result(rtts, t0, t1, c1 - c0, await arecv() == END)
 
 
 def echo_sync(send: Callable[[bytes], Any], recv: Callable[[], bytes], sampler: Sampler) -> int:
