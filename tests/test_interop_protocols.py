@@ -135,15 +135,20 @@ def test_pynng_surveyor_nanopy_respondent(make_socket: MakeSocket, transport: st
         assert sv.recv() == b"me"
 
 
+def _exchange_both_ways(sock: Any, peer: Any) -> None:
+    """One message nanopy -> pynng, then one pynng -> nanopy, each checked."""
+    sock.send(b"from nanopy")
+    assert peer.recv() == b"from nanopy"
+    peer.send(b"from nng")
+    assert sock.recv() == b"from nng"
+
+
 @params
 def test_bus_with_pynng(make_socket: MakeSocket, transport: str, binder: str) -> None:
     bus = make_socket("bus", recv_timeout=5)
     with pynng_socket("Bus0", recv_timeout=5000) as peer:
         link_pynng(bus, peer, transport, binder)
-        bus.send(b"from nanopy")
-        assert peer.recv() == b"from nanopy"
-        peer.send(b"from nng")
-        assert bus.recv() == b"from nng"
+        _exchange_both_ways(bus, peer)
 
 
 @params
@@ -151,10 +156,7 @@ def test_pair1_with_pynng(make_socket: MakeSocket, transport: str, binder: str) 
     pair = make_socket("pair1", recv_timeout=5)
     with pynng_socket("Pair1", recv_timeout=5000) as peer:
         link_pynng(pair, peer, transport, binder)
-        pair.send(b"from nanopy")
-        assert peer.recv() == b"from nanopy"
-        peer.send(b"from nng")
-        assert pair.recv() == b"from nng"
+        _exchange_both_ways(pair, peer)
 
 
 def test_survey_three_respondents_two_pynng_one_nanopy(make_socket: MakeSocket) -> None:
