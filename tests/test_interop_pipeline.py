@@ -92,16 +92,20 @@ def _pynng_attach(peer: object, url: str, nanopy_binds: bool) -> None:
         peer.listen(url)  # type: ignore[attr-defined]
 
 
+def _link_pynng(sock: nanopy.Socket, peer: object, kind: str, nanopy_binds: bool) -> None:
+    """Connect ``sock`` and the pynng ``peer`` over ``kind``, with the given side binding."""
+    if nanopy_binds:
+        _pynng_attach(peer, attach(sock, kind, True), True)
+    else:
+        url = peer_url(kind)
+        _pynng_attach(peer, url, False)
+        sock.connect(url)
+
+
 def test_pynng_pull_from_nanopy_push(sock_factory: Callable[..., nanopy.Socket], kind: str, nanopy_binds: bool) -> None:
     push = sock_factory("push")
-    url = peer_url(kind)
     with pynng_socket("Pull0", recv_timeout=10_000) as peer:
-        if nanopy_binds:
-            url = attach(push, kind, True)
-            _pynng_attach(peer, url, True)
-        else:
-            _pynng_attach(peer, url, False)
-            push.connect(url)
+        _link_pynng(push, peer, kind, nanopy_binds)
         send_all(push, BODIES)
         got = [peer.recv_msg().bytes for _ in BODIES]
     assert got == BODIES
@@ -109,14 +113,8 @@ def test_pynng_pull_from_nanopy_push(sock_factory: Callable[..., nanopy.Socket],
 
 def test_pynng_push_to_nanopy_pull(sock_factory: Callable[..., nanopy.Socket], kind: str, nanopy_binds: bool) -> None:
     pull = sock_factory("pull")
-    url = peer_url(kind)
     with pynng_socket("Push0", send_timeout=10_000) as peer:
-        if nanopy_binds:
-            url = attach(pull, kind, True)
-            _pynng_attach(peer, url, True)
-        else:
-            _pynng_attach(peer, url, False)
-            pull.connect(url)
+        _link_pynng(pull, peer, kind, nanopy_binds)
         for body in BODIES:
             peer.send(body)
         got = recv_all(pull, len(BODIES))
