@@ -108,13 +108,24 @@ HOSTILE = {
 }
 
 
+def _bind_beside_good_peer(
+    listener: nanopy.Socket, good_peer: Callable[[str], GoodPeer], addr: str
+) -> tuple[str, GoodPeer]:
+    """Bind ``listener`` at ``addr`` and connect a well-behaved peer to it."""
+    url = listener.bind(addr).url
+    return url, good_peer(url)
+
+
+def _wait_one_protocol_error(listener: nanopy.Socket) -> None:
+    wait_until(lambda: listener.stats().protocol_errors == 1, what="protocol error counted")
+
+
 @pytest.mark.interop
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_hostile_tcp_client_is_dropped(
     listener: nanopy.Socket, good_peer: Callable[[str], GoodPeer], name: str
 ) -> None:
-    url = listener.bind("tcp://127.0.0.1:0").url
-    good = good_peer(url)
+    url, good = _bind_beside_good_peer(listener, good_peer, "tcp://127.0.0.1:0")
     with raw_client(url) as s:
         s.sendall(HOSTILE[name])
         got, took = wait_disconnected(s, HANDSHAKE_TIMEOUT + 2)
@@ -123,7 +134,7 @@ def test_hostile_tcp_client_is_dropped(
     if name == "huge-length-after-a-message":
         # The complete message before the bad frame is delivered, then the pipe closes.
         assert listener.recv(timeout=5) == b"abc"
-    wait_until(lambda: listener.stats().protocol_errors == 1, what="protocol error counted")
+    _wait_one_protocol_error(listener)
     good.check()
     assert listener.stats().pipes == 1
 
@@ -133,8 +144,7 @@ def test_hostile_tcp_client_is_dropped(
 def test_stalled_handshake_is_dropped_after_the_timeout(
     listener: nanopy.Socket, good_peer: Callable[[str], GoodPeer], sent: bytes
 ) -> None:
-    url = listener.bind("tcp://127.0.0.1:0").url
-    good = good_peer(url)
+    url, good = _bind_beside_good_peer(listener, good_peer, "tcp://127.0.0.1:0")
     with raw_client(url) as s:
         s.sendall(sent)
         # Meanwhile the good peer is not held up by the stalled handshake.
@@ -142,14 +152,13 @@ def test_stalled_handshake_is_dropped_after_the_timeout(
         got, took = wait_disconnected(s, HANDSHAKE_TIMEOUT + 2)
     assert got == PULL_HEADER
     assert took < HANDSHAKE_TIMEOUT + 1
-    wait_until(lambda: listener.stats().protocol_errors == 1, what="protocol error counted")
+    _wait_one_protocol_error(listener)
     good.check()
 
 
 @pytest.mark.interop
 def test_many_hostile_clients_at_once(listener: nanopy.Socket, good_peer: Callable[[str], GoodPeer]) -> None:
-    url = listener.bind("tcp://127.0.0.1:0").url
-    good = good_peer(url)
+    url, good = _bind_beside_good_peer(listener, good_peer, "tcp://127.0.0.1:0")
     clients = [raw_client(url) for _ in range(20)]
     # (Without the one that also carries a valid message: the good peer's
     # checks below expect only their own messages.)
@@ -181,27 +190,25 @@ def test_many_hostile_clients_at_once(listener: nanopy.Socket, good_peer: Callab
 
 @pytest.mark.interop
 def test_ipc_bad_message_type_is_dropped(listener: nanopy.Socket, good_peer: Callable[[str], GoodPeer]) -> None:
-    url = listener.bind(ipc_url("hostile")).url
-    good = good_peer(url)
+    url, good = _bind_beside_good_peer(listener, good_peer, ipc_url("hostile"))
     with raw_client(url) as s:
         s.sendall(PUSH_HEADER + b"\x01" + struct.pack(">Q", 2) + b"ok" + b"\x02" + struct.pack(">Q", 1) + b"x")
         got, _ = wait_disconnected(s, HANDSHAKE_TIMEOUT + 2)
     assert got == PULL_HEADER
     assert listener.recv(timeout=5) == b"ok"
-    wait_until(lambda: listener.stats().protocol_errors == 1, what="protocol error counted")
+    _wait_one_protocol_error(listener)
     good.check()
 
 
 @pytest.mark.interop
 def test_ipc_stalled_handshake(listener: nanopy.Socket, good_peer: Callable[[str], GoodPeer]) -> None:
-    url = listener.bind(ipc_url("hostile")).url
-    good = good_peer(url)
+    url, good = _bind_beside_good_peer(listener, good_peer, ipc_url("hostile"))
     with raw_client(url) as s:
         s.sendall(b"\x00SP")
         good.check()
         got, took = wait_disconnected(s, HANDSHAKE_TIMEOUT + 2)
     assert got == PULL_HEADER and took < HANDSHAKE_TIMEOUT + 1
-    wait_until(lambda: listener.stats().protocol_errors == 1, what="protocol error counted")
+    _wait_one_protocol_error(listener)
 
 
 def test_port_probe_is_not_a_protocol_error(listener: nanopy.Socket) -> None:
