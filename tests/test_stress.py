@@ -135,28 +135,22 @@ def test_threads_trio_and_asyncio_share_one_pair() -> None:
                 except nanopy.Timeout:
                     pass
 
-        async def trio_main() -> None:
-            async def recv_loop() -> None:
-                while not done.is_set():
-                    try:
-                        note(await pull.arecv(timeout=0.1))
-                    except nanopy.Timeout:
-                        pass
+        async def async_receiver() -> None:
+            # Runs under trio and under asyncio alike: it only awaits pull.arecv.
+            while not done.is_set():
+                try:
+                    note(await pull.arecv(timeout=0.1))
+                except nanopy.Timeout:
+                    pass
 
+        async def trio_main() -> None:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(recv_loop)
+                nursery.start_soon(async_receiver)
                 for i in range(per):
                     await push.asend(b"t%d" % i, timeout=10)
 
         async def asyncio_main() -> None:
-            async def recv_loop() -> None:
-                while not done.is_set():
-                    try:
-                        note(await pull.arecv(timeout=0.1))
-                    except nanopy.Timeout:
-                        pass
-
-            task = asyncio.create_task(recv_loop())
+            task = asyncio.create_task(async_receiver())
             for i in range(per):
                 await push.asend(b"a%d" % i, timeout=10)
             await task
