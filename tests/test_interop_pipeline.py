@@ -149,20 +149,47 @@ def test_pynng_many_small_messages_both_ways(sock_factory: Callable[..., nanopy.
         assert recv_all(pull, 2000) == [b"%d" % i for i in range(2000)]
 
 
+# The pynng peer runs in its own process: pynng 0.9 (NNG 1.11) can crash with SIGSEGV
+# when a socket sends again after its pipe was dropped in the middle of a large message,
+# and a crash must not take the test run down with it. Each step waits for a line on
+# stdin so the test decides when the peer moves on.
+_OVERSIZE_PEER = """
+import sys, pynng
+url = sys.argv[1]
+with pynng.Push0(send_timeout=10_000) as peer:
+    peer.dial(url, block=False)
+    peer.send(b"ok")
+    peer.send(b"x" * ((1 << 20) + 1))  # nanopy's default recv_max_size is 1 MiB
+    sys.stdin.readline()
+with pynng.Push0(send_timeout=10_000) as peer:
+    peer.dial(url, block=False)
+    peer.send(b"after")
+    sys.stdin.readline()
+"""
+
+
 def test_pynng_oversized_message_closes_the_pipe(sock_factory: Callable[..., nanopy.Socket]) -> None:
+    import subprocess
+    import sys
+
+    from conftest import wait_until
+
     pull = sock_factory("pull")
     url = pull.bind("tcp://127.0.0.1:0").url
-    with pynng_socket("Push0", send_timeout=10_000) as peer:
-        pynng_dial(peer, url)
-        peer.send(b"ok")
+    peer = subprocess.Popen([sys.executable, "-c", _OVERSIZE_PEER, url], stdin=subprocess.PIPE)
+    try:
         assert pull.recv(timeout=10) == b"ok"
-        peer.send(b"x" * ((1 << 20) + 1))  # nanopy's default recv_max_size is 1 MiB
+        wait_until(lambda: pull.stats().protocol_errors == 1, timeout=10, what="oversized pipe dropped")
         with pytest.raises(nanopy.Timeout):
-            pull.recv(timeout=0.5)
-        assert pull.stats().protocol_errors == 1
-        # pynng redials and the next message gets through.
-        peer.send(b"after")
+            pull.recv(timeout=0.2)  # the oversized message was never delivered
+        peer.stdin.write(b"next\n")  # type: ignore[union-attr]
+        peer.stdin.flush()  # type: ignore[union-attr]
+        # The listener goes on serving: a new pynng peer gets through.
         assert pull.recv(timeout=10) == b"after"
+        assert pull.stats().protocol_errors == 1
+    finally:
+        peer.kill()
+        peer.wait()
 
 
 # -- nngcat / nanocat -------------------------------------------------------------------------
