@@ -21,7 +21,16 @@ from typing import Any
 import trio
 
 from . import _engine
-from ._core import ARM_TIMER, CANCEL_TIMER, CLOSE_PIPE, RESUME_READ, TRANSMIT, Core, PipeInfo
+from ._blocking import BLOCKED, BlockingCalls, no_park
+from ._core import (
+    ARM_TIMER,
+    CANCEL_TIMER,
+    CLOSE_PIPE,
+    RESUME_READ,
+    TRANSMIT,
+    Core,
+    PipeInfo,
+)
 from ._endpoint import Endpoint
 from ._errors import AddressError, Closed, ProtocolError, WouldBlock
 from ._message import Message, Pipe
@@ -29,12 +38,11 @@ from ._options import make_descriptors, new_options, validate_priority
 from ._pipe import PipeDriver
 from ._registry import protocols as _protocols
 from ._registry import transports as _transports
-from ._blocking import BLOCKED, BlockingCalls, no_park
 from ._requests import RequestMethods
 from ._stats import SocketStats
-from ._util import DEFAULT as _DEFAULT
-from ._util import as_bytes
 from ._timers import Timers
+from ._util import DEFAULT as _DEFAULT
+from ._util import as_bytes, run_in_worker_thread
 from ._waiters import WaitQueue
 from .transports._base import Connection, PipeContext
 
@@ -678,14 +686,7 @@ class Socket(BlockingCalls, RequestMethods):
 
     async def aclose(self, linger: float | None = None) -> None:
         """Async :meth:`close` (the linger wait does not block the event loop)."""
-        import sniffio
-
-        if sniffio.current_async_library() == "trio":
-            await trio.to_thread.run_sync(self.close, linger)
-        else:
-            import asyncio
-
-            await asyncio.get_running_loop().run_in_executor(None, self.close, linger)
+        await run_in_worker_thread(self.close, linger)
 
     def __enter__(self) -> Socket:
         return self

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+import sniffio
 import trio
 
 DEFAULT: Any = object()  # "use the socket's timeout option"
@@ -25,11 +27,19 @@ def as_bytes(data: Any) -> bytes:
 
 
 async def yield_to_loop() -> None:
-    import sniffio
-
+    """One checkpoint in whichever loop runs this task (trio or asyncio)."""
     if sniffio.current_async_library() == "trio":
         await trio.lowlevel.checkpoint()
     else:
         import asyncio
 
         await asyncio.sleep(0)
+
+
+async def run_in_worker_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run blocking ``fn(*args)`` in a worker thread of the current loop (trio or asyncio)."""
+    if sniffio.current_async_library() == "trio":
+        return await trio.to_thread.run_sync(fn, *args)
+    import asyncio
+
+    return await asyncio.get_running_loop().run_in_executor(None, fn, *args)

@@ -78,7 +78,7 @@ class FrameDecoder:
     ``max_size`` of 0 means no limit.
     """
 
-    __slots__ = ("_ipc", "_prefix", "max_size", "_buf", "_parts", "_have", "_need", "error")
+    __slots__ = ("_ipc", "_prefix", "max_size", "_buf", "_parts", "_need", "error")
 
     def __init__(self, ipc: bool = False, max_size: int = 0) -> None:
         self._ipc = ipc
@@ -86,7 +86,6 @@ class FrameDecoder:
         self.max_size = max_size
         self._buf = b""  # leftover bytes that start a frame (prefix not yet complete)
         self._parts: list[bytes] = []  # pieces of a large payload being collected
-        self._have = 0
         self._need = 0  # payload bytes still missing for the frame in _parts
         # A violation found after complete frames of the same chunk: those frames
         # are returned first; the error is raised by the next feed (or by the

@@ -35,6 +35,7 @@ from typing import Any, Self
 
 from ._errors import Closed, NanopyError
 from ._socket import Socket
+from ._util import run_in_worker_thread
 from ._waiters import async_waiter
 
 __all__ = [
@@ -163,18 +164,6 @@ def _seconds(name: str, value: Any) -> float:
     return float(value)
 
 
-async def _in_worker_thread(fn: Callable[[], Any]) -> Any:
-    import sniffio
-
-    if sniffio.current_async_library() == "trio":
-        import trio
-
-        return await trio.to_thread.run_sync(fn)
-    import asyncio
-
-    return await asyncio.get_running_loop().run_in_executor(None, fn)
-
-
 @contextlib.contextmanager
 def _closed_on_error(sock: Socket) -> Iterator[None]:
     """Close ``sock`` (at once) if setting it up fails."""
@@ -207,7 +196,7 @@ class _SocketThread:
 
     async def aclose(self) -> None:
         """Async :meth:`close`."""
-        await _in_worker_thread(self.close)
+        await run_in_worker_thread(self.close)
 
     def __enter__(self) -> Self:
         return self

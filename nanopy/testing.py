@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import tempfile
-import time
+from collections.abc import Callable
 
 from ._socket import Socket
 
@@ -28,25 +28,18 @@ def wait_pipes(sock: Socket, count: int = 1, timeout: float = 5.0) -> None:
     Raises:
         TimeoutError: the pipes did not come up in time.
     """
-    deadline = time.monotonic() + timeout
-    cond = sock._pipes_changed
-    with cond:
-        while len(sock._pipes) < count:
-            left = deadline - time.monotonic()
-            if left <= 0 or not cond.wait(left) and len(sock._pipes) < count and time.monotonic() >= deadline:
-                raise TimeoutError(f"{sock!r}: {count} pipe(s) not connected within {timeout}s")
+    _wait_for_pipes(sock, lambda n: n >= count, timeout, f"{count} pipe(s) not connected")
 
 
 def wait_no_pipes(sock: Socket, timeout: float = 5.0) -> None:
     """Block until ``sock`` has no pipes."""
-    deadline = time.monotonic() + timeout
-    cond = sock._pipes_changed
-    with cond:
-        while sock._pipes:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"{sock!r}: pipes still connected after {timeout}s")
-            cond.wait(left)
+    _wait_for_pipes(sock, lambda n: n == 0, timeout, "pipes still connected")
+
+
+def _wait_for_pipes(sock: Socket, done: Callable[[int], bool], timeout: float, what: str) -> None:
+    with sock._pipes_changed:
+        if not sock._pipes_changed.wait_for(lambda: done(len(sock._pipes)), timeout):
+            raise TimeoutError(f"{sock!r}: {what} within {timeout}s")
 
 
 def connect_pair(a: Socket, b: Socket, url: str, timeout: float = 5.0) -> None:
