@@ -17,6 +17,7 @@ Outputs: after *any* input the engine drains ``core.actions`` (a list of tuples)
     (RESUME_READ, pid)          the pipe's inbound queue drained: read from it again
     (ARM_TIMER, key, delay)     call ``timer_fired(key)`` after ``delay`` seconds
     (CANCEL_TIMER, key)         forget that timer
+    (READY, key)                request/survey ``key`` changed state: wake its caller
 
 Flow control is by credits: a pipe added with ``credit`` n may be handed n
 TRANSMITs; the engine returns credits with ``pipe_credit`` as data leaves.
@@ -30,6 +31,7 @@ cores at the end of this module (:class:`LoadBalancing`, :class:`Distributing`,
 
 from __future__ import annotations
 
+import enum
 from collections import deque
 from typing import Any, ClassVar
 
@@ -37,13 +39,27 @@ from ._errors import ProtocolError, WouldBlock
 from ._message import Message
 from ._priolist import PrioList
 
-TRANSMIT = 1
-CLOSE_PIPE = 2
-RESUME_READ = 3
-ARM_TIMER = 4
-CANCEL_TIMER = 5
 
-Action = tuple
+class ActionKind(enum.IntEnum):
+    """The first element of every action tuple a core emits."""
+
+    TRANSMIT = 1
+    CLOSE_PIPE = 2
+    RESUME_READ = 3
+    ARM_TIMER = 4
+    CANCEL_TIMER = 5
+    READY = 6
+
+
+TRANSMIT = ActionKind.TRANSMIT
+CLOSE_PIPE = ActionKind.CLOSE_PIPE
+RESUME_READ = ActionKind.RESUME_READ
+ARM_TIMER = ActionKind.ARM_TIMER
+CANCEL_TIMER = ActionKind.CANCEL_TIMER
+READY = ActionKind.READY
+
+#: ``(ActionKind, ...)``: see the module docstring for each kind's fields.
+Action = tuple[Any, ...]
 
 
 class PipeInfo:
@@ -73,6 +89,11 @@ class Core:
     peer_name: ClassVar[str]
     sends: ClassVar[bool] = True
     receives: ClassVar[bool] = True
+    #: True if ``pipe_credit`` only records credit (no actions, nothing but
+    #: ``can_send`` changes): the engine may then fold returned credit into the
+    #: next input instead of a round of its own. None: decided from the class
+    #: (the building blocks' own ``pipe_credit`` qualifies).
+    credit_only: ClassVar[bool | None] = None
 
     def __init__(self, options: Any, raw: bool = False) -> None:
         self.options = options

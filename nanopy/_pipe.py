@@ -27,8 +27,11 @@ import trio
 from ._errors import MessageTooLarge, RemoteProtocolError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ._driver import SocketDriver
+    from ._engine import Engine
     from ._message import Pipe
-    from ._socket import Socket
     from .transports._base import Connection
 
 log = logging.getLogger("nanopy")
@@ -44,8 +47,18 @@ MAX_HOLD = 1e-3
 
 
 class PipeDriver:
-    def __init__(self, sock: Socket, conn: Connection, pipe: Pipe, engine: Any) -> None:
-        self.sock = sock
+    def __init__(
+        self,
+        sock: SocketDriver,
+        name: str,
+        conn: Connection,
+        pipe: Pipe,
+        engine: Engine,
+        note_protocol_error: Callable[[Pipe, BaseException], None],
+    ) -> None:
+        self.sock = sock  # the socket's driver: every core input goes through it
+        self.name = name
+        self.note_protocol_error = note_protocol_error
         self.conn = conn
         self.pipe = pipe
         self.pid = pipe.id
@@ -139,7 +152,7 @@ class PipeDriver:
             self.engine.call_soon(self._scope.cancel)
 
     def release_credit(self, n: int) -> None:
-        self.sock._pipe_credit(self.pid, n)
+        self.sock.credit(self.pid, n)
 
     # -- engine thread ---------------------------------------------------------
     async def run(self) -> None:
@@ -161,15 +174,15 @@ class PipeDriver:
         try:
             await loop()
         except (RemoteProtocolError, MessageTooLarge) as exc:
-            self.sock._note_protocol_error(self.pipe, exc)
+            self.note_protocol_error(self.pipe, exc)
         except (EOFError, OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            log.debug("%s: pipe %d closed: %s", self.sock.name, self.pid, exc)
+            log.debug("%s: pipe %d closed: %s", self.name, self.pid, exc)
         finally:
             scope.cancel()
 
     async def _reader(self) -> None:
         conn = self.conn
-        deliver = self.sock._deliver
+        deliver = self.sock.deliver
         pid = self.pid
         while True:
             payloads = await conn.receive()
@@ -208,7 +221,7 @@ class PipeDriver:
                 with self.lock:
                     self.writing = False
             if batch and credit_back:
-                self.sock._pipe_credit(self.pid, len(batch))
+                self.sock.credit(self.pid, len(batch))
             # Keep lingering only for small flushes; a full outbox means the
             # sender outruns the socket, so write again at once.
             lingering = len(batch) < CALLER_BATCH

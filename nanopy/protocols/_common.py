@@ -143,15 +143,14 @@ class BacktraceQueuing(FairQueuing):
 
     Each payload's stack is split off (:func:`split_backtrace`): a stack over the
     hop limit drops the message (counted), a malformed one closes the pipe. A
-    cooked core keeps the stack as the message's reply route ``(owner, (pid,
-    stack))`` for ``msg.reply()``; a raw one exposes it in ``Message.header``,
+    cooked core keeps the stack as the message's reply route ``(pid, stack)``
+    for ``msg.reply()`` (which finds the socket through the message's pipe); a raw one exposes it in ``Message.header``,
     after the incoming pipe's id when ``push_hop`` is set (raw REP/RESPONDENT).
     """
 
     hop_limit: ClassVar[int | None] = None  # None: options.max_ttl
     push_hop: ClassVar[bool] = False
     malformed: ClassVar[str] = "{name}: malformed backtrace from peer"
-    owner: Any = None  # cooked: the Socket, stamped into messages for msg.reply()
 
     def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
         pipe = self.pipes.get(pid)
@@ -160,7 +159,6 @@ class BacktraceQueuing(FairQueuing):
         token = pipe.token
         ttl = self.hop_limit or self.options.max_ttl
         raw = self.raw
-        owner = self.owner
         hop = pid.to_bytes(4, "big") if self.push_hop else b""
         msgs = []
         ok = True
@@ -178,7 +176,7 @@ class BacktraceQueuing(FairQueuing):
                 msgs.append(Message(body, token, hop + header))
             else:
                 msg = Message(body, token)
-                msg._reply_to = (owner, (pid, header))
+                msg._reply_to = (pid, header)
                 msgs.append(msg)
         if msgs:
             ok = self._fq.push(pid, msgs) and ok
@@ -211,12 +209,11 @@ class Replier(LoadBalancing, BacktraceQueuing):
         super().__init__(options, raw)
         self.state = "idle"
         self._current: tuple[int, bytes] | None = None
-        self.owner = None
 
     def recv(self) -> Message:
         msg = self._fq.pop()
         self.state = REPLIER_TABLE.step(self.state, "recv")
-        self._current = msg._reply_to[1]  # type: ignore[index]
+        self._current = msg._reply_to
         return msg
 
     def send(self, body: bytes, header: bytes = b"") -> None:

@@ -54,7 +54,7 @@ import random
 from collections import deque
 from typing import Any
 
-from .._core import ARM_TIMER, CANCEL_TIMER, TRANSMIT, LoadBalancing, PipeInfo
+from .._core import ARM_TIMER, CANCEL_TIMER, READY, TRANSMIT, LoadBalancing, PipeInfo
 from .._errors import WouldBlock
 from .._message import Message
 from ._common import END_BIT, ID_MASK, BacktraceQueuing, RawReplier, RawVariant, Replier, StateTable
@@ -134,9 +134,6 @@ class Req0(RawVariant, LoadBalancing):
         self._classic: int | None = None
         self._tick = 0
         self._ticking = False
-        # Ids whose waiters should look again (reply arrived), drained by the
-        # socket; None until the socket routes per-request waiters (request()).
-        self.replied: list[int] | None = None
 
     # -- pipes ---------------------------------------------------------------------
     def add_pipe(self, pipe: PipeInfo, credit: int) -> None:
@@ -287,8 +284,7 @@ class Req0(RawVariant, LoadBalancing):
                 inflight = self._inflight.get(req.pid)
                 if inflight is not None:
                     inflight.discard(rid)
-            if self.replied is not None:
-                self.replied.append(rid)
+            self.actions.append((READY, rid))  # wakes request()'s caller of this id
         return True
 
     # -- classic send/recv -------------------------------------------------------------

@@ -48,7 +48,7 @@ import random
 from collections import deque
 from typing import Any
 
-from .._core import ARM_TIMER, CANCEL_TIMER, Distributing
+from .._core import ARM_TIMER, CANCEL_TIMER, READY, Distributing
 from .._errors import Timeout, WouldBlock
 from .._message import Message
 from ._common import END_BIT, ID_MASK, BacktraceQueuing, RawReplier, RawVariant, Replier, StateTable
@@ -100,9 +100,6 @@ class Surveyor0(RawVariant, Distributing):
         self.survey_id: int | None = None
         self._answers: deque[Message] = deque()
         self._next = random.getrandbits(31)
-        # Survey ids whose iterators should look again, drained by the socket;
-        # None until the socket routes per-survey waiters (survey()).
-        self.replied: list[int] | None = None
 
     # -- surveys ---------------------------------------------------------------------
     def start_survey(self, body: bytes) -> int:
@@ -111,8 +108,7 @@ class Surveyor0(RawVariant, Distributing):
         old = self.survey_id
         if old is not None:
             self.actions.append((CANCEL_TIMER, old))
-            if self.replied is not None:
-                self.replied.append(old)  # its iterator ends
+            self.actions.append((READY, old))  # its iterator ends
             self.dropped += len(self._answers)
             self._answers.clear()
         self._next = (self._next + 1) & ID_MASK
@@ -140,11 +136,11 @@ class Surveyor0(RawVariant, Distributing):
         if key != self.survey_id or self.state != "active":
             return  # a stale deadline of an abandoned survey
         self.state = SURVEY_TABLE.step(self.state, "deadline")
-        if self.replied is not None:
-            self.replied.append(key)
+        self.actions.append((READY, key))
 
     def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
         sid = self.survey_id
+        answered = False
         for payload in payloads:
             if len(payload) < 4 or not payload[0] & 0x80:
                 self.protocol_violation(pid, "surveyor: answer without a survey id word")
@@ -157,8 +153,9 @@ class Surveyor0(RawVariant, Distributing):
                 continue
             self.state = SURVEY_TABLE.step(self.state, "answer")
             self._answers.append(Message(payload[4:], self.pipes[pid].token))
-            if self.replied is not None:
-                self.replied.append(sid)  # type: ignore[arg-type]
+            answered = True
+        if answered:
+            self.actions.append((READY, sid))
         return True
 
     # -- classic send/recv -------------------------------------------------------------

@@ -1,0 +1,560 @@
+"""The socket driver: the one owner of a socket's lock, core, waiters and actions.
+
+Every input to a protocol core -- a user send or receive, bytes from a pipe,
+credit coming back, a timer, a pipe coming or going -- takes the same round:
+
+1. take the socket lock; fold in credit returned since the last round;
+2. feed the core;
+3. drain the core's actions: readiness (``READY``) wakes the waiters of that
+   request or survey at once, and one waiter of each condition that now holds
+   is woken;
+4. release the lock, then carry out the remaining actions (``TRANSMIT``,
+   ``CLOSE_PIPE``, ``RESUME_READ``, timers) from a local work queue.
+
+Carrying out a TRANSMIT may give credit back (the pipe wrote the payload at
+once). That credit goes into a queue the next round folds in, so an idle-pipe
+send costs one lock round; when somebody could be waiting for that credit right
+now (a parked sender, a core that sends queued work on credit), the executing
+thread runs the round itself and appends what it yields to its work queue --
+never by recursion, however many queued requests one credit releases.
+
+Only this module touches ``core`` and ``lock``; the socket, the REQ/SURVEYOR
+conveniences, devices and Spark go through the methods here.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import sniffio
+import trio
+
+from ._core import Action, ActionKind, Core, Distributing, LoadBalancing, PipeInfo
+from ._errors import Closed, Timeout, WouldBlock
+from ._message import Message
+from ._timers import Timers
+from ._waiters import ThreadWaiter, WaitQueue, async_waiter
+
+if TYPE_CHECKING:
+    from ._engine import Engine
+    from ._pipe import PipeDriver
+
+log = logging.getLogger("nanopy")
+
+T = TypeVar("T")
+
+TRANSMIT = ActionKind.TRANSMIT
+CLOSE_PIPE = ActionKind.CLOSE_PIPE
+RESUME_READ = ActionKind.RESUME_READ
+ARM_TIMER = ActionKind.ARM_TIMER
+CANCEL_TIMER = ActionKind.CANCEL_TIMER
+READY = ActionKind.READY
+
+
+class _Blocked:
+    """The marker of an attempt that would block."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "BLOCKED"
+
+
+BLOCKED = _Blocked()
+
+
+def _credit_is_bookkeeping(core: Core) -> bool:
+    """Whether ``core.pipe_credit`` only records credit (emits nothing, wakes nobody
+    but senders), so returned credit may wait for the next round."""
+    declared = getattr(core, "credit_only", None)
+    if declared is not None:
+        return bool(declared)
+    method = type(core).pipe_credit
+    return method is LoadBalancing.pipe_credit or method is Distributing.pipe_credit
+
+
+class SocketDriver:
+    """Owns one socket's protocol core and everything that touches it.
+
+    Attributes:
+        lock: the socket lock (held only inside a round).
+        core: the Sans-I/O protocol core.
+        closed: set once by :meth:`close_core`.
+        pipes: live pipe drivers by pipe id.
+        send_q, recv_q: waiters for ``core.can_send()`` / ``core.can_recv()``.
+        id_queues: waiters of one request or survey id (woken by READY actions).
+    """
+
+    def __init__(self, core: Core, name: Callable[[], str], engine: Callable[[], Engine]) -> None:
+        self.lock = threading.Lock()
+        self.core = core
+        self.closed = False
+        self.fork_closed = False
+        self._name = name
+        self._engine = engine
+        self.pipes: dict[int, PipeDriver] = {}
+        self.send_q = WaitQueue(core.can_send)
+        self.recv_q = WaitQueue(core.can_recv)
+        self.queues: list[WaitQueue] = [self.send_q, self.recv_q]
+        self.id_queues: dict[int, WaitQueue] = {}
+        self.timers: Timers | None = None
+        self._due: deque[tuple[int, int]] = deque()
+        self._lazy_credit = _credit_is_bookkeeping(core)
+        # counters (stats)
+        self.sent = self.received = self.bytes_sent = self.bytes_received = 0
+        self.dropped = 0
+
+    # -- errors ------------------------------------------------------------------
+    def closed_error(self) -> Closed:
+        if self.fork_closed:
+            return Closed(
+                f"{self._name()}: this socket was created before os.fork(); "
+                "create a new socket in the child process"
+            )
+        return Closed(f"{self._name()}: socket is closed")
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise self.closed_error()
+
+    # -- the round -----------------------------------------------------------------
+    def _fold_due(self) -> None:
+        """Hand the core the credit returned since the last round (lock held)."""
+        due = self._due
+        credit = self.core.pipe_credit
+        while due:
+            pid, n = due.popleft()
+            credit(pid, n)
+
+    def _drain(self) -> list[Action] | None:
+        """Take the core's actions and wake who can go on now (lock held)."""
+        actions = self.core.actions
+        if actions:
+            out = actions.copy()
+            actions.clear()
+            if self.id_queues:
+                for action in out:
+                    if action[0] == READY:
+                        queue = self.id_queues.get(action[1])
+                        if queue is not None:
+                            queue.wake_one()
+        else:
+            out = None
+        for queue in self.queues:
+            if queue.waiters:
+                queue.wake_one()
+        return out
+
+    def feed(self, op: Callable[..., T], *args: Any, check_open: bool = True) -> T:
+        """One round: feed the core through ``op(*args)`` under the lock, then act.
+
+        With ``check_open`` a closed socket raises :class:`Closed` instead.
+        """
+        with self.lock:
+            if check_open and self.closed:
+                raise self.closed_error()
+            if self._due:
+                self._fold_due()
+            try:
+                result = op(*args)
+            finally:
+                actions = self._drain()
+        if actions:
+            self.execute(actions)
+        return result
+
+    def execute(self, actions: list[Action]) -> None:
+        """Carry out actions (lock *not* held), in order, as a work queue.
+
+        ``actions`` is this call's own list: actions that returned credit yields
+        are appended to it and carried out by the same loop.
+        """
+        pipes = self.pipes
+        for action in actions:
+            kind = action[0]
+            if kind == TRANSMIT:
+                driver = pipes.get(action[1])
+                if driver is None:
+                    self.dropped += 1
+                    continue
+                done = driver.transmit(action[2])
+                if done:
+                    more = self._credit_back(action[1], done)
+                    if more:
+                        actions.extend(more)
+            elif kind == RESUME_READ:
+                driver = pipes.get(action[1])
+                if driver is not None:
+                    driver.resume_read()
+            elif kind == CLOSE_PIPE:
+                driver = pipes.get(action[1])
+                if driver is not None:
+                    log.info("%s: closing pipe %d: %s", self._name(), action[1], action[2])
+                    driver.close_soon()
+            elif kind == ARM_TIMER:
+                if self.timers is None:
+                    self.timers = Timers(self._engine(), self.timer_fired)
+                self.timers.arm(action[1], action[2])
+            elif kind == CANCEL_TIMER:
+                if self.timers is not None:
+                    self.timers.cancel(action[1])
+            # READY was handled when the actions were drained.
+
+    def _credit_back(self, pid: int, n: int) -> list[Action] | None:
+        """``n`` messages left pipe ``pid``: give the credit back; returns new actions."""
+        if self._lazy_credit:
+            self._due.append((pid, n))
+            # Checked in this order (lock, then waiters) so a sender about to park
+            # either saw the credit or is seen here; see the module docstring.
+            if not self.lock.locked() and not self.send_q.waiters:
+                return None
+        else:
+            self._due.append((pid, n))
+        with self.lock:
+            if self._due:
+                self._fold_due()
+            return self._drain()
+
+    def credit(self, pid: int, n: int) -> None:
+        """Credit from the engine side (a writer flushed, an inproc peer read)."""
+        actions = self._credit_back(pid, n)
+        if actions:
+            self.execute(actions)
+
+    # -- engine inputs ---------------------------------------------------------------
+    def add_pipe(self, driver: PipeDriver, info: PipeInfo, credit: int) -> bool:
+        """A pipe is up; False if the socket closed meanwhile."""
+        with self.lock:
+            if self.closed:
+                return False
+            self.pipes[info.id] = driver
+            self.core.add_pipe(info, credit)
+            actions = self._drain()
+        if actions:
+            self.execute(actions)
+        return True
+
+    def remove_pipe(self, pid: int) -> None:
+        def remove() -> None:
+            del self.pipes[pid]
+            self.core.remove_pipe(pid)  # credit still due to it is ignored by the core
+
+        self.feed(remove, check_open=False)
+
+    def deliver(self, pid: int, payloads: list[bytes]) -> bool:
+        """Payloads read from pipe ``pid``; False = stop reading it for now."""
+        with self.lock:
+            keep = self.core.messages_received(pid, payloads)
+            actions = self._drain()
+        if actions:
+            self.execute(actions)
+        return keep
+
+    def timer_fired(self, key: Any) -> None:
+        with self.lock:
+            if self.closed:
+                return
+            if self._due:
+                self._fold_due()
+            self.core.timer_fired(key)
+            actions = self._drain()
+        if actions:
+            self.execute(actions)
+
+    # -- user operations: fast paths ------------------------------------------------------
+    # ``feed`` written out for the two hottest calls in nanopy: one lock round,
+    # acquire/release rather than ``with`` (measurably cheaper), no closures.
+    def try_send(self, body: bytes, header: bytes) -> bool:
+        """Send if the core can take it now; False if it would block."""
+        lock = self.lock
+        lock.acquire()
+        try:
+            if self.closed:
+                raise self.closed_error()
+            if self._due:
+                self._fold_due()
+            try:
+                self.core.send(body, header)
+            except WouldBlock:
+                return False
+            self.sent += 1
+            self.bytes_sent += len(body)
+            actions = self._drain()
+        finally:
+            lock.release()
+        if actions:
+            self.execute(actions)
+        return True
+
+    def try_recv_body(self) -> bytes | None:
+        """The next body if one is queued now, else None."""
+        lock = self.lock
+        lock.acquire()
+        try:
+            if self.closed:
+                raise self.closed_error()
+            try:
+                body = self.core.recv_body()
+            except WouldBlock:
+                return None
+            self.received += 1
+            self.bytes_received += len(body)
+            actions = self._drain()
+        finally:
+            lock.release()
+        if actions:
+            self.execute(actions)
+        return body
+
+    def recv_bodies(self, limit: int) -> list[bytes]:
+        """Up to ``limit`` queued bodies in one round (never waits)."""
+
+        def take() -> list[bytes]:
+            out: list[bytes] = []
+            append = out.append
+            pop = self.core.recv_body
+            try:
+                for _ in range(limit):
+                    append(pop())
+            except WouldBlock:
+                pass
+            self.received += len(out)
+            self.bytes_received += sum(map(len, out))
+            return out
+
+        return self.feed(take)
+
+    # -- attempts: an operation that completes or raises WouldBlock -------------------------
+    def send_attempt(self, body: bytes, header: bytes = b"") -> Callable[[], None]:
+        core = self.core
+
+        def attempt() -> None:
+            core.send(body, header)
+            self.sent += 1
+            self.bytes_sent += len(body)
+
+        return attempt
+
+    def recv_body_attempt(self) -> bytes:
+        body = self.core.recv_body()
+        self.received += 1
+        self.bytes_received += len(body)
+        return body
+
+    def recv_attempt(self) -> Message:
+        msg = self.core.recv()
+        self.received += 1
+        self.bytes_received += len(msg.body)
+        return msg
+
+    def _attempt(self, attempt: Callable[[], T], park: Callable[[], Any] | None) -> tuple[T | _Blocked, Any]:
+        """One try of ``attempt`` in a round.
+
+        Returns ``(result, None)``, or ``(BLOCKED, park())`` when it would block:
+        ``park`` runs under the lock, so a waiter it registers misses no wake-up.
+        """
+        with self.lock:
+            if self.closed:
+                raise self.closed_error()
+            if self._due:
+                self._fold_due()
+            try:
+                result = attempt()
+            except WouldBlock:
+                return BLOCKED, (park() if park is not None else None)
+            actions = self._drain()
+        if actions:
+            self.execute(actions)
+        return result, None
+
+    def try_once(self, attempt: Callable[[], T]) -> T | _Blocked:
+        return self._attempt(attempt, None)[0]
+
+    def _abandon(self, queue: WaitQueue, waiter: Any) -> None:
+        with self.lock:
+            queue.abandon(waiter)
+
+    # -- waiting -------------------------------------------------------------------------
+    def call(self, attempt: Callable[[], T], queue: WaitQueue, timeout: float | None, what: str) -> T:
+        """Run ``attempt`` until it stops raising WouldBlock, parking this thread between tries."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def park() -> ThreadWaiter | None:
+            return _park(queue, deadline, ThreadWaiter)
+
+        engine_checked = False
+        while True:
+            result, waiter = self._attempt(attempt, park)
+            if not isinstance(result, _Blocked):
+                return result
+            if waiter is None:
+                raise Timeout(f"{self._name()}: {what} timed out")
+            if not engine_checked:
+                engine_checked = True
+                if self._engine().in_engine_thread():
+                    self._abandon(queue, waiter)
+                    raise RuntimeError(
+                        f"{self._name()}: a blocking {what} on the nanopy engine thread would "
+                        "deadlock; pass timeout=0 in pipe callbacks"
+                    )
+            try:
+                woken = waiter.wait(None if deadline is None else deadline - time.monotonic())
+            except BaseException:  # Ctrl-C: the call took nothing
+                self._abandon(queue, waiter)
+                raise
+            if not woken:
+                self._abandon(queue, waiter)
+                # One last try: the condition may have turned true as we timed out.
+                result = self.try_once(attempt)
+                if not isinstance(result, _Blocked):
+                    return result
+                raise Timeout(f"{self._name()}: {what} timed out")
+
+    async def acall(self, attempt: Callable[[], T], queue: WaitQueue, timeout: float | None, what: str) -> T:
+        """Async twin of :meth:`call` for trio and asyncio tasks; a checkpoint.
+
+        A call cancelled before it completes raises Cancelled (CancelledError) and
+        took or sent nothing: the attempt runs only after the cancellation check,
+        and a message leaves the core only inside a successful attempt.
+        """
+        trio_task = await checkpoint_before()
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def park() -> Any:
+            return _park(queue, deadline, async_waiter)
+
+        waited = False
+        while True:
+            result, waiter = self._attempt(attempt, park)
+            if not isinstance(result, _Blocked):
+                if trio_task and not waited:
+                    await trio.lowlevel.cancel_shielded_checkpoint()
+                return result
+            if waiter is None:
+                raise Timeout(f"{self._name()}: {what} timed out")
+            waited = True
+            try:
+                woken = await waiter.wait(None if deadline is None else deadline - time.monotonic())
+            except BaseException:
+                self._abandon(queue, waiter)
+                raise
+            if not woken:
+                self._abandon(queue, waiter)
+                raise Timeout(f"{self._name()}: {what} timed out")
+
+    # -- requests and surveys (per-id waiters) -----------------------------------------------
+    def start_id(self, start: Callable[[], int], ready: Callable[[int], bool], body_len: int) -> int:
+        """Start a request/survey with ``start()`` and give its id a wait queue."""
+
+        def op() -> int:
+            key = start()
+            self.sent += 1
+            self.bytes_sent += body_len
+            self.id_queues[key] = WaitQueue(lambda: ready(key))
+            return key
+
+        return self.feed(op)
+
+    def forget_id(self, key: int, cancel: Callable[[int], None] | None = None) -> None:
+        """Drop an id's wait queue, and cancel it in the core if ``cancel`` is given."""
+        if cancel is None:
+            # No lock: this may run from a generator finalizer (GC) on a thread that
+            # already holds it; a single dict.pop is atomic anyway.
+            self.id_queues.pop(key, None)
+            return
+
+        def op() -> None:
+            self.id_queues.pop(key, None)
+            cancel(key)
+
+        self.feed(op, check_open=False)
+
+    def take_attempt(
+        self, key: int, take: Callable[[int], Message | None], one_shot: bool
+    ) -> Callable[[], Message | None]:
+        """An attempt taking the reply (``one_shot``) or next answer of ``key``.
+
+        The id's wait queue goes with the reply, or when ``take`` returns None (over).
+        """
+        queues = self.id_queues
+
+        def attempt() -> Message | None:
+            msg = take(key)
+            if msg is None:
+                queues.pop(key, None)
+            else:
+                self.received += 1
+                self.bytes_received += len(msg.body)
+                if one_shot:
+                    queues.pop(key, None)
+            return msg
+
+        return attempt
+
+    # -- closing (the synchronous half) ---------------------------------------------------------
+    def close_core(self) -> bool:
+        """Mark closed, close the core, wake every waiter. False if already closed."""
+        with self.lock:
+            if self.closed:
+                return False
+            self.closed = True
+            self._due.clear()
+            self.core.close()
+            actions = self.core.actions.copy()
+            self.core.actions.clear()
+            for queue in self.queues:
+                queue.wake_all()
+            for queue in list(self.id_queues.values()):
+                queue.wake_all()
+        # Only timer cancellations matter now; pipes are closed by the caller.
+        for action in actions:
+            if action[0] == CANCEL_TIMER and self.timers is not None:
+                self.timers.cancel(action[1])
+        if self.timers is not None:
+            self.timers.stop()
+        return True
+
+    def forked(self) -> None:
+        """In a child process: the engine serving this socket is gone."""
+        self.closed = True
+        self.fork_closed = True
+        self.lock = threading.Lock()
+
+    def pipe_drivers(self) -> Iterator[PipeDriver]:
+        return iter(list(self.pipes.values()))
+
+
+def _park(queue: WaitQueue, deadline: float | None, make: Callable[[], Any]) -> Any:
+    """Register a new waiter on ``queue`` unless the deadline has passed (lock held)."""
+    if deadline is not None and deadline <= time.monotonic():
+        return None
+    waiter = make()
+    queue.waiters.append(waiter)
+    return waiter
+
+
+async def checkpoint_before() -> bool:
+    """The cancellation point at the start of every async call; True under trio.
+
+    trio: raises Cancelled if the scope is cancelled (the caller must then add a
+    schedule point, ``cancel_shielded_checkpoint``, if it completes without
+    waiting). asyncio: one loop turn, where a pending cancel raises CancelledError.
+    """
+    if sniffio.current_async_library() == "trio":
+        await trio.lowlevel.checkpoint_if_cancelled()
+        return True
+    import asyncio
+
+    await asyncio.sleep(0)
+    return False
+
+
+async def checkpoint_after(trio_task: bool) -> None:
+    """The schedule point ending an async call that completed without waiting."""
+    if trio_task:
+        await trio.lowlevel.cancel_shielded_checkpoint()
