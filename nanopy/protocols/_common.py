@@ -19,8 +19,9 @@ BodyQueuing) live in :mod:`nanopy._core`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, ClassVar
+import enum
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar, Generic, TypeVar
 
 from .._core import CLOSE_PIPE, Core, FairQueuing, LoadBalancing, PipeInfo
 from .._errors import ProtocolError
@@ -33,36 +34,44 @@ MALFORMED = "malformed"  # split_backtrace outcomes that are not (header, body)
 TOO_MANY_HOPS = "too-many-hops"
 
 
-class StateTable:
-    """An explicit state machine: only the listed transitions are legal."""
+S = TypeVar("S", bound=str)
+E = TypeVar("E", bound=str)
+
+
+class StateTable(Generic[S, E]):
+    """An explicit state machine: only the listed transitions are legal.
+
+    States and events are string enums (a plain string of the same value looks
+    up the same entry); every state change of a core goes through ``step``.
+    """
 
     __slots__ = ("messages", "name", "transitions")
 
     def __init__(
         self,
         name: str,
-        transitions: dict[tuple[str, str], str],
-        messages: dict[tuple[str, str], str] | None = None,
+        transitions: Mapping[tuple[S, E], S],
+        messages: Mapping[tuple[S, E], str] | None = None,
     ) -> None:
         self.name = name
-        self.transitions = transitions
-        self.messages = messages or {}  # friendly errors for user-visible misuse
+        self.transitions = dict(transitions)
+        self.messages = dict(messages or {})  # friendly errors for user-visible misuse
 
-    def step(self, state: str, event: str) -> str:
+    def step(self, state: S, event: E) -> S:
         """The state after ``event`` in ``state``; ProtocolError if illegal."""
         try:
             return self.transitions[(state, event)]
         except KeyError:
             msg = self.messages.get((state, event))
-            raise ProtocolError(msg or f"{self.name}: {event!r} is illegal in state {state!r}") from None
+            raise ProtocolError(msg or f"{self.name}: '{event}' is illegal in state '{state}'") from None
 
-    def states(self) -> set[str]:
+    def states(self) -> set[S]:
         return {s for s, _ in self.transitions} | set(self.transitions.values())
 
-    def events(self) -> set[str]:
+    def events(self) -> set[E]:
         return {e for _, e in self.transitions}
 
-    def illegal(self) -> Iterable[tuple[str, str]]:
+    def illegal(self) -> Iterable[tuple[S, E]]:
         """Every (state, event) pair that is not a legal transition."""
         for state in sorted(self.states()):
             for event in sorted(self.events()):
@@ -187,14 +196,32 @@ class BacktraceQueuing(FairQueuing):
 # Classic replier state: a cooked REP (or RESPONDENT) remembers the route of the
 # last request received with recv(); send() answers it. Replies made through
 # Message.reply() carry their own route and bypass this table.
+class ReplierState(enum.StrEnum):
+    """States of a cooked REP/RESPONDENT's classic send/recv pair."""
+
+    IDLE = "idle"
+    PENDING = "pending"
+
+
+class ReplierEvent(enum.StrEnum):
+    RECV = "recv"
+    SEND = "send"
+    ANSWERED = "answered"  # the pending request was answered through msg.reply()
+
+
 REPLIER_TABLE = StateTable(
     "replier",
     {
-        ("idle", "recv"): "pending",
-        ("pending", "recv"): "pending",  # nanomsg: a new recv abandons the old request
-        ("pending", "send"): "idle",
+        (ReplierState.IDLE, ReplierEvent.RECV): ReplierState.PENDING,
+        (ReplierState.PENDING, ReplierEvent.RECV): ReplierState.PENDING,  # nanomsg: a new recv abandons the old one
+        (ReplierState.PENDING, ReplierEvent.SEND): ReplierState.IDLE,
+        (ReplierState.PENDING, ReplierEvent.ANSWERED): ReplierState.IDLE,
     },
-    {("idle", "send"): "send() without a pending request: call recv() first (or reply via msg.reply())"},
+    {
+        (ReplierState.IDLE, ReplierEvent.SEND): (
+            "send() without a pending request: call recv() first (or reply via msg.reply())"
+        )
+    },
 )
 
 
@@ -207,17 +234,17 @@ class Replier(LoadBalancing, BacktraceQueuing):
 
     def __init__(self, options: Any, raw: bool = False) -> None:
         super().__init__(options, raw)
-        self.state = "idle"
+        self.state = ReplierState.IDLE
         self._current: tuple[int, bytes] | None = None
 
     def recv(self) -> Message:
         msg = self._fq.pop()
-        self.state = REPLIER_TABLE.step(self.state, "recv")
+        self.state = REPLIER_TABLE.step(self.state, ReplierEvent.RECV)
         self._current = msg._reply_to
         return msg
 
     def send(self, body: bytes, header: bytes = b"") -> None:
-        self.state = REPLIER_TABLE.step(self.state, "send")
+        self.state = REPLIER_TABLE.step(self.state, ReplierEvent.SEND)
         route, self._current = self._current, None
         self.reply(route, body)  # type: ignore[arg-type]
 
@@ -229,7 +256,7 @@ class Replier(LoadBalancing, BacktraceQueuing):
         if route is self._current:
             # Answered through the message: the classic send has nothing left to do.
             self._current = None
-            self.state = "idle"
+            self.state = REPLIER_TABLE.step(self.state, ReplierEvent.ANSWERED)
         pid, header = route
         self.send_to(pid, header + body)
 

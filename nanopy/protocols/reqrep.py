@@ -50,6 +50,7 @@ request state, timers or resends.
 
 from __future__ import annotations
 
+import enum
 import random
 from collections import deque
 from typing import Any
@@ -59,21 +60,43 @@ from .._errors import WouldBlock
 from .._message import Message
 from ._common import END_BIT, ID_MASK, BacktraceQueuing, RawReplier, RawVariant, Replier, StateTable
 
+
+class RequestState(enum.StrEnum):
+    """States of one request."""
+
+    IDLE = "idle"
+    QUEUED = "queued"
+    SENT = "sent"
+    DONE = "done"
+
+
+class RequestEvent(enum.StrEnum):
+    """Events of one request."""
+
+    SEND = "send"
+    TRANSMIT = "transmit"
+    REPLY = "reply"
+    CANCEL = "cancel"
+    PIPE_LOST = "pipe_lost"
+    RESEND = "resend"
+    TAKE = "take"
+
+
 REQUEST_TABLE = StateTable(
     "req",
     {
-        ("idle", "send"): "queued",
-        ("queued", "transmit"): "sent",
-        ("queued", "reply"): "done",
-        ("queued", "cancel"): "idle",
-        ("sent", "reply"): "done",
-        ("sent", "pipe_lost"): "queued",
-        ("sent", "resend"): "queued",
-        ("sent", "cancel"): "idle",
-        ("done", "take"): "idle",
-        ("done", "cancel"): "idle",
+        (RequestState.IDLE, RequestEvent.SEND): RequestState.QUEUED,
+        (RequestState.QUEUED, RequestEvent.TRANSMIT): RequestState.SENT,
+        (RequestState.QUEUED, RequestEvent.REPLY): RequestState.DONE,
+        (RequestState.QUEUED, RequestEvent.CANCEL): RequestState.IDLE,
+        (RequestState.SENT, RequestEvent.REPLY): RequestState.DONE,
+        (RequestState.SENT, RequestEvent.PIPE_LOST): RequestState.QUEUED,
+        (RequestState.SENT, RequestEvent.RESEND): RequestState.QUEUED,
+        (RequestState.SENT, RequestEvent.CANCEL): RequestState.IDLE,
+        (RequestState.DONE, RequestEvent.TAKE): RequestState.IDLE,
+        (RequestState.DONE, RequestEvent.CANCEL): RequestState.IDLE,
     },
-    {("idle", "take"): "recv() without a request: send() a request first"},
+    {(RequestState.IDLE, RequestEvent.TAKE): "recv() without a request: send() a request first"},
 )
 
 RESEND_TICKS = 4  # tick timer period = resend_interval / RESEND_TICKS
@@ -86,7 +109,7 @@ class _Request:
     def __init__(self, rid: int, payload: bytes) -> None:
         self.id = rid
         self.payload = payload
-        self.state = "idle"
+        self.state = RequestState.IDLE
         self.pid: int | None = None  # the pipe of the latest transmission
         self.stamp = 0  # resend tick count at the latest transmission
         self.reply: Message | None = None
@@ -148,8 +171,8 @@ class Req0(RawVariant, LoadBalancing):
         requests = self._requests
         for rid in sorted(lost):
             req = requests.get(rid)
-            if req is not None and req.state == "sent":
-                req.state = REQUEST_TABLE.step("sent", "pipe_lost")
+            if req is not None and req.state is RequestState.SENT:
+                req.state = REQUEST_TABLE.step(RequestState.SENT, RequestEvent.PIPE_LOST)
                 self._sent.pop(rid, None)
                 self._queue.append(rid)
         if self._queue:
@@ -172,7 +195,7 @@ class Req0(RawVariant, LoadBalancing):
                 break
         self._next = nxt
         req = _Request(rid, rid.to_bytes(4, "big") + body)
-        req.state = REQUEST_TABLE.step("idle", "send")
+        req.state = REQUEST_TABLE.step(RequestState.IDLE, RequestEvent.SEND)
         requests[rid] = req
         pid = self._lb.take() if not self._queue else None
         if pid is None:
@@ -183,16 +206,16 @@ class Req0(RawVariant, LoadBalancing):
 
     def reply_ready(self, rid: int) -> bool:
         req = self._requests.get(rid)
-        return req is None or req.state == "done"
+        return req is None or req.state is RequestState.DONE
 
     def take_reply(self, rid: int) -> Message:
         """The reply to request ``rid``; WouldBlock while it is outstanding."""
         req = self._requests.get(rid)
         if req is None:
-            REQUEST_TABLE.step("idle", "take")  # raises ProtocolError
-        if req.state != "done":
+            REQUEST_TABLE.step(RequestState.IDLE, RequestEvent.TAKE)  # raises ProtocolError
+        if req.state is not RequestState.DONE:
             raise WouldBlock
-        req.state = REQUEST_TABLE.step(req.state, "take")
+        req.state = REQUEST_TABLE.step(req.state, RequestEvent.TAKE)
         del self._requests[rid]
         return req.reply  # type: ignore[return-value]
 
@@ -201,7 +224,7 @@ class Req0(RawVariant, LoadBalancing):
         req = self._requests.pop(rid, None)
         if req is None:
             return
-        req.state = REQUEST_TABLE.step(req.state, "cancel")
+        req.state = REQUEST_TABLE.step(req.state, RequestEvent.CANCEL)
         self._sent.pop(rid, None)
         if req.pid is not None:
             inflight = self._inflight.get(req.pid)
@@ -210,7 +233,7 @@ class Req0(RawVariant, LoadBalancing):
         # A queued id is skipped lazily by _flush.
 
     def _transmit(self, req: _Request, pid: int) -> None:
-        req.state = REQUEST_TABLE.step(req.state, "transmit")
+        req.state = REQUEST_TABLE.step(req.state, RequestEvent.TRANSMIT)
         req.pid = pid
         req.stamp = self._tick
         self._inflight[pid].add(req.id)
@@ -230,7 +253,7 @@ class Req0(RawVariant, LoadBalancing):
         while queue and lb:
             rid = queue.popleft()
             req = requests.get(rid)
-            if req is None or req.state != "queued":
+            if req is None or req.state is not RequestState.QUEUED:
                 continue  # cancelled or answered meanwhile
             pid = lb.take()
             self._transmit(req, pid)  # type: ignore[arg-type]
@@ -248,7 +271,7 @@ class Req0(RawVariant, LoadBalancing):
             due.append(rid)
         for rid in due:
             req = requests[rid]
-            req.state = REQUEST_TABLE.step(req.state, "resend")
+            req.state = REQUEST_TABLE.step(req.state, RequestEvent.RESEND)
             del self._sent[rid]
             inflight = self._inflight.get(req.pid)  # type: ignore[arg-type]
             if inflight is not None:
@@ -273,10 +296,10 @@ class Req0(RawVariant, LoadBalancing):
                 return False
             rid = int.from_bytes(payload[:4], "big")
             req = requests.get(rid)
-            if req is None or req.state not in ("sent", "queued"):
+            if req is None or req.state is not RequestState.SENT and req.state is not RequestState.QUEUED:
                 self.dropped += 1  # stale, duplicate or unknown
                 continue
-            req.state = REQUEST_TABLE.step(req.state, "reply")
+            req.state = REQUEST_TABLE.step(req.state, RequestEvent.REPLY)
             req.reply = Message(payload[4:], self.pipes[pid].token)
             req.payload = b""
             self._sent.pop(rid, None)
@@ -299,7 +322,7 @@ class Req0(RawVariant, LoadBalancing):
     def recv(self) -> Message:
         rid = self._classic
         if rid is None:
-            REQUEST_TABLE.step("idle", "take")  # raises the friendly ProtocolError
+            REQUEST_TABLE.step(RequestState.IDLE, RequestEvent.TAKE)  # raises the friendly ProtocolError
         msg = self.take_reply(rid)  # type: ignore[arg-type]
         self._classic = None
         return msg
@@ -309,7 +332,7 @@ class Req0(RawVariant, LoadBalancing):
         if rid is None:
             return False
         req = self._requests.get(rid)
-        return req is not None and req.state == "done"
+        return req is not None and req.state is RequestState.DONE
 
     def close(self) -> None:
         super().close()
@@ -322,7 +345,7 @@ class Req0(RawVariant, LoadBalancing):
     # -- introspection (tests, stats) ---------------------------------------------------
     def request_state(self, rid: int) -> str:
         req = self._requests.get(rid)
-        return "idle" if req is None else req.state
+        return RequestState.IDLE if req is None else req.state
 
     @property
     def outstanding(self) -> int:
