@@ -175,8 +175,8 @@ class FairQueue:
     __slots__ = ("_actions", "_options", "_paused", "_priority", "_queues", "_ready", "last_pid")
 
     def __init__(self, actions: list[Action], options: Any) -> None:
-        self._queues: dict[int, deque[Message]] = {}
-        self._ready = PrioList()
+        self._queues: dict[int, deque[Any]] = {}
+        self._ready: PrioList[int] = PrioList()
         self._paused: set[int] = set()
         self._actions = actions
         self._options = options
@@ -229,7 +229,7 @@ class FairQueue:
         pid = self._ready.current()
         if pid is None:
             raise WouldBlock
-        self.last_pid = pid  # type: ignore[assignment]
+        self.last_pid = pid
         q = self._queues[pid]
         msg = q.popleft()
         if q:
@@ -257,7 +257,7 @@ class LoadBalancer:
 
     def __init__(self) -> None:
         self._credit: dict[int, int] = {}
-        self._ready = PrioList()
+        self._ready: PrioList[int] = PrioList()
         self._priority: dict[int, int] = {}
 
     def add(self, pid: int, priority: int, credit: int) -> None:
@@ -288,7 +288,7 @@ class LoadBalancer:
         self._credit[pid] = c
         if c <= 0:
             self._ready.deactivate(pid)
-        return pid  # type: ignore[return-value]
+        return pid
 
     def take_pipe(self, pid: int) -> bool:
         """Consume one credit of a specific pipe; False if it cannot send now."""
@@ -301,7 +301,7 @@ class LoadBalancer:
         return True
 
     def ready(self) -> list[int]:
-        return self._ready.active()  # type: ignore[return-value]
+        return self._ready.active()
 
     def __bool__(self) -> bool:
         return bool(self._ready)
@@ -418,7 +418,8 @@ class FairQueuing(Core):
         self._fq.remove(pid)
 
     def recv(self) -> Message:
-        return self._fq.pop()
+        msg: Message = self._fq.pop()
+        return msg
 
     def can_recv(self) -> bool:
         return bool(self._fq)
@@ -443,4 +444,5 @@ class BodyQueuing(FairQueuing):
         return Message(body, self.pipes[self._fq.last_pid].token)
 
     def recv_body(self) -> bytes:
-        return self._fq.pop()
+        body: bytes = self._fq.pop()
+        return body

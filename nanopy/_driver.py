@@ -385,7 +385,8 @@ class SocketDriver:
         deadline = None if timeout is None else time.monotonic() + timeout
 
         def park() -> ThreadWaiter | None:
-            return _park(queue, deadline, ThreadWaiter)
+            waiter: ThreadWaiter | None = _park(queue, deadline, ThreadWaiter)
+            return waiter
 
         engine_checked = False
         while True:

@@ -17,7 +17,7 @@ import logging
 import random
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -25,7 +25,7 @@ from . import _engine
 from ._core import Core, PipeInfo
 from ._driver import SocketDriver, _Blocked
 from ._endpoint import Endpoint
-from ._errors import AddressError, Closed, ProtocolError, WouldBlock
+from ._errors import AddressError, ProtocolError
 from ._message import Message, Pipe
 from ._options import make_descriptors, new_options, validate_priority
 from ._pipe import PipeDriver
@@ -70,6 +70,22 @@ class Socket(RequestMethods):
     Any thread may call any method at any time; ``asend``/``arecv`` and friends
     work from trio and asyncio tasks.
     """
+
+    if TYPE_CHECKING:  # the option descriptors installed at the end of this module
+        send_timeout: float | None
+        recv_timeout: float | None
+        send_buffer: int
+        recv_buffer: int
+        reconnect_interval: float
+        reconnect_interval_max: float
+        recv_max_size: int
+        linger: float
+        resend_interval: float | None
+        survey_deadline: float
+        max_ttl: int
+        handshake_timeout: float
+        tcp_nodelay: bool
+        name: str
 
     def __init__(
         self,
@@ -317,13 +333,13 @@ class Socket(RequestMethods):
     @staticmethod
     def _timeout(timeout: Any, default: float | None) -> float | None:
         if timeout is _DEFAULT:
-            return default  # type: ignore[no-any-return]
+            return default
         if timeout is not None:
             if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
                 raise TypeError(f"timeout must be a number of seconds or None, not {type(timeout).__name__}")
             if timeout < 0:
                 raise ValueError(f"timeout must be >= 0, got {timeout}")
-        return timeout
+        return float(timeout) if timeout is not None else None
 
     # -- sending and receiving -------------------------------------------------------
     def send(self, data: Any, *, timeout: float | None = _DEFAULT) -> None:
@@ -406,7 +422,7 @@ class Socket(RequestMethods):
     # Each delegates to an optional core method; a protocol without it raises
     # ProtocolError. REQ/REP and SURVEYOR methods live below (issue: protocols).
     def _core_method(self, name: str, what: str) -> Callable[..., Any]:
-        method = getattr(self._core, name, None)
+        method: Callable[..., Any] | None = getattr(self._core, name, None)
         if method is None:
             raise ProtocolError(f"{self.name}: {what} is not available on {self._core.name} sockets")
         return method

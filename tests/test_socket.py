@@ -1117,7 +1117,9 @@ def test_close_is_idempotent_and_wakes_everyone(make_socket: Factory) -> None:
     for t in threads:
         t.start()
     started.wait()
-    wait_until(lambda: len(pull._driver.recv_q.waiters) == 2 and len(push._driver.send_q.waiters) == 2, what="4 waiters")
+    wait_until(
+        lambda: len(pull._driver.recv_q.waiters) == 2 and len(push._driver.send_q.waiters) == 2, what="4 waiters"
+    )
     t0 = time.monotonic()
     closers = [threading.Thread(target=s.close) for s in (pull, push, pull)]
     for t in closers:

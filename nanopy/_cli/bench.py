@@ -56,7 +56,10 @@ def _start_peer(transport: str, role: str, url: str, size: int, seconds: float) 
         t = threading.Thread(target=_peer, args=(role, url, size, seconds), daemon=True)
         t.start()
         return t
-    code = "from nanopy._cli.bench import _peer; import sys; _peer(sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))"
+    code = (
+        "from nanopy._cli.bench import _peer; import sys; "
+        "_peer(sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))"
+    )
     return subprocess.Popen([sys.executable, "-c", code, role, url, str(size), str(seconds)])
 
 

@@ -169,18 +169,18 @@ class BacktraceQueuing(FairQueuing):
         ttl = self.hop_limit or self.options.max_ttl
         raw = self.raw
         hop = pid.to_bytes(4, "big") if self.push_hop else b""
-        msgs = []
+        msgs: list[Message] = []
         ok = True
         for payload in payloads:
             split = split_backtrace(payload, ttl)
-            if split.__class__ is str:
+            if isinstance(split, str):
                 if split is TOO_MANY_HOPS:
                     self.dropped += 1
                     continue
                 self.protocol_violation(pid, self.malformed.format(name=self.name))
                 ok = False
                 break
-            header, body = split  # type: ignore[misc]
+            header, body = split
             if raw:
                 msgs.append(Message(body, token, hop + header))
             else:
@@ -238,7 +238,7 @@ class Replier(LoadBalancing, BacktraceQueuing):
         self._current: tuple[int, bytes] | None = None
 
     def recv(self) -> Message:
-        msg = self._fq.pop()
+        msg: Message = self._fq.pop()
         self.state = REPLIER_TABLE.step(self.state, ReplierEvent.RECV)
         self._current = msg._reply_to
         return msg

@@ -213,6 +213,7 @@ class Req0(RawVariant, LoadBalancing):
         req = self._requests.get(rid)
         if req is None:
             REQUEST_TABLE.step(RequestState.IDLE, RequestEvent.TAKE)  # raises ProtocolError
+            raise AssertionError("unreachable")
         if req.state is not RequestState.DONE:
             raise WouldBlock
         req.state = REQUEST_TABLE.step(req.state, RequestEvent.TAKE)

@@ -35,7 +35,7 @@ except ImportError:  # pragma: no cover - older PySpark: rows
 
 log = logging.getLogger("nanopy.spark")
 
-_cache: dict[tuple, Any] = {}
+_cache: dict[tuple[Any, ...], Any] = {}
 _cache_pid = 0
 _cache_lock = threading.Lock()
 
@@ -165,7 +165,7 @@ def _total(messages: list[Any]) -> int:
     return sum(m.count for m in messages if isinstance(m, NanopyCommit))
 
 
-class NanopyBatchWriter(_Writer, _BatchBase):  # type: ignore[misc, valid-type]
+class NanopyBatchWriter(_Writer, _BatchBase):
     """``df.write.format("nanopy")``: batch id -1 in the tags."""
 
     def write(self, iterator: Iterator[Any]) -> NanopyCommit:
@@ -178,7 +178,7 @@ class NanopyBatchWriter(_Writer, _BatchBase):  # type: ignore[misc, valid-type]
         log.info("nanopy sink: write aborted after %d rows were sent", _total(messages))
 
 
-class NanopyStreamWriter(_Writer, _StreamBase):  # type: ignore[misc, valid-type]
+class NanopyStreamWriter(_Writer, _StreamBase):
     """``df.writeStream.format("nanopy")``: the micro-batch id goes into the tags."""
 
     def write(self, iterator: Iterator[Any]) -> NanopyCommit:

@@ -178,11 +178,11 @@ class NanopyStreamReader(SimpleDataSourceStreamReader):
                 rx = _receivers[key] = _Receiver(self.options, self.max_buffered)
         return rx
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         self._receiver()  # start receiving as soon as the query starts
         return {"seq": 0}
 
-    def read(self, start: dict) -> tuple[Iterator[Any], dict]:
+    def read(self, start: dict[str, Any]) -> tuple[Iterator[Any], dict[str, Any]]:
         if self._served is None:
             self._served = {}
         first = int(start["seq"])
@@ -211,7 +211,7 @@ class NanopyStreamReader(SimpleDataSourceStreamReader):
         schema = arrow_schema(self.schema)
         n = len(payloads)
         micros: list[int] = []
-        for stamp, size in zip(stamps, sizes):
+        for stamp, size in zip(stamps, sizes, strict=True):
             micros.extend([int(stamp * 1e6)] * size)
         topic: pa.Array
         subs = self._receiver().subscriptions
@@ -230,7 +230,7 @@ class NanopyStreamReader(SimpleDataSourceStreamReader):
         ]
         return pa.RecordBatch.from_arrays(columns, schema=schema)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         last = int(end["seq"])
         if self._served:
             for first in [f for f, (e, _) in self._served.items() if e <= last]:
@@ -239,7 +239,7 @@ class NanopyStreamReader(SimpleDataSourceStreamReader):
             _spool_trim(self.spool, last)
 
     # -- executor process (replay) ----------------------------------------------
-    def readBetweenOffsets(self, start: dict, end: dict) -> Iterator[Any]:
+    def readBetweenOffsets(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[Any]:
         first, last = int(start["seq"]), int(end["seq"])
         if last <= first:
             return iter([])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import socket
+from typing import Any
 
 import trio
 
@@ -27,7 +28,7 @@ def close_socket(sock: socket.socket) -> None:
     """Wake trio tasks waiting on ``sock``, then close it."""
     try:
         trio.lowlevel.notify_closing(sock)
-    except Exception:
+    except Exception:  # noqa: BLE001 - outside trio or already closed: nobody to wake
         pass
     sock.close()
 
@@ -224,7 +225,7 @@ class StreamListener(Listener):
         close_socket(self._sock)
 
 
-async def connect_socket(sock: socket.socket, address: object) -> None:
+async def connect_socket(sock: socket.socket, address: Any) -> None:
     """Non-blocking connect on a stdlib socket; raises OSError on failure."""
     sock.setblocking(False)
     try:
@@ -233,7 +234,7 @@ async def connect_socket(sock: socket.socket, address: object) -> None:
         await trio.lowlevel.wait_writable(sock)
         err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
         if err:
-            raise OSError(err, f"connect to {address}: {errno.errorcode.get(err, err)}")
+            raise OSError(err, f"connect to {address}: {errno.errorcode.get(err, err)}") from None
 
 
 class SocketChannel(SocketIO):

@@ -22,6 +22,7 @@ from websockets.frames import CloseCode, Opcode
 from websockets.http11 import Request, Response
 from websockets.protocol import State
 from websockets.server import ServerProtocol
+from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
 
 try:
@@ -68,7 +69,7 @@ def _header(first: int, size: int, masked: bool) -> bytes:
     return _U64.pack(first, bit | 127, size)
 
 
-def encode_message(payload: bytes, masked: bool, out: list) -> None:
+def encode_message(payload: bytes, masked: bool, out: list[Any]) -> None:
     """Append the frames of one binary message to ``out`` (fragmented at 64 KiB)."""
     size = len(payload)
     if size <= FRAGMENT_SIZE:
@@ -122,7 +123,7 @@ class WsConnection(Connection):
         self._proto: ClientProtocol | ServerProtocol | None = proto
         self._request = request
         self.remote_address = remote_address
-        self._parts: list[bytes] = []
+        self._parts: list[Any] = []
         self._early: list[Any] = []  # frames read together with the handshake response
         self._peer_closed = False
         self._closed = False
@@ -150,7 +151,7 @@ class WsConnection(Connection):
         wanted = _subprotocol(ctx.peer_name)
         assert self._url is not None
         proto = ClientProtocol(
-            parse_uri(self._url), subprotocols=[wanted], max_size=ctx.recv_max_size or None, logger=ws_log
+            parse_uri(self._url), subprotocols=[Subprotocol(wanted)], max_size=ctx.recv_max_size or None, logger=ws_log
         )
         self._proto = proto
         proto.send_request(proto.connect())
@@ -188,8 +189,8 @@ class WsConnection(Connection):
             # NNG answers 400 unless the header holds exactly our own name.
             response = proto.reject(400, f"subprotocol {own} required\n")
         else:
-            proto.available_subprotocols = [chosen]
-            proto.select_subprotocol = lambda offered: chosen  # type: ignore[method-assign]
+            proto.available_subprotocols = [Subprotocol(chosen)]
+            proto.select_subprotocol = lambda offered: Subprotocol(chosen)  # type: ignore[method-assign,assignment]
             response = proto.accept(request)
         proto.send_response(response)
         await self._flush_proto()
@@ -207,7 +208,7 @@ class WsConnection(Connection):
         with self._tlock:
             if self._writing or self._pending or self._closed:
                 return False
-            parts: list = []
+            parts: list[Any] = []
             encode_message(payload, self._client, parts)
             data = b"".join(parts)
             try:
@@ -223,7 +224,7 @@ class WsConnection(Connection):
         if not payloads:
             await self._write(b"")
             return
-        parts: list = []
+        parts: list[Any] = []
         masked = self._client
         for payload in payloads:
             encode_message(payload, masked, parts)
@@ -305,9 +306,9 @@ class WsConnection(Connection):
                         f"peer sent a message over recv_max_size ({self._ctx.recv_max_size}): {exc}"
                     )
                 raise RemoteProtocolError(f"WebSocket protocol error from {self.remote_address}: {exc}")
-            msgs = self._collect(events) if events else None
-            if msgs:
-                return msgs
+            collected = self._collect(events) if events else None
+            if collected:
+                return collected
             if not data and self._parts:
                 raise RemoteProtocolError("peer closed in the middle of a message")
 

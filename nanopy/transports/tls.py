@@ -39,7 +39,7 @@ class StreamChannel:
     secure = True
     send_nowait = None  # no thread-safe direct writes on a TLS stream (ws checks this)
 
-    def __init__(self, stream: trio.SSLStream, describe: str) -> None:
+    def __init__(self, stream: trio.SSLStream[Any], describe: str) -> None:
         self.stream = stream
         self.closed = False
         self._describe = describe
@@ -54,7 +54,7 @@ class StreamChannel:
 
     async def recv(self, size: int) -> bytes:
         try:
-            return await self.stream.receive_some(size)
+            return bytes(await self.stream.receive_some(size))
         except trio.BrokenResourceError as exc:
             raise ConnectionResetError(f"TLS stream broken: {exc.__cause__ or exc}") from None
 
