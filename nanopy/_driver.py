@@ -25,8 +25,11 @@ conveniences, devices and Spark go through the methods here.
 from __future__ import annotations
 
 import logging
+import os
+import select
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -35,7 +38,7 @@ import sniffio
 import trio
 
 from ._core import Action, ActionKind, Core, Distributing, LoadBalancing, PipeInfo
-from ._errors import Closed, Timeout, WouldBlock
+from ._errors import Closed, MessageTooLarge, RemoteProtocolError, Timeout, WouldBlock
 from ._message import Message
 from ._timers import Timers
 from ._waiters import ThreadWaiter, WaitQueue, async_waiter
@@ -103,6 +106,7 @@ class SocketDriver:
         self.queues: list[WaitQueue] = [self.send_q, self.recv_q]
         self.id_queues: dict[int, WaitQueue] = {}
         self.timers: Timers | None = None
+        self._wake_fd_value = -1  # eventfd waking a thread that reads a pipe directly
         self._due: deque[tuple[int, int]] = deque()
         self._lazy_credit = _credit_is_bookkeeping(core)
         # counters (stats)
@@ -243,13 +247,23 @@ class SocketDriver:
         def remove() -> None:
             del self.pipes[pid]
             self.core.remove_pipe(pid)  # credit still due to it is ignored by the core
+            if self.recv_q.waiters:
+                self.recv_q.wake_all()  # a thread reading this pipe directly looks again
 
         self.feed(remove, check_open=False)
 
     def deliver(self, pid: int, payloads: list[bytes]) -> bool:
-        """Payloads read from pipe ``pid``; False = stop reading it for now."""
+        """Payloads read from pipe ``pid``; False = stop reading it for now.
+
+        A full queue pauses the pipe (``PipeDriver.paused``) in this same round,
+        so the RESUME_READ of any later round comes after it.
+        """
         with self.lock:
             keep = self.core.messages_received(pid, payloads)
+            if not keep:
+                pipe = self.pipes.get(pid)
+                if pipe is not None:
+                    pipe.paused = True
             actions = self._drain()
         if actions:
             self.execute(actions)
@@ -389,6 +403,10 @@ class SocketDriver:
             return waiter
 
         engine_checked = False
+        if queue is self.recv_q and len(self.pipes) == 1:
+            result = self._direct_recv(attempt, deadline)
+            if not isinstance(result, _Blocked):
+                return result
         while True:
             result, waiter = self._attempt(attempt, park)
             if not isinstance(result, _Blocked):
@@ -415,6 +433,95 @@ class SocketDriver:
                 if not isinstance(result, _Blocked):
                     return result
                 raise Timeout(f"{self._name()}: {what} timed out")
+
+    # -- direct receive -----------------------------------------------------------------
+    def _wake_fd(self) -> int:
+        fd = self._wake_fd_value
+        if fd < 0:
+            fd = self._wake_fd_value = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+            weakref.finalize(self, os.close, fd)
+        return fd
+
+    def _direct_recv(self, attempt: Callable[[], T], deadline: float | None) -> T | _Blocked:
+        """Receive on the socket's only pipe by reading it from this thread.
+
+        Takes the pipe's read role (see nanopy/_pipe.py) and loops: one round
+        that feeds what was read to the core and tries ``attempt`` (parking a
+        waiter that writes an eventfd if it would block), then a non-blocking
+        read, then ``poll`` on the connection and the eventfd. Returns BLOCKED when
+        the role is not available or the pipe stops being readable here; the
+        caller then waits the ordinary way.
+        """
+        pipes = list(self.pipes.values())
+        if len(pipes) != 1 or self._engine().in_engine_thread():
+            return BLOCKED
+        pipe = pipes[0]
+        wake_fd = self._wake_fd()
+        if not pipe.take_role(wake_fd):
+            return BLOCKED
+        queue = self.recv_q
+        waiter: _FdWaiter | None = None
+        try:
+            poller = select.poll()
+            poller.register(pipe.conn.fileno(), select.POLLIN)  # type: ignore[attr-defined]
+            poller.register(wake_fd, select.POLLIN)
+            payloads: list[bytes] | None = None
+            pid = pipe.pid
+            while True:
+                # One round: hand over what was read, try, park if it would block.
+                with self.lock:
+                    if waiter is not None:
+                        try:
+                            queue.waiters.remove(waiter)
+                        except ValueError:
+                            pass
+                        waiter = None
+                    if self.closed:
+                        raise self.closed_error()
+                    if self._due:
+                        self._fold_due()
+                    if payloads and not self.core.messages_received(pid, payloads):
+                        pipe.paused = True
+                    try:
+                        result: T | _Blocked = attempt()
+                    except WouldBlock:
+                        result = BLOCKED
+                        if deadline is None or deadline > time.monotonic():
+                            waiter = _FdWaiter(wake_fd)
+                            queue.waiters.append(waiter)
+                    actions = self._drain()
+                if actions:
+                    self.execute(actions)
+                if not isinstance(result, _Blocked) or waiter is None:
+                    return result  # a result, or BLOCKED at the deadline (the caller times out)
+                if pipe.paused or pipe.closed or pipe.pid not in self.pipes:
+                    return BLOCKED
+                # Read, or wait until the pipe is readable or somebody wakes us.
+                while True:
+                    try:
+                        payloads = pipe.read_direct()
+                    except (EOFError, OSError, RemoteProtocolError, MessageTooLarge) as exc:
+                        pipe.direct_failed(exc)  # (Timeout, an OSError, never comes from here)
+                        return BLOCKED
+                    if payloads or pipe.closed or waiter.woken:
+                        break
+                    if payloads is None:
+                        left = None if deadline is None else deadline - time.monotonic()
+                        if left is not None and left <= 0:
+                            break
+                        events = poller.poll(None if left is None else max(1, int(left * 1000 + 0.999)))
+                        for fd, _ in events:
+                            if fd == wake_fd:
+                                try:
+                                    os.eventfd_read(wake_fd)
+                                except BlockingIOError:
+                                    pass
+                        if not events:
+                            break  # timed out: one last round
+        finally:
+            if waiter is not None:
+                self._abandon(queue, waiter)
+            pipe.release_role()
 
     async def acall(self, attempt: Callable[[], T], queue: WaitQueue, timeout: float | None, what: str) -> T:
         """Async twin of :meth:`call` for trio and asyncio tasks; a checkpoint.
@@ -528,6 +635,24 @@ class SocketDriver:
 
     def pipe_drivers(self) -> Iterator[PipeDriver]:
         return iter(list(self.pipes.values()))
+
+
+class _FdWaiter:
+    """The waiter of a thread reading a pipe directly: a wake writes its eventfd."""
+
+    __slots__ = ("_fd", "woken")
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self.woken = False
+
+    def wake(self) -> None:
+        if not self.woken:
+            self.woken = True
+            try:
+                os.eventfd_write(self._fd, 1)
+            except OSError:
+                pass
 
 
 def _park(queue: WaitQueue, deadline: float | None, make: Callable[[], Any]) -> Any:

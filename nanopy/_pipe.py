@@ -13,11 +13,22 @@ so a busy sender rarely needs the engine and an idle one never waits for it:
   message, it waits while the burst goes on (``FLUSH_DELAY``, doubling, never
   holding a message longer than ``MAX_HOLD``), then writes what is left; it also
   takes over whenever the socket cannot take a write at once.
+
+Receiving has a direct path too. A connection that can be read without
+blocking from any thread (tcp, ipc: ``read_nowait``) has a *read role*: the
+engine's reader task holds it normally, but a thread blocked in ``recv`` on a
+socket whose only pipe is idle takes it, reads and parses the bytes itself and
+feeds them to the core in the same round that takes its message -- no engine
+hop, no GIL hand-over. While a thread holds the role, and for ``READ_LEASE``
+seconds after it lets go (it usually comes straight back), the reader task
+stands aside; ``read_lock`` keeps the two from ever reading at once and the
+socket from being closed under a reading thread.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -44,6 +55,9 @@ CALLER_BATCH = 64
 FLUSH_DELAY = 200e-6
 # No queued message waits longer than this for the writer task.
 MAX_HOLD = 1e-3
+# After a thread gives the read role back, the reader task waits this long for it
+# to come back (a receive loop does) before reading again itself.
+READ_LEASE = 2e-3
 
 
 class PipeDriver:
@@ -72,8 +86,15 @@ class PipeDriver:
         self.first_queued = 0.0  # when the oldest message in the outbox was queued
         self._writer_event: trio.Event | None = None
         self._reader_event: trio.Event | None = None
-        self._resume_pending = False
+        self.paused = False  # the core's queue for this pipe is full: read nothing
         self._idle_event: trio.Event | None = None
+        # The read role (see the module docstring).
+        self.direct = hasattr(conn, "read_nowait")
+        self.read_lock = threading.Lock()
+        self.role = False  # a thread holds the read role
+        self.lease_until = 0.0
+        self.role_wake_fd = -1  # the role holder's wake-up eventfd
+        self._role_event: trio.Event | None = None
         self._scope = trio.CancelScope()
         pipe._driver = self
 
@@ -136,11 +157,52 @@ class PipeDriver:
 
     def resume_read(self) -> None:
         with self.lock:
+            self.paused = False
             event, self._reader_event = self._reader_event, None
-            if event is None:
-                self._resume_pending = True
         if event is not None:
             self._set(event)
+
+    # -- the read role (any thread) --------------------------------------------
+    def take_role(self, wake_fd: int) -> bool:
+        """A thread asks for the read role; False if it cannot have it now."""
+        with self.lock:
+            if self.role or self.closed or self.paused or not self.direct:
+                return False
+            self.role = True
+            self.role_wake_fd = wake_fd
+            return True
+
+    def release_role(self) -> None:
+        conn: Any = self.conn
+        if conn.failed and not self.closed:
+            # What we read ended in an error or EOF after good messages: the
+            # reader task may never be woken for it, so end the pipe here.
+            try:
+                self.read_direct()
+            except (EOFError, OSError, RemoteProtocolError, MessageTooLarge) as exc:
+                self.direct_failed(exc)
+        with self.lock:
+            self.role = False
+            self.role_wake_fd = -1
+            self.lease_until = time.monotonic() + READ_LEASE
+            event, self._role_event = self._role_event, None
+        if event is not None:
+            self._set(event)
+
+    def read_direct(self) -> list[bytes] | None:
+        """Read what the kernel holds (role holder only); None if nothing or closed."""
+        with self.read_lock:
+            if self.closed:
+                return None
+            return self.conn.read_nowait()  # type: ignore[attr-defined, no-any-return]
+
+    def direct_failed(self, exc: BaseException) -> None:
+        """The role holder met the end of the connection or a bad peer."""
+        if isinstance(exc, (RemoteProtocolError, MessageTooLarge)):
+            self.note_protocol_error(self.pipe, exc)
+        else:
+            log.debug("%s: pipe %d closed: %s", self.name, self.pid, exc)
+        self.close_soon()
 
     def close_soon(self) -> None:
         """Close this pipe (from any thread); the reader and writer stop."""
@@ -164,9 +226,16 @@ class PipeDriver:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._until_failure, self._writer, nursery.cancel_scope)
                     await self._until_failure(self._reader, nursery.cancel_scope)
-        with self.lock:
-            self.closed = True
-            self.outbox.clear()
+        with self.read_lock:  # no thread reads the connection from now on
+            with self.lock:
+                self.closed = True
+                self.outbox.clear()
+                wake_fd = self.role_wake_fd
+        if wake_fd >= 0:
+            try:
+                os.eventfd_write(wake_fd, 1)  # the role holder stops polling this pipe
+            except OSError:
+                pass
         self._notify_idle()
 
     async def _until_failure(self, loop: Any, scope: trio.CancelScope) -> None:
@@ -181,19 +250,67 @@ class PipeDriver:
             scope.cancel()
 
     async def _reader(self) -> None:
+        if self.direct:
+            await self._role_reader()
+            return
         conn = self.conn
         deliver = self.sock.deliver
         pid = self.pid
         while True:
-            payloads = await conn.receive()
-            if not deliver(pid, payloads):
-                # The core's queue for this pipe is full: wait until it drains.
-                with self.lock:
-                    if self._resume_pending:
-                        self._resume_pending = False
-                        continue
-                    event = self._reader_event = trio.Event()
+            await self._until_resumed()
+            deliver(pid, await conn.receive())  # a full queue sets self.paused
+
+    async def _until_resumed(self) -> None:
+        """Wait while the core's queue for this pipe is full."""
+        while True:
+            with self.lock:
+                if not self.paused:
+                    return
+                event = self._reader_event = trio.Event()
+            await event.wait()
+
+    async def _role_reader(self) -> None:
+        """The reader of a connection with a read role: reads only while it holds it."""
+        conn: Any = self.conn
+        deliver = self.sock.deliver
+        pid = self.pid
+        read_lock = self.read_lock
+        more = False
+        while True:
+            await self._until_resumed()
+            if self.role or time.monotonic() < self.lease_until:
+                await self._stand_aside()
+                more = False
+                continue
+            if more or conn.failed:
+                await trio.lowlevel.checkpoint()
+            else:
+                await conn.wait_readable()
+            if self.role:
+                continue  # a thread took the role while we waited: it reads
+            with read_lock:
+                payloads = conn.read_nowait()
+            more = conn.read_more
+            if payloads:
+                deliver(pid, payloads)  # a full queue sets self.paused
+
+    async def _stand_aside(self) -> None:
+        """Wait until no thread holds the read role and its lease has run out."""
+        while True:
+            with self.lock:
+                if self.role:
+                    event: trio.Event | None = trio.Event()
+                    self._role_event = event
+                    delay = 0.0
+                else:
+                    event = None
+                    delay = self.lease_until - time.monotonic()
+                    if delay <= 0:
+                        return
+            if event is not None:
                 await event.wait()
+            else:
+                await trio.sleep(delay)
 
     async def _writer(self) -> None:
         conn = self.conn

@@ -23,7 +23,7 @@ from nanopy._driver import SocketDriver
 from nanopy._options import new_options
 from nanopy.protocols.pipeline import Push0
 from nanopy.protocols.reqrep import Req0
-from nanopy.testing import inproc_url, wait_pipes
+from nanopy.testing import inproc_url, ipc_url, wait_pipes
 
 Factory = Callable[..., nanopy.Socket]
 
@@ -228,3 +228,117 @@ def test_asyncio_cancelled_asend_sends_nothing(inproc_pair: Any) -> None:
 
     asyncio.run(main())
     assert pull.recv(timeout=2) == b"sentinel"
+
+
+# -- direct receive: a thread blocked in recv reads its only pipe itself ---------------------------
+
+
+def _single_pipe_pair(make_socket: Factory, transport: str, **pull_opts: Any) -> tuple[nanopy.Socket, nanopy.Socket]:
+    pull = make_socket("pull", **pull_opts)
+    url = pull.bind("tcp://127.0.0.1:0" if transport == "tcp" else ipc_url("direct")).url
+    push = make_socket("push", connect=url)
+    wait_pipes(pull)
+    wait_pipes(push)
+    return push, pull
+
+
+def _role_taken(sock: nanopy.Socket) -> bool:
+    return any(p.role for p in list(sock._pipes.values()))
+
+
+def _recv_in_thread(sock: nanopy.Socket, out: list[Any], **kwargs: Any) -> threading.Thread:
+    def run() -> None:
+        try:
+            out.append(sock.recv(**kwargs))
+        except BaseException as exc:
+            out.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("transport", ["tcp", "ipc"])
+def test_blocked_recv_reads_its_only_pipe_itself(make_socket: Factory, transport: str) -> None:
+    push, pull = _single_pipe_pair(make_socket, transport)
+    out: list[Any] = []
+    thread = _recv_in_thread(pull, out, timeout=5)
+    wait_until(lambda: _role_taken(pull), what="receiver took the read role")
+    push.send(b"direct")
+    thread.join(5)
+    assert out == [b"direct"]
+    # Then a burst: the rest of what one read parsed is served from the queue.
+    for i in range(2000):
+        push.send(b"%d" % i)
+    assert [pull.recv(timeout=5) for _ in range(2000)] == [b"%d" % i for i in range(2000)]
+
+
+@pytest.mark.parametrize("transport", ["tcp", "ipc"])
+def test_direct_recv_times_out_and_close_wakes_it(make_socket: Factory, transport: str) -> None:
+    push, pull = _single_pipe_pair(make_socket, transport)
+    with pytest.raises(nanopy.Timeout):
+        pull.recv(timeout=0.05)
+    out: list[Any] = []
+    thread = _recv_in_thread(pull, out, timeout=30)
+    wait_until(lambda: _role_taken(pull), what="receiver took the read role")
+    pull.close(linger=0)
+    thread.join(5)
+    assert len(out) == 1 and isinstance(out[0], nanopy.Closed)
+
+
+@pytest.mark.parametrize("transport", ["tcp", "ipc"])
+def test_direct_recv_with_a_small_queue_pauses_and_loses_nothing(make_socket: Factory, transport: str) -> None:
+    push, pull = _single_pipe_pair(make_socket, transport, recv_buffer=4)
+    out: list[Any] = []
+    thread = _recv_in_thread(pull, out, timeout=5)
+    wait_until(lambda: _role_taken(pull), what="receiver took the read role")
+    for i in range(500):
+        push.send(b"%d" % i)
+    thread.join(5)
+    got = out + [pull.recv(timeout=5) for _ in range(499)]
+    assert got == [b"%d" % i for i in range(500)]
+
+
+def test_peer_leaving_during_direct_recv_closes_the_pipe(make_socket: Factory) -> None:
+    from nanopy.testing import wait_no_pipes
+
+    push, pull = _single_pipe_pair(make_socket, "tcp")
+    out: list[Any] = []
+    thread = _recv_in_thread(pull, out, timeout=30)
+    wait_until(lambda: _role_taken(pull), what="receiver took the read role")
+    push.close(linger=0)
+    wait_no_pipes(pull)
+    # The blocked receiver keeps waiting (no pipe now) and gets the next peer's message.
+    url = pull.endpoints[0].url
+    again = make_socket("push", connect=url)
+    wait_pipes(again)
+    again.send(b"after")
+    thread.join(5)
+    assert out == [b"after"]
+
+
+def test_bad_frame_read_directly_closes_only_that_pipe(make_socket: Factory) -> None:
+    import socket
+    import struct
+
+    from nanopy._wire import encode_header
+
+    pull = make_socket("pull")
+    url = pull.bind("tcp://127.0.0.1:0").url
+    host, port = url[len("tcp://") :].rsplit(":", 1)
+    raw = socket.create_connection((host, int(port)), timeout=5)
+    try:
+        raw.sendall(encode_header(0x50))
+        assert raw.recv(8) == encode_header(0x51)
+        wait_pipes(pull)
+        out: list[Any] = []
+        thread = _recv_in_thread(pull, out, timeout=5)
+        wait_until(lambda: _role_taken(pull), what="receiver took the read role")
+        raw.sendall(struct.pack(">Q", 3) + b"abc" + struct.pack(">Q", 2**63))
+        thread.join(5)
+        assert out == [b"abc"]  # the good message before the bad frame is delivered
+        wait_until(lambda: pull.stats().protocol_errors >= 1, what="protocol error counted")
+        assert pull.stats().protocol_errors == 1, pull.stats()
+        assert raw.recv(1) == b""  # and the hostile connection is closed
+    finally:
+        raw.close()

@@ -150,6 +150,46 @@ class StreamConnection(SocketIO, FramedConnection):
     def __init__(self, sock: socket.socket, ctx: PipeContext, ipc: bool, remote_address: str) -> None:
         SocketIO.__init__(self, sock)
         FramedConnection.__init__(self, ctx, ipc, remote_address)
+        self._eof = False
+        #: the last read_nowait filled its buffer: more is probably waiting
+        self.read_more = False
+
+    # -- direct reads: whoever holds the pipe's read role calls these (nanopy/_pipe.py) --
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    @property
+    def failed(self) -> bool:
+        """An error or the end was already found: the next read_nowait raises it."""
+        return self._eof or self._decoder.error is not None
+
+    async def wait_readable(self) -> None:
+        await trio.lowlevel.wait_readable(self._sock)
+
+    def read_nowait(self) -> list[bytes] | None:
+        """Read and parse what the kernel holds now, from any thread, never blocking.
+
+        Returns the complete payloads (possibly none: a partial frame), or None if
+        nothing was there. Raises EOFError / RemoteProtocolError / MessageTooLarge
+        as ``receive`` does.
+        """
+        decoder = self._decoder
+        if decoder.error is not None:  # found after the frames returned last time
+            raise decoder.error
+        if self._eof:
+            raise EOFError("peer closed the connection")
+        try:
+            chunk = self._sock.recv(RECV_SIZE)
+        except (BlockingIOError, InterruptedError):
+            self.read_more = False
+            return None
+        if not chunk:
+            self._eof = True
+            if decoder.pending:
+                raise RemoteProtocolError("peer closed in the middle of a message")
+            raise EOFError("peer closed the connection")
+        self.read_more = len(chunk) == RECV_SIZE
+        return decoder.feed(chunk)
 
     def try_send(self, payload: bytes) -> bool:
         if self._pending is not None or self._closed:
