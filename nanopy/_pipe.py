@@ -88,6 +88,8 @@ class PipeDriver:
         self._reader_event: trio.Event | None = None
         self.paused = False  # the core's queue for this pipe is full: read nothing
         self._idle_event: trio.Event | None = None
+        # In-memory connections (inproc) take every payload at once, in order.
+        self.hands_over = hasattr(conn, "attach_sink")
         # The read role (see the module docstring).
         self.direct = hasattr(conn, "read_nowait")
         self.read_lock = threading.Lock()
@@ -95,6 +97,7 @@ class PipeDriver:
         self.lease_until = 0.0
         self.role_wake_fd = -1  # the role holder's wake-up eventfd
         self._role_event: trio.Event | None = None
+        self._failure_noted = False
         self._scope = trio.CancelScope()
         pipe._driver = self
 
@@ -102,6 +105,8 @@ class PipeDriver:
     def transmit(self, payload: bytes) -> int:
         """Send or queue ``payload``; returns how many credits may be returned now."""
         conn = self.conn
+        if self.hands_over and not self.outbox and not self.closed and conn.try_send(payload):
+            return 0  # an in-memory hand-over: the connection returns the credit itself
         lock = self.lock
         lock.acquire()
         try:
@@ -198,10 +203,7 @@ class PipeDriver:
 
     def direct_failed(self, exc: BaseException) -> None:
         """The role holder met the end of the connection or a bad peer."""
-        if isinstance(exc, (RemoteProtocolError, MessageTooLarge)):
-            self.note_protocol_error(self.pipe, exc)
-        else:
-            log.debug("%s: pipe %d closed: %s", self.name, self.pid, exc)
+        self._failed(exc)
         self.close_soon()
 
     def close_soon(self) -> None:
@@ -242,16 +244,30 @@ class PipeDriver:
         """Run the reader or writer loop; when it fails, end the whole pipe."""
         try:
             await loop()
-        except (RemoteProtocolError, MessageTooLarge) as exc:
-            self.note_protocol_error(self.pipe, exc)
-        except (EOFError, OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            log.debug("%s: pipe %d closed: %s", self.name, self.pid, exc)
+        except (EOFError, OSError, RemoteProtocolError, MessageTooLarge, trio.BrokenResourceError,
+                trio.ClosedResourceError) as exc:
+            self._failed(exc)
         finally:
             scope.cancel()
+
+    def _failed(self, exc: BaseException) -> None:
+        """Note how the pipe ended, once (a reading thread and the reader task may
+        both meet the same stored error)."""
+        with self.lock:
+            if self._failure_noted:
+                return
+            self._failure_noted = True
+        if isinstance(exc, (RemoteProtocolError, MessageTooLarge)):
+            self.note_protocol_error(self.pipe, exc)
+        else:
+            log.debug("%s: pipe %d closed: %s", self.name, self.pid, exc)
 
     async def _reader(self) -> None:
         if self.direct:
             await self._role_reader()
+            return
+        if self.hands_over:
+            await self._sink_reader()
             return
         conn = self.conn
         deliver = self.sock.deliver
@@ -259,6 +275,21 @@ class PipeDriver:
         while True:
             await self._until_resumed()
             deliver(pid, await conn.receive())  # a full queue sets self.paused
+
+    async def _sink_reader(self) -> None:
+        """An in-memory connection delivers from the sender's thread through a sink;
+        this task only drains what queued while the core's queue was full."""
+        conn: Any = self.conn
+        deliver = self.sock.deliver
+        pid = self.pid
+
+        def sink(payloads: list[bytes]) -> None:
+            deliver(pid, payloads)  # a full queue sets self.paused
+
+        conn.attach_sink(sink, lambda: self.paused)
+        while True:
+            await self._until_resumed()
+            await conn.drain_to_sink()
 
     async def _until_resumed(self) -> None:
         """Wait while the core's queue for this pipe is full."""
