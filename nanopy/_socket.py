@@ -34,7 +34,7 @@ from ._core import (
 from ._endpoint import Endpoint
 from ._errors import AddressError, Closed, ProtocolError, WouldBlock
 from ._message import Message, Pipe
-from ._options import make_descriptors, new_options, validate_priority
+from ._options import docstring_section, make_descriptors, new_options, validate_priority
 from ._pipe import PipeDriver
 from ._registry import protocols as _protocols
 from ._registry import transports as _transports
@@ -706,3 +706,5 @@ for _name, _descriptor in make_descriptors().items():
     _descriptor.__set_name__(Socket, _name)
     setattr(Socket, _name, _descriptor)
     _OPTION_NAMES.add(_name)
+# The options part of the docstring comes from the option table (nanopy/_options.py).
+Socket.__doc__ = (Socket.__doc__ or "").rstrip() + "\n\n    " + docstring_section().replace("\n", "\n    ") + "\n"
