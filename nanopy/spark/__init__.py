@@ -1,5 +1,7 @@
 """nanopy for Apache Spark (PySpark >= 4.0): a streaming source, a sink, a coordinator.
 
+::
+
     import nanopy.spark
     nanopy.spark.register(spark)                      # once per SparkSession
     df = (spark.readStream.format("nanopy")
