@@ -37,7 +37,7 @@ import nanopy
 from nanopy._options import OPTION_TABLE, markdown_table
 
 ROOT = Path(__file__).resolve().parent.parent
-BLOCK_TIMEOUT = 90  # seconds for one block (a fresh interpreter, sockets, maybe a subprocess)
+BLOCK_TIMEOUT = 150  # seconds for one block (a fresh interpreter; the Spark example starts a JVM)
 
 SKIP_MARK = re.compile(r"<!--\s*docs-test:\s*skip\b(.*?)-->")
 FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})(?P<info>[^`\n]*)$")
