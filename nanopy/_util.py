@@ -8,6 +8,7 @@ from typing import Any
 import sniffio
 import trio
 
+
 class _UseOption:
     """The default of a per-call ``timeout``: use the socket's timeout option."""
 
