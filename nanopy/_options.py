@@ -212,8 +212,12 @@ class Option(Generic[T]):
         obj._option_changed(self.name)
 
 
-class Options:
-    """The current option values of one socket (read by cores and the engine)."""
+class OptionAttributes:
+    """The options' types, for type checkers and readers (tests keep them equal to the table).
+
+    :class:`nanopy.Socket` inherits these declarations; at run time each name is an
+    :class:`Option` descriptor made from :data:`OPTION_TABLE`.
+    """
 
     send_timeout: float | None
     recv_timeout: float | None
@@ -229,6 +233,10 @@ class Options:
     handshake_timeout: float
     tcp_nodelay: bool
     name: str
+
+
+class Options(OptionAttributes):
+    """The current option values of one socket (read by cores and the engine)."""
 
 
 def new_options(protocol_name: str) -> Options:

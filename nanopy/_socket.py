@@ -34,7 +34,7 @@ from ._core import (
 from ._endpoint import Endpoint
 from ._errors import AddressError, Closed, ProtocolError, WouldBlock
 from ._message import Message, Pipe
-from ._options import docstring_section, make_descriptors, new_options, validate_priority
+from ._options import OptionAttributes, docstring_section, make_descriptors, new_options, validate_priority
 from ._pipe import PipeDriver
 from ._registry import protocols as _protocols
 from ._registry import transports as _transports
@@ -66,7 +66,7 @@ def _as_list(value: str | Iterable[str] | None) -> list[str]:
     return list(value)
 
 
-class Socket(BlockingCalls, RequestMethods):
+class Socket(BlockingCalls, RequestMethods, OptionAttributes):
     """A scalability-protocols socket.
 
     Args:

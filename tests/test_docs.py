@@ -189,6 +189,14 @@ def test_validation_messages_come_from_the_table(spec) -> None:  # type: ignore[
         sock.close()
 
 
+def test_option_attribute_types_match_the_table() -> None:
+    from nanopy._options import OptionAttributes
+
+    declared = {name: str(kind) for name, kind in OptionAttributes.__annotations__.items()}
+    assert declared == {spec.name: spec.type for spec in OPTION_TABLE}
+    assert issubclass(nanopy.Socket, OptionAttributes)  # what type checkers see
+
+
 def test_sub_recv_buffer_text_says_what_sub_does() -> None:
     doc = nanopy.Socket.__dict__["recv_buffer"].__doc__
     assert "SUB never stops reading" in doc and "oldest" in doc

@@ -171,6 +171,8 @@ import nanopy
 
 def fetch(url: str) -> bytes:
     with nanopy.Socket(nanopy.REQ, recv_timeout=1.0) as sock:
+        sock.send_timeout = 0.5                 # options are typed attributes
+        assert sock.send_buffer + 1 > 1
         sock.connect(url)
         reply = sock.request(b"hello")
         data = sock.recv(timeout=0.5)
