@@ -671,7 +671,7 @@ async def checkpoint_before() -> bool:
     schedule point, ``cancel_shielded_checkpoint``, if it completes without
     waiting). asyncio: one loop turn, where a pending cancel raises CancelledError.
     """
-    if sniffio.current_async_library() == "trio":
+    if sniffio.thread_local.name == "trio" or sniffio.current_async_library() == "trio":
         await trio.lowlevel.checkpoint_if_cancelled()
         return True
     import asyncio

@@ -20,10 +20,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import trio
+from trio.lowlevel import cancel_shielded_checkpoint
 
 from . import _engine
 from ._core import Core, PipeInfo
-from ._driver import SocketDriver, _Blocked
+from ._driver import SocketDriver, _Blocked, checkpoint_before
 from ._endpoint import Endpoint
 from ._errors import AddressError, ProtocolError
 from ._message import Message, Pipe
@@ -458,6 +459,12 @@ class Socket(RequestMethods, OptionAttributes):
     async def _asend(self, body: bytes, header: bytes, timeout: Any) -> None:
         timeout = self._timeout(timeout, self._options.send_timeout)
         driver = self._driver
+        # Fast path: the cancellation point, one round, the schedule point.
+        trio_task = await checkpoint_before()
+        if driver.try_send(body, header):
+            if trio_task:
+                await cancel_shielded_checkpoint()
+            return
         await driver.acall(driver.send_attempt(body, header), driver.send_q, timeout, "send")
 
     async def arecv(self, *, timeout: float | None = _DEFAULT) -> bytes:
@@ -477,6 +484,13 @@ class Socket(RequestMethods, OptionAttributes):
         """
         timeout = self._timeout(timeout, self._options.recv_timeout)
         driver = self._driver
+        # Fast path: the cancellation point, one round, the schedule point.
+        trio_task = await checkpoint_before()
+        body = driver.try_recv_body()
+        if body is not None:
+            if trio_task:
+                await cancel_shielded_checkpoint()
+            return body
         return await driver.acall(driver.recv_body_attempt, driver.recv_q, timeout, "recv")
 
     async def arecv_msg(self, *, timeout: float | None = _DEFAULT) -> Message:
