@@ -24,7 +24,7 @@ from trio.lowlevel import cancel_shielded_checkpoint
 
 from . import _engine
 from ._core import Core, PipeInfo
-from ._driver import SocketDriver, _Blocked, checkpoint_before
+from ._driver import SocketDriver, _Blocked, checkpoint_after, checkpoint_before
 from ._endpoint import Endpoint
 from ._errors import AddressError, ProtocolError
 from ._message import Message, Pipe
@@ -35,7 +35,8 @@ from ._registry import transports as _transports
 from ._requests import RequestMethods
 from ._stats import SocketStats
 from ._util import DEFAULT as _DEFAULT
-from ._util import as_bytes, run_in_worker_thread
+from ._util import as_bytes
+from ._waiters import async_waiter
 from .transports._base import Connection, PipeContext
 
 log = logging.getLogger("nanopy")
@@ -642,17 +643,44 @@ class Socket(RequestMethods, OptionAttributes):
                 engine.run(self._flush, linger)  # type: ignore[union-attr]
             except Exception:
                 log.debug("%s: linger flush failed", self.name, exc_info=True)
-        if not driver.close_core():
+        if not self._close_now():
             return
-        for ep in list(self._endpoints):
-            ep.close()
-        for pipe in driver.pipe_drivers():
-            pipe.close_soon()
         if off_engine and self._endpoint_tasks:
             try:
                 engine.run(self._wait_endpoints, timeout=5.0)  # type: ignore[union-attr]
             except Exception:
                 log.debug("%s: endpoints slow to stop", self.name, exc_info=True)
+
+    def _close_now(self) -> bool:
+        """The synchronous half of closing: mark closed, close the core, wake every
+        waiter, stop endpoints and pipes. False if the socket was closed already."""
+        driver = self._driver
+        if not driver.close_core():
+            return False
+        for ep in list(self._endpoints):
+            ep.close()
+        for pipe in driver.pipe_drivers():
+            pipe.close_soon()
+        return True
+
+    async def _in_engine(self, timeout: float, afn: Callable[..., Any], *args: Any) -> None:
+        """Run ``afn(*args)`` in the engine and wait up to ``timeout`` for it in the
+        caller's own event loop (trio or asyncio; no worker thread)."""
+        engine = self._engine_obj
+        if engine is None or engine.in_engine_thread():
+            return
+        waiter = async_waiter()
+
+        async def runner() -> None:
+            try:
+                await afn(*args)
+            except Exception:
+                log.debug("%s: %s failed while closing", self.name, afn.__name__, exc_info=True)
+            finally:
+                waiter.wake()
+
+        engine.spawn(runner)
+        await waiter.wait(timeout)
 
     async def _flush(self, linger: float) -> None:
         with trio.move_on_after(linger):
@@ -664,12 +692,25 @@ class Socket(RequestMethods, OptionAttributes):
             await done.wait()
 
     async def aclose(self, linger: float | None = None) -> None:
-        """Async :meth:`close` (the linger wait does not block the event loop).
+        """Async :meth:`close`: the linger and shutdown waits happen in the caller's
+        event loop, without a worker thread. Cancelling it still closes the socket.
 
         Args:
             linger: as for :meth:`close`.
         """
-        await run_in_worker_thread(self.close, linger)
+        driver = self._driver
+        if driver.closed:
+            await checkpoint_after(await checkpoint_before())
+            return
+        if linger is None:
+            linger = self._options.linger
+        try:
+            if linger > 0 and driver.pipes:
+                await self._in_engine(linger, self._flush, linger)
+        finally:
+            closed_now = self._close_now()
+        if closed_now and self._endpoint_tasks:
+            await self._in_engine(5.0, self._wait_endpoints)
 
     def __enter__(self) -> Socket:
         return self

@@ -342,3 +342,56 @@ def test_bad_frame_read_directly_closes_only_that_pipe(make_socket: Factory) -> 
         assert raw.recv(1) == b""  # and the hostile connection is closed
     finally:
         raw.close()
+
+
+# -- aclose: both halves of closing in the caller's loop ------------------------------------------
+
+
+@pytest.mark.parametrize("transport", ["tcp", "inproc"])
+def test_trio_aclose_lingers_without_a_worker_thread(
+    make_socket: Factory, transport: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_threads(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("aclose used a worker thread")
+
+    monkeypatch.setattr(trio.to_thread, "run_sync", no_threads)
+    pull = make_socket("pull")
+    url = pull.bind("tcp://127.0.0.1:0" if transport == "tcp" else inproc_url("aclose")).url
+    push = make_socket("push", connect=url)
+    wait_pipes(push)
+
+    async def main() -> None:
+        for i in range(200):
+            await push.asend(b"%d" % i)
+        await push.aclose(linger=5)
+        assert push.closed
+        await pull.aclose(linger=0)  # nothing queued: closes at once
+
+    # Receive in the meantime so the linger flush has somewhere to go.
+    got: list[bytes] = []
+    receiver = threading.Thread(target=lambda: got.extend(pull.recv(timeout=5) for _ in range(200)))
+    receiver.start()
+    trio.run(main)
+    receiver.join(10)
+    assert got == [b"%d" % i for i in range(200)]
+
+
+def test_asyncio_aclose_and_cancelled_aclose_still_closes(make_socket: Factory) -> None:
+    url = inproc_url("aclose")
+    pull = make_socket("pull", bind=url)
+    push = make_socket("push", connect=url)
+    wait_pipes(push)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(push.aclose(linger=5))
+        await asyncio.sleep(0)  # it starts (and may be waiting for the flush)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        assert push.closed  # cancelled in its wait or not, the socket is closed
+        await pull.aclose()
+        assert pull.closed
+
+    asyncio.run(main())
