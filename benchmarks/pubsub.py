@@ -168,7 +168,8 @@ def publish(system: str, subs: int, n: int, size: int) -> dict[str, Any]:
             while seq - slowest > WINDOW:
                 note = json.loads(recv())
                 if "error" in note:
-                    raise RuntimeError(f"{system} subscriber {note['id']}: {note['error']}")
+                    stats = pub.stats() if hasattr(pub, "stats") else ""
+                    raise RuntimeError(f"{system} subscriber {note['id']}: {note['error']} {stats}")
                 if "seq" in note:
                     acked[note["id"]] = note["seq"]
                     if note.get("done"):

@@ -445,12 +445,13 @@ class SocketDriver:
     def _direct_recv(self, attempt: Callable[[], T], deadline: float | None) -> T | _Blocked:
         """Receive on the socket's only pipe by reading it from this thread.
 
-        Takes the pipe's read role (see nanopy/_pipe.py) and loops: one round
-        that feeds what was read to the core and tries ``attempt`` (parking a
-        waiter that writes an eventfd if it would block), then a non-blocking
-        read, then ``poll`` on the connection and the eventfd. Returns BLOCKED when
-        the role is not available or the pipe stops being readable here; the
-        caller then waits the ordinary way.
+        Takes the pipe's read role (see nanopy/_pipe.py) and loops: a round that
+        tries ``attempt`` (parking a waiter that writes an eventfd if it would
+        block); a non-blocking read whose payloads are fed to the core in a round
+        taken while still holding the pipe's ``read_lock`` (so reads reach the core
+        in order, whoever makes them); ``poll`` on the connection and the eventfd.
+        Returns BLOCKED when the role is not available or the pipe stops being
+        readable here; the caller then waits the ordinary way.
         """
         pipes = list(self.pipes.values())
         if len(pipes) != 1 or self._engine().in_engine_thread():
@@ -459,56 +460,38 @@ class SocketDriver:
         wake_fd = self._wake_fd()
         if not pipe.take_role(wake_fd):
             return BLOCKED
-        queue = self.recv_q
-        waiter: _FdWaiter | None = None
+        conn: Any = pipe.conn
+        read_lock = pipe.read_lock
+        state = _DirectState(pipe.pid, wake_fd, deadline)
         try:
             poller = select.poll()
-            poller.register(pipe.conn.fileno(), select.POLLIN)  # type: ignore[attr-defined]
+            poller.register(conn.fileno(), select.POLLIN)
             poller.register(wake_fd, select.POLLIN)
-            payloads: list[bytes] | None = None
-            pid = pipe.pid
+            result = self._direct_round(state, None, attempt)
             while True:
-                # One round: hand over what was read, try, park if it would block.
-                with self.lock:
-                    if waiter is not None:
-                        try:
-                            queue.waiters.remove(waiter)
-                        except ValueError:
-                            pass
-                        waiter = None
-                    if self.closed:
-                        raise self.closed_error()
-                    if self._due:
-                        self._fold_due()
-                    if payloads and not self.core.messages_received(pid, payloads):
-                        pipe.paused = True
-                    try:
-                        result: T | _Blocked = attempt()
-                    except WouldBlock:
-                        result = BLOCKED
-                        if deadline is None or deadline > time.monotonic():
-                            waiter = _FdWaiter(wake_fd)
-                            queue.waiters.append(waiter)
-                    actions = self._drain()
-                if actions:
-                    self.execute(actions)
-                if not isinstance(result, _Blocked) or waiter is None:
+                if not isinstance(result, _Blocked) or state.waiter is None:
                     return result  # a result, or BLOCKED at the deadline (the caller times out)
                 if pipe.paused or pipe.closed or pipe.pid not in self.pipes:
                     return BLOCKED
-                # Read, or wait until the pipe is readable or somebody wakes us.
-                while True:
+                # Read; what was read goes to the core before anyone else may read.
+                with read_lock:
                     try:
-                        payloads = pipe.read_direct()
+                        payloads = None if pipe.closed else conn.read_nowait()
                     except (EOFError, OSError, RemoteProtocolError, MessageTooLarge) as exc:
-                        pipe.direct_failed(exc)  # (Timeout, an OSError, never comes from here)
-                        return BLOCKED
-                    if payloads or pipe.closed or waiter.woken:
-                        break
-                    if payloads is None:
-                        left = None if deadline is None else deadline - time.monotonic()
-                        if left is not None and left <= 0:
-                            break
+                        failure: BaseException | None = exc
+                        payloads = None
+                    else:
+                        failure = None
+                        if payloads:
+                            result = self._direct_round(state, payloads, attempt)
+                if failure is not None:
+                    pipe.direct_failed(failure)  # (Timeout, an OSError, never comes from here)
+                    return BLOCKED
+                if payloads is not None:
+                    continue  # read something (maybe a partial frame): look again at once
+                if not state.waiter.woken:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is None or left > 0:
                         events = poller.poll(None if left is None else max(1, int(left * 1000 + 0.999)))
                         for fd, _ in events:
                             if fd == wake_fd:
@@ -516,12 +499,46 @@ class SocketDriver:
                                     os.eventfd_read(wake_fd)
                                 except BlockingIOError:
                                     pass
-                        if not events:
-                            break  # timed out: one last round
+                        if events and not state.waiter.woken:
+                            continue  # readable: read it
+                result = self._direct_round(state, None, attempt)  # woken or timed out: look again
         finally:
-            if waiter is not None:
-                self._abandon(queue, waiter)
+            if state.waiter is not None:
+                self._abandon(self.recv_q, state.waiter)
             pipe.release_role()
+
+    def _direct_round(
+        self, state: _DirectState, payloads: list[bytes] | None, attempt: Callable[[], T]
+    ) -> T | _Blocked:
+        """One round of a direct receive: feed ``payloads``, try, park a fresh waiter."""
+        queue = self.recv_q
+        with self.lock:
+            waiter = state.waiter
+            if waiter is not None:
+                state.waiter = None
+                try:
+                    queue.waiters.remove(waiter)
+                except ValueError:
+                    pass
+            if self.closed:
+                raise self.closed_error()
+            if self._due:
+                self._fold_due()
+            if payloads and not self.core.messages_received(state.pid, payloads):
+                pipe = self.pipes.get(state.pid)
+                if pipe is not None:
+                    pipe.paused = True
+            try:
+                result: T | _Blocked = attempt()
+            except WouldBlock:
+                result = BLOCKED
+                if state.deadline is None or state.deadline > time.monotonic():
+                    state.waiter = _FdWaiter(state.wake_fd)
+                    queue.waiters.append(state.waiter)
+            actions = self._drain()
+        if actions:
+            self.execute(actions)
+        return result
 
     async def acall(self, attempt: Callable[[], T], queue: WaitQueue, timeout: float | None, what: str) -> T:
         """Async twin of :meth:`call` for trio and asyncio tasks; a checkpoint.
@@ -635,6 +652,18 @@ class SocketDriver:
 
     def pipe_drivers(self) -> Iterator[PipeDriver]:
         return iter(list(self.pipes.values()))
+
+
+class _DirectState:
+    """What one direct receive carries between its rounds."""
+
+    __slots__ = ("deadline", "pid", "waiter", "wake_fd")
+
+    def __init__(self, pid: int, wake_fd: int, deadline: float | None) -> None:
+        self.pid = pid
+        self.wake_fd = wake_fd
+        self.deadline = deadline
+        self.waiter: _FdWaiter | None = None
 
 
 class _FdWaiter:

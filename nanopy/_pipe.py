@@ -319,11 +319,11 @@ class PipeDriver:
                 await conn.wait_readable()
             if self.role:
                 continue  # a thread took the role while we waited: it reads
-            with read_lock:
+            with read_lock:  # read and deliver as one step: reads reach the core in order
                 payloads = conn.read_nowait()
+                if payloads:
+                    deliver(pid, payloads)  # a full queue sets self.paused
             more = conn.read_more
-            if payloads:
-                deliver(pid, payloads)  # a full queue sets self.paused
 
     async def _stand_aside(self) -> None:
         """Wait until no thread holds the read role and its lease has run out."""

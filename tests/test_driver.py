@@ -395,3 +395,24 @@ def test_asyncio_aclose_and_cancelled_aclose_still_closes(make_socket: Factory) 
         assert pull.closed
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("transport", ["tcp", "ipc"])
+def test_reads_by_a_thread_and_by_the_reader_task_stay_in_order(make_socket: Factory, transport: str) -> None:
+    # The receiver alternates: reading directly, and pausing past the read lease so
+    # the engine's reader task reads; every message must still come in order.
+    push, pull = _single_pipe_pair(make_socket, transport)
+    n = 20000
+
+    def send() -> None:
+        for i in range(n):
+            push.send(b"%d" % i)
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    pause = threading.Event()
+    for i in range(n):
+        assert pull.recv(timeout=10) == b"%d" % i
+        if i % 997 == 0:
+            pause.wait(0.004)  # not synchronisation: lets the lease run out mid-stream
+    sender.join(10)
