@@ -454,8 +454,8 @@ class SocketDriver:
         readable here; the caller then waits the ordinary way.
         """
         pipes = list(self.pipes.values())
-        if len(pipes) != 1 or self._engine().in_engine_thread():
-            return BLOCKED
+        if len(pipes) != 1 or self.recv_q.waiters or self._engine().in_engine_thread():
+            return BLOCKED  # (other receivers waiting: the engine shares messages out fairly)
         pipe = pipes[0]
         wake_fd = self._wake_fd()
         if not pipe.take_role(wake_fd):
@@ -471,8 +471,8 @@ class SocketDriver:
             while True:
                 if not isinstance(result, _Blocked) or state.waiter is None:
                     return result  # a result, or BLOCKED at the deadline (the caller times out)
-                if pipe.paused or pipe.closed or pipe.pid not in self.pipes:
-                    return BLOCKED
+                if pipe.paused or pipe.closed or pipe.pid not in self.pipes or len(self.recv_q.waiters) > 1:
+                    return BLOCKED  # (more receivers now: let the engine share messages out)
                 # Read; what was read goes to the core before anyone else may read.
                 with read_lock:
                     try:

@@ -21,8 +21,11 @@ socket whose only pipe is idle takes it, reads and parses the bytes itself and
 feeds them to the core in the same round that takes its message -- no engine
 hop, no GIL hand-over. While a thread holds the role, and for ``READ_LEASE``
 seconds after it lets go (it usually comes straight back), the reader task
-stands aside; ``read_lock`` keeps the two from ever reading at once and the
-socket from being closed under a reading thread.
+stands aside, looking again after sleeps that double up to ``STAND_ASIDE_MAX``
+(taking and releasing the role never wakes the engine). ``read_lock`` makes a
+read and the delivery of what it parsed one step, whoever reads, so messages
+reach the core in order, and keeps the socket from being closed under a reading
+thread.
 """
 
 from __future__ import annotations
@@ -57,7 +60,9 @@ FLUSH_DELAY = 200e-6
 MAX_HOLD = 1e-3
 # After a thread gives the read role back, the reader task waits this long for it
 # to come back (a receive loop does) before reading again itself.
-READ_LEASE = 2e-3
+READ_LEASE = 5e-3
+# The longest the reader task waits before looking whether a thread still holds the role.
+STAND_ASIDE_MAX = 50e-3
 
 
 class PipeDriver:
@@ -96,7 +101,6 @@ class PipeDriver:
         self.role = False  # a thread holds the read role
         self.lease_until = 0.0
         self.role_wake_fd = -1  # the role holder's wake-up eventfd
-        self._role_event: trio.Event | None = None
         self._failure_noted = False
         self._scope = trio.CancelScope()
         pipe._driver = self
@@ -190,9 +194,6 @@ class PipeDriver:
             self.role = False
             self.role_wake_fd = -1
             self.lease_until = time.monotonic() + READ_LEASE
-            event, self._role_event = self._role_event, None
-        if event is not None:
-            self._set(event)
 
     def read_direct(self) -> list[bytes] | None:
         """Read what the kernel holds (role holder only); None if nothing or closed."""
@@ -308,10 +309,12 @@ class PipeDriver:
         read_lock = self.read_lock
         more = False
         while True:
-            await self._until_resumed()
             if self.role or time.monotonic() < self.lease_until:
                 await self._stand_aside()
                 more = False
+                continue
+            await self._until_resumed()
+            if self.role:
                 continue
             if more or conn.failed:
                 await trio.lowlevel.checkpoint()
@@ -326,22 +329,23 @@ class PipeDriver:
             more = conn.read_more
 
     async def _stand_aside(self) -> None:
-        """Wait until no thread holds the read role and its lease has run out."""
+        """Wait until no thread holds the read role and its lease has run out.
+
+        Polled with sleeps that double while the role stays taken (nothing wakes
+        this task per message): a receive loop costs the engine a few wake-ups a
+        second, and a thread that leaves for good hands reading back within
+        ``STAND_ASIDE_MAX``.
+        """
+        delay = READ_LEASE
         while True:
-            with self.lock:
-                if self.role:
-                    event: trio.Event | None = trio.Event()
-                    self._role_event = event
-                    delay = 0.0
-                else:
-                    event = None
-                    delay = self.lease_until - time.monotonic()
-                    if delay <= 0:
-                        return
-            if event is not None:
-                await event.wait()
-            else:
+            if self.role:
                 await trio.sleep(delay)
+                delay = min(delay * 2, STAND_ASIDE_MAX)
+                continue
+            left = self.lease_until - time.monotonic()
+            if left <= 0:
+                return
+            await trio.sleep(left)
 
     async def _writer(self) -> None:
         conn = self.conn
