@@ -1,0 +1,161 @@
+"""A Spark standalone cluster on loopback for the ``cluster`` test tier.
+
+One master and two workers, started from the pyspark package itself
+(``bin/spark-class``), bound to 127.0.0.1, with their own temporary work, log and
+conf directories, and stopped by PID. Drivers run in subprocesses
+(``spark_cluster_driver.py``) so a test can SIGKILL one mid-batch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DRIVER = os.path.join(HERE, "spark_cluster_driver.py")
+JVM_FLAGS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData -Xmx512m"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(check, timeout: float, what: str, interval: float = 0.2):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)  # polling an external process (no event to wait on)
+
+
+@dataclass
+class Cluster:
+    master_url: str
+    ui_port: int
+    workdir: str
+    env: dict[str, str]
+    procs: list[subprocess.Popen] = field(default_factory=list)
+
+    def state(self) -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json", timeout=5) as r:
+            return json.load(r)
+
+    def alive_workers(self) -> int:
+        try:
+            return int(self.state().get("aliveworkers", 0))
+        except OSError:
+            return 0
+
+    def worker_pids(self) -> list[int]:
+        return [p.pid for p in self.procs[1:]]
+
+    def executor_pids(self) -> list[int]:
+        """JVMs the workers launched (CoarseGrainedExecutorBackend), children of our workers."""
+        out = []
+        for wpid in self.worker_pids():
+            try:
+                kids = open(f"/proc/{wpid}/task/{wpid}/children").read().split()
+            except OSError:
+                continue
+            for kid in kids:
+                try:
+                    cmd = open(f"/proc/{kid}/cmdline", "rb").read()
+                except OSError:
+                    continue
+                if b"CoarseGrainedExecutorBackend" in cmd:
+                    out.append(int(kid))
+        return out
+
+    def driver(self, *args: str, log_name: str) -> subprocess.Popen:
+        """Start a driver subprocess (own process group, so its JVM dies with it)."""
+        log = open(os.path.join(self.workdir, log_name), "wb")
+        return subprocess.Popen([sys.executable, DRIVER, self.master_url, *args], env=self.env,
+                                stdout=subprocess.PIPE, stderr=log, start_new_session=True)
+
+    def log(self, name: str) -> str:
+        try:
+            with open(os.path.join(self.workdir, name), errors="replace") as f:
+                return f.read()[-6000:]
+        except OSError:
+            return ""
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL a driver started by Cluster.driver: its python, JVM and helpers."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(30)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(15)
+
+
+@contextmanager
+def standalone_cluster(workdir: str, workers: int = 2) -> Iterator[Cluster]:
+    import pyspark
+
+    from nanopy.spark._session import quiet_conf_dir
+
+    home = os.path.dirname(pyspark.__file__)
+    spark_class = os.path.join(home, "bin", "spark-class")
+    if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
+        raise RuntimeError("Spark needs Java (17) on PATH or JAVA_HOME")
+    env = dict(os.environ)
+    env.update({
+        "SPARK_HOME": home,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_CONF_DIR": quiet_conf_dir(),
+        "SPARK_LOG_DIR": os.path.join(workdir, "logs"),
+        "SPARK_PID_DIR": workdir,
+        "SPARK_NO_DAEMONIZE": "1",
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "SPARK_DAEMON_JAVA_OPTS": JVM_FLAGS,
+        "PYTHONPATH": os.pathsep.join([HERE, env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    })
+    port, ui = free_port(), free_port()
+    cluster = Cluster(f"spark://127.0.0.1:{port}", ui, workdir, env)
+    try:
+        cluster.procs.append(subprocess.Popen(
+            [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+             "--port", str(port), "--webui-port", str(ui)],
+            env=env, stdout=subprocess.DEVNULL, stderr=open(os.path.join(workdir, "master.log"), "wb")))
+        wait_for(lambda: cluster.state(), 90, "the Spark master")  # type: ignore[arg-type]
+        for i in range(workers):
+            wdir = os.path.join(workdir, f"worker{i}")
+            os.makedirs(wdir, exist_ok=True)
+            cluster.procs.append(subprocess.Popen(
+                [spark_class, "org.apache.spark.deploy.worker.Worker", cluster.master_url,
+                 "--host", "127.0.0.1", "--cores", "1", "--memory", "1g",
+                 "--webui-port", str(free_port()), "--work-dir", wdir],
+                env=env, stdout=subprocess.DEVNULL,
+                stderr=open(os.path.join(workdir, f"worker{i}.log"), "wb")))
+        wait_for(lambda: cluster.alive_workers() >= workers, 90, f"{workers} Spark workers")
+        yield cluster
+    finally:
+        for proc in reversed(cluster.procs):
+            _stop(proc)
