@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DRIVER = os.path.join(HERE, "spark_cluster_driver.py")
-JVM_FLAGS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData -Xmx512m"
+JVM_FLAGS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData"
 
 
 def free_port() -> int:
@@ -52,14 +52,24 @@ class Cluster:
     procs: list[subprocess.Popen] = field(default_factory=list)
 
     def state(self) -> dict:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json", timeout=5) as r:
-            return json.load(r)
+        """The master's JSON status ({} while it is not up yet)."""
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: no proxy
+        try:
+            with opener.open(f"http://127.0.0.1:{self.ui_port}/json", timeout=5) as r:
+                return json.load(r)
+        except (OSError, ValueError):
+            return {}
+
+    def up(self) -> bool:
+        """True while every daemon runs; raises with its log when one has exited."""
+        for i, proc in enumerate(self.procs):
+            if proc.poll() is not None:
+                name = "master.log" if i == 0 else f"worker{i - 1}.log"
+                raise RuntimeError(f"the Spark {name[:-4]} exited ({proc.returncode}): {self.log(name)}")
+        return True
 
     def alive_workers(self) -> int:
-        try:
-            return int(self.state().get("aliveworkers", 0))
-        except OSError:
-            return 0
+        return int(self.state().get("aliveworkers", 0))
 
     def worker_pids(self) -> list[int]:
         return [p.pid for p in self.procs[1:]]
@@ -135,6 +145,7 @@ def standalone_cluster(workdir: str, workers: int = 2) -> Iterator[Cluster]:
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "SPARK_DAEMON_JAVA_OPTS": JVM_FLAGS,
+        "SPARK_DAEMON_MEMORY": "256m",
         "PYTHONPATH": os.pathsep.join([HERE, env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
     })
     port, ui = free_port(), free_port()
@@ -144,7 +155,7 @@ def standalone_cluster(workdir: str, workers: int = 2) -> Iterator[Cluster]:
             [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
              "--port", str(port), "--webui-port", str(ui)],
             env=env, stdout=subprocess.DEVNULL, stderr=open(os.path.join(workdir, "master.log"), "wb")))
-        wait_for(lambda: cluster.state(), 90, "the Spark master")  # type: ignore[arg-type]
+        wait_for(lambda: cluster.up() and cluster.state(), 90, "the Spark master")
         for i in range(workers):
             wdir = os.path.join(workdir, f"worker{i}")
             os.makedirs(wdir, exist_ok=True)
@@ -154,7 +165,7 @@ def standalone_cluster(workdir: str, workers: int = 2) -> Iterator[Cluster]:
                  "--webui-port", str(free_port()), "--work-dir", wdir],
                 env=env, stdout=subprocess.DEVNULL,
                 stderr=open(os.path.join(workdir, f"worker{i}.log"), "wb")))
-        wait_for(lambda: cluster.alive_workers() >= workers, 90, f"{workers} Spark workers")
+        wait_for(lambda: cluster.up() and cluster.alive_workers() >= workers, 90, f"{workers} Spark workers")
         yield cluster
     finally:
         for proc in reversed(cluster.procs):
