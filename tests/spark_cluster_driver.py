@@ -27,6 +27,7 @@ def session(master: str):  # type: ignore[no-untyped-def]
         "spark.executor.memory": "512m",
         "spark.cores.max": "2",
         "spark.task.maxFailures": "4",
+        "spark.sql.streaming.noDataProgressEventInterval": "1000",  # idle progress every second
         "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData",
     })
 
@@ -43,9 +44,12 @@ def stream(spark, in_url: str, out_url: str, spool: str, checkpoint: str, max_ba
     while query.isActive:
         progress = query.lastProgress
         if progress:
+            source = progress["sources"][0]
+            end, latest = source.get("endOffset"), source.get("latestOffset")
             say(event="progress", batch=progress["batchId"], rows=progress["numInputRows"],
-                latest=progress["sources"][0].get("latestOffset"))
-        query.awaitTermination(1.0)
+                end=json.loads(end)["seq"] if end else None,
+                latest=json.loads(latest) if latest else None)
+        query.awaitTermination(0.5)
     say(event="ended", error=str(query.exception()))
 
 

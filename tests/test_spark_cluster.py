@@ -74,7 +74,6 @@ class Collector:
         self.url = self.sock.endpoints[0].url
         self.got: list[tuple[bytes, Any]] = []
         self.cond = threading.Condition()
-        self.last_arrival = time.monotonic()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
@@ -88,20 +87,11 @@ class Collector:
                 return
             with self.cond:
                 self.got.extend(split_tag(m) for m in batch)
-                self.last_arrival = time.monotonic()
                 self.cond.notify_all()
 
     def wait_count(self, n: int, timeout: float) -> bool:
         with self.cond:
             return self.cond.wait_for(lambda: len(self.got) >= n, timeout)
-
-    def wait_quiet(self, quiet: float, timeout: float) -> None:
-        """Until nothing has arrived for ``quiet`` seconds."""
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while time.monotonic() - self.last_arrival < quiet:
-                assert time.monotonic() < deadline, "the sink never went quiet"
-                self.cond.wait(quiet)
 
     def close(self) -> None:
         self.sock.close(linger=0)
@@ -145,7 +135,9 @@ def test_driver_killed_mid_batch_restarts_from_checkpoint_with_spool(cluster: Cl
     collector = Collector()
     spool, checkpoint = str(tmp_path / "spool"), str(tmp_path / "checkpoint")
     args = ("stream", "", collector.url, spool, checkpoint, "20000")
-    with nanopy.Socket("push", bind="tcp://127.0.0.1:0", send_buffer=n) as push:
+    # A small send buffer: PUSH loses what is queued on a pipe that dies, so the
+    # backlog waits in the blocked sender instead, for the restarted source.
+    with nanopy.Socket("push", bind="tcp://127.0.0.1:0", send_buffer=1000, send_timeout=None) as push:
         args = ("stream", push.endpoints[0].url, *args[2:])
         first = cluster.driver(*args, log_name="stream1.log")
         try:
@@ -164,11 +156,29 @@ def test_driver_killed_mid_batch_restarts_from_checkpoint_with_spool(cluster: Cl
         killed_at = len(collector.got)
         second = cluster.driver(*args, log_name="stream2.log")
         try:
-            Lines(second).wait("started", 240)
+            lines = Lines(second)
+            lines.wait("started", 240)
             sender.join(300)
             assert not sender.is_alive()
-            assert collector.wait_count(killed_at + 1, 240), cluster.log("stream2.log")
-            collector.wait_quiet(8.0, 300)
+
+            seen = {"count": 0, "top": 0}
+
+            def caught_up() -> bool:
+                """An idle micro-batch after the sender finished, with every message of
+                the log delivered: the restarted query has nothing left to do."""
+                with lines.cond:
+                    last = next((i for i in reversed(lines.items) if i["event"] == "progress"), None)
+                    if lines.items and lines.items[-1]["event"] == "exit":
+                        raise AssertionError(f"driver exited: {cluster.log('stream2.log')}")
+                if not last or last["rows"] or not last["latest"] or last["end"] != last["latest"]["seq"]:
+                    return False
+                with collector.cond:
+                    fresh = collector.got[seen["count"]:]
+                seen["count"] += len(fresh)
+                seen["top"] = max([seen["top"], *(int(p.rsplit(b":", 1)[1]) for p, _ in fresh)])
+                return seen["top"] >= last["end"]
+
+            wait_for(caught_up, 300, "the restarted query to catch up", interval=0.2)
         finally:
             kill_group(second)
             collector.close()
@@ -187,8 +197,12 @@ def test_driver_killed_mid_batch_restarts_from_checkpoint_with_spool(cluster: Cl
     assert len(set(idents)) == len(idents), "a message was received twice"
     assert {int(i) for i in idents} <= set(range(n))
     assert len(batches_of_repeats) <= 1, f"repeats from batches {batches_of_repeats}"
-    # Only what sat in kernel buffers when the driver died may be missing.
-    assert top >= n - 50_000, f"only {top} of {n} received"
+    # Only what sat in the producer's pipe queue and the kernel's buffers when the
+    # driver died may be missing (not received, so not in the log).
+    assert top >= n - 30_000, f"only {top} of {n} received"
+    print(f"driver kill: {top} of {n} received, all delivered; {len(rows) - top} repeats, "
+          f"from batch(es) {sorted(batches_of_repeats)}; killed after {killed_at} rows")
+    assert killed_at < top, "the restarted query received nothing"
 
 
 def test_executor_killed_coordinator_stays_exactly_once(cluster: Cluster, tmp_path: Any) -> None:
