@@ -78,13 +78,17 @@ class Cluster:
         """JVMs the workers launched (CoarseGrainedExecutorBackend), children of our workers."""
         out = []
         for wpid in self.worker_pids():
-            try:
-                kids = open(f"/proc/{wpid}/task/{wpid}/children").read().split()
+            kids: list[str] = []
+            try:  # children are listed per thread: the worker starts executors from its own threads
+                for task in os.listdir(f"/proc/{wpid}/task"):
+                    with open(f"/proc/{wpid}/task/{task}/children") as f:
+                        kids += f.read().split()
             except OSError:
                 continue
             for kid in kids:
                 try:
-                    cmd = open(f"/proc/{kid}/cmdline", "rb").read()
+                    with open(f"/proc/{kid}/cmdline", "rb") as f:
+                        cmd = f.read()
                 except OSError:
                     continue
                 if b"CoarseGrainedExecutorBackend" in cmd:
