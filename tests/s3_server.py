@@ -27,8 +27,8 @@ def s3_server(workdir: str) -> Iterator[str]:
 
         pytest.skip("moto[server] is not installed (it is in the 'test' extra)")
     port = _free_port()
-    log = open(os.path.join(workdir, "moto.log"), "wb")
-    proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log, cwd=workdir)
+    with open(os.path.join(workdir, "moto.log"), "wb") as log:
+        proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log, cwd=workdir)
     try:
         deadline = time.monotonic() + 60
         while True:  # poll until the server accepts connections (an external process)
@@ -47,7 +47,6 @@ def s3_server(workdir: str) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
-        log.close()
 
 
 def bucket_uri(endpoint: str, bucket: str, path: str) -> str:

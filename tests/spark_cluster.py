@@ -97,9 +97,8 @@ class Cluster:
 
     def driver(self, *args: str, log_name: str) -> subprocess.Popen:
         """Start a driver subprocess (own process group, so its JVM dies with it)."""
-        log = open(os.path.join(self.workdir, log_name), "wb")
-        return subprocess.Popen([sys.executable, DRIVER, self.master_url, *args], env=self.env,
-                                stdout=subprocess.PIPE, stderr=log, start_new_session=True)
+        return _spawn([sys.executable, DRIVER, self.master_url, *args], self.env,
+                      os.path.join(self.workdir, log_name), stdout=subprocess.PIPE, start_new_session=True)
 
     def log(self, name: str) -> str:
         try:
@@ -107,6 +106,13 @@ class Cluster:
                 return f.read()[-6000:]
         except OSError:
             return ""
+
+
+def _spawn(cmd: list[str], env: dict[str, str], log_path: str, stdout: int = subprocess.DEVNULL,
+           start_new_session: bool = False) -> subprocess.Popen:
+    """Start ``cmd`` with stderr to ``log_path`` (the child keeps its own copy of the file)."""
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(cmd, env=env, stdout=stdout, stderr=log, start_new_session=start_new_session)
 
 
 def kill_group(proc: subprocess.Popen) -> None:
@@ -155,20 +161,18 @@ def standalone_cluster(workdir: str, workers: int = 2) -> Iterator[Cluster]:
     port, ui = free_port(), free_port()
     cluster = Cluster(f"spark://127.0.0.1:{port}", ui, workdir, env)
     try:
-        cluster.procs.append(subprocess.Popen(
+        cluster.procs.append(_spawn(
             [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-             "--port", str(port), "--webui-port", str(ui)],
-            env=env, stdout=subprocess.DEVNULL, stderr=open(os.path.join(workdir, "master.log"), "wb")))
+             "--port", str(port), "--webui-port", str(ui)], env, os.path.join(workdir, "master.log")))
         wait_for(lambda: cluster.up() and cluster.state(), 90, "the Spark master")
         for i in range(workers):
             wdir = os.path.join(workdir, f"worker{i}")
             os.makedirs(wdir, exist_ok=True)
-            cluster.procs.append(subprocess.Popen(
+            cluster.procs.append(_spawn(
                 [spark_class, "org.apache.spark.deploy.worker.Worker", cluster.master_url,
                  "--host", "127.0.0.1", "--cores", "1", "--memory", "1g",
                  "--webui-port", str(free_port()), "--work-dir", wdir],
-                env=env, stdout=subprocess.DEVNULL,
-                stderr=open(os.path.join(workdir, f"worker{i}.log"), "wb")))
+                env, os.path.join(workdir, f"worker{i}.log")))
         wait_for(lambda: cluster.up() and cluster.alive_workers() >= workers, 90, f"{workers} Spark workers")
         yield cluster
     finally:

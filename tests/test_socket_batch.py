@@ -112,33 +112,33 @@ def test_batch_on_sub_keeps_filtering(make_socket: Factory) -> None:
 
 def test_arecv_batch_trio(transport: str) -> None:
     async def main() -> list[bytes]:
-        async with nanopy.Socket("pull", bind=bind_url(transport)) as pull:
-            async with nanopy.Socket("push", connect=pull.endpoints[0].url) as push:
-                for i in range(30):
-                    await push.asend(b"%d" % i, timeout=5)
-                got: list[bytes] = []
-                while len(got) < 30:
-                    got += await pull.arecv_batch(16, timeout=5)
-                with pytest.raises(nanopy.Timeout):
-                    await pull.arecv_batch(16, timeout=0.05)
-                with pytest.raises(ValueError):
-                    await pull.arecv_batch(0)
-                return got
+        async with nanopy.Socket("pull", bind=bind_url(transport)) as pull, \
+                nanopy.Socket("push", connect=pull.endpoints[0].url) as push:
+            for i in range(30):
+                await push.asend(b"%d" % i, timeout=5)
+            got: list[bytes] = []
+            while len(got) < 30:
+                got += await pull.arecv_batch(16, timeout=5)
+            with pytest.raises(nanopy.Timeout):
+                await pull.arecv_batch(16, timeout=0.05)
+            with pytest.raises(ValueError):
+                await pull.arecv_batch(0)
+            return got
 
     assert trio.run(main) == [b"%d" % i for i in range(30)]
 
 
 def test_arecv_batch_asyncio() -> None:
     async def main() -> list[bytes]:
-        async with nanopy.Socket("pull", bind=bind_url("tcp")) as pull:
-            async with nanopy.Socket("push", connect=pull.endpoints[0].url) as push:
-                waiting = asyncio.create_task(pull.arecv_batch(100, timeout=5))
-                await asyncio.sleep(0)
-                for i in range(10):
-                    await push.asend(b"%d" % i, timeout=5)
-                got = await asyncio.wait_for(waiting, 10)
-                while len(got) < 10:
-                    got += await pull.arecv_batch(100, timeout=5)
-                return got
+        async with nanopy.Socket("pull", bind=bind_url("tcp")) as pull, \
+                nanopy.Socket("push", connect=pull.endpoints[0].url) as push:
+            waiting = asyncio.create_task(pull.arecv_batch(100, timeout=5))
+            await asyncio.sleep(0)  # let the receiver park before anything is sent
+            for i in range(10):
+                await push.asend(b"%d" % i, timeout=5)
+            got = await asyncio.wait_for(waiting, 10)
+            while len(got) < 10:
+                got += await pull.arecv_batch(100, timeout=5)
+            return got
 
     assert asyncio.run(main()) == [b"%d" % i for i in range(10)]

@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -215,7 +214,7 @@ def test_executor_killed_coordinator_stays_exactly_once(cluster: Cluster, tmp_pa
         executors = wait_for(lambda: {int(p.read_text()) for p in pid_dir.glob("*.pid")}
                              if len(list(pid_dir.glob("*.pid"))) >= 2 else None, 240,
                              "two executors at work", interval=0.05)
-        victim = sorted(executors)[0]
+        victim = min(executors)
         assert victim in cluster.executor_pids()  # an executor JVM our worker launched
         os.kill(victim, 9)
         done = lines.wait("done", 400)

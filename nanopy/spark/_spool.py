@@ -117,9 +117,8 @@ class Spool:
             return _write_local(local, name, batch)
         path = f"{root.rstrip('/')}/{name}"
         target = path if filesystem.type_name in _ATOMIC_PUT else path + ".tmp"
-        with filesystem.open_output_stream(target) as out:
-            with pa.ipc.new_file(out, batch.schema) as writer:
-                writer.write_batch(batch)
+        with filesystem.open_output_stream(target) as out, pa.ipc.new_file(out, batch.schema) as writer:
+            writer.write_batch(batch)
         if target != path:
             filesystem.move(target, path)
         return path
