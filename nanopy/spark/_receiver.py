@@ -43,13 +43,32 @@ def make_batch(after: int, payloads: list[bytes], stamp: float, subscriptions: l
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
+def open_socket(options: dict[str, str], protocol: str, mode: str, name: str) -> Any:
+    """The receiving PULL or SUB socket, subscribed and bound or connected.
+
+    Its own size limit only guards against hostile sizes: a message above
+    ``recvMaxSize`` is dropped by the caller and counted, so the ones queued
+    behind it on the same connection survive.
+    """
+    from .._socket import Socket
+
+    max_size = opt.integer(options, "recvMaxSize", 1 << 20, 0)
+    hard = 0 if max_size == 0 else max(max_size * 4, HARD_MAX_SIZE)
+    sock = Socket(protocol, recv_buffer=opt.integer(options, "recvBuffer", 65536, 1),
+                  recv_max_size=hard, name=name)
+    if protocol == "sub":
+        for topic in opt.topics(options):
+            sock.subscribe(topic)
+    for url in opt.urls(options):
+        (sock.bind if mode == "bind" else sock.connect)(url)
+    return sock
+
+
 class Receiver:
     """Socket + receiving thread + read-ahead (``groups``) + optional spool."""
 
     def __init__(self, options: dict[str, str], base: int, spool: Spool | None,
                  schema: pa.Schema, max_buffered: int) -> None:
-        from .._socket import Socket
-
         self.protocol = opt.choice(options, "protocol", ("pull", "sub"), "pull")
         self.mode = opt.choice(options, "mode", ("connect", "bind"), "connect")
         self.urls = opt.urls(options)
@@ -67,16 +86,7 @@ class Receiver:
         self.received = 0
         self.oversized = 0
         self.spool_errors = 0
-        # The socket's own limit only guards against hostile sizes: a message above
-        # recvMaxSize is dropped and counted here, so the ones behind it survive.
-        hard = 0 if self.max_size == 0 else max(self.max_size * 4, HARD_MAX_SIZE)
-        sock = Socket(self.protocol, recv_buffer=opt.integer(options, "recvBuffer", 65536, 1),
-                      recv_max_size=hard, name="nanopy-spark-source")
-        for topic in self.subscriptions:
-            sock.subscribe(topic)
-        for url in self.urls:
-            (sock.bind if self.mode == "bind" else sock.connect)(url)
-        self.sock = sock
+        self.sock = open_socket(options, self.protocol, self.mode, "nanopy-spark-source")
         if spool is None:
             log.warning("nanopy source %s: no spoolPath, so delivery is at-most-once: a driver crash "
                         "loses the messages read ahead (up to maxBuffered=%d) and a batch replayed "

@@ -28,14 +28,14 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from . import _options as opt
-from ._receiver import Receiver, make_batch
+from ._receiver import Receiver, make_batch, open_socket
 from ._sink import NanopyBatchWriter, NanopyStreamWriter
 from ._spool import Spool
 
 log = logging.getLogger("nanopy.spark")
 
 SCHEMA = "payload binary, topic string, received timestamp, seq long"
-PARTITION_ROWS = 10_000  # rows per input partition of a micro-batch
+PARTITION_ROWS = 50_000  # rows per input partition of a micro-batch
 
 
 def arrow_schema(schema: StructType) -> pa.Schema:
@@ -140,6 +140,18 @@ def _ipc(batches: list[pa.RecordBatch], schema: pa.Schema) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
+def _check_reader(reader: Any, options: dict[str, str], schema: StructType, role: str) -> None:
+    """Check a reader's options and schema; keep the plain values it needs."""
+    opt.check_names(options, role)
+    check_values(options)
+    check_schema(schema)
+    reader.options = options
+    reader.schema = schema
+    reader.urls = opt.urls(options)
+    reader.protocol = opt.choice(options, "protocol", opt.PROTOCOLS[role], "pull")
+    reader.mode = opt.choice(options, "mode", ("connect", "bind"), "connect")
+
+
 _receivers: dict[tuple, Receiver] = {}
 _receivers_lock = threading.Lock()
 
@@ -153,13 +165,7 @@ class NanopyStreamReader(DataSourceStreamReader):
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         # Plain values only: this object is pickled to other processes.
-        opt.check_names(options, "source")
-        check_values(options)
-        check_schema(schema)
-        self.options = options
-        self.schema = schema
-        self.urls = opt.urls(options)
-        opt.choice(options, "protocol", opt.PROTOCOLS["source"], "pull")
+        _check_reader(self, options, schema, "source")
         self.max_records = opt.integer(options, "maxRecordsPerBatch", 100_000, 1)
         self.max_per_trigger = opt.integer(options, "maxOffsetsPerTrigger", 0, 1) or None
         self.max_buffered = opt.integer(options, "maxBuffered", 1_000_000, 1)
@@ -187,8 +193,7 @@ class NanopyStreamReader(DataSourceStreamReader):
     def initialOffset(self) -> dict:
         if not self._checked:  # a bad spool or address shows up when the query starts
             self._checked = True
-            mode = opt.choice(self.options, "mode", ("connect", "bind"), "connect")
-            opt.check_reachable(self.urls, mode, "source")
+            opt.check_reachable(self.urls, self.mode, "source")
             if self.spool is not None:
                 self.spool.prepare()
         return {"seq": 0}
@@ -271,14 +276,7 @@ class NanopyBatchReader(DataSourceReader):
     """
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        opt.check_names(options, "batch read")
-        check_values(options)
-        check_schema(schema)
-        self.options = options
-        self.schema = schema
-        self.urls = opt.urls(options)
-        self.protocol = opt.choice(options, "protocol", opt.PROTOCOLS["batch read"], "pull")
-        self.mode = opt.choice(options, "mode", ("connect", "bind"), "connect")
+        _check_reader(self, options, schema, "batch read")
         self.count = opt.integer(options, "count", 0, 1) or None
         self.duration = opt.number(options, "duration", 0.0) or None
         if self.count is None and self.duration is None:
@@ -290,20 +288,13 @@ class NanopyBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         from .._errors import Timeout
-        from .._socket import Socket
 
         max_size = opt.integer(self.options, "recvMaxSize", 1 << 20, 0)
         subs = opt.topics(self.options) if self.protocol == "sub" else []
         schema = arrow_schema(self.schema)
         deadline = None if self.duration is None else time.monotonic() + self.duration
         got = 0
-        with Socket(self.protocol, name="nanopy-spark-read",
-                    recv_buffer=opt.integer(self.options, "recvBuffer", 65536, 1),
-                    recv_max_size=0 if max_size == 0 else max(max_size * 4, 64 << 20)) as sock:
-            for topic in subs:
-                sock.subscribe(topic)
-            for url in self.urls:
-                (sock.bind if self.mode == "bind" else sock.connect)(url)
+        with open_socket(self.options, self.protocol, self.mode, "nanopy-spark-read") as sock:
             while self.count is None or got < self.count:
                 left = 0.5 if deadline is None else deadline - time.monotonic()
                 if left <= 0:
