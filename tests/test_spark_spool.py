@@ -19,7 +19,7 @@ import nanopy
 from nanopy.spark import _options as opt
 from nanopy.spark._receiver import Receiver, make_batch
 from nanopy.spark._spool import Spool, redact
-from nanopy.testing import wait_pipes
+from nanopy.testing import wait_no_pipes, wait_pipes
 
 SCHEMA = pa.schema([("payload", pa.binary()), ("topic", pa.string()),
                     ("received", pa.timestamp("us", tz="UTC")), ("seq", pa.int64())])
@@ -103,6 +103,7 @@ def test_receiver_spools_before_counting_and_restarts_after_the_log(spool_uri: s
             assert rx.memory_start() == 1000
         finally:
             rx.close()
+        wait_no_pipes(push, 10)  # the old receiver's pipe is gone: nothing is sent into it
         rx2 = Receiver(options, max(1000, spool.end()), spool, SCHEMA, 1_000_000)
         try:
             wait_pipes(push, 1, 10)
