@@ -124,6 +124,7 @@ class Socket(BlockingCalls, RequestMethods):
         self._send_q = WaitQueue(self._core.can_send)
         self._recv_q = WaitQueue(self._core.can_recv)
         self._wait_queues: list[WaitQueue] = [self._send_q, self._recv_q]
+        self._closing_q: WaitQueue | None = None  # made by the first _await_closed
         _engine.track_socket(self)
         try:
             for url in _as_list(bind):
@@ -609,6 +610,23 @@ class Socket(BlockingCalls, RequestMethods):
         timeout = self._timeout(timeout, self._options.send_timeout)
         await self._acall(attempt, self._send_q, timeout, "send")
 
+    async def _await_closed(self) -> None:
+        """Wait (trio or asyncio) until this socket closes; raises :class:`Closed` then.
+
+        Devices watch both of their sockets with it, so a pump blocked on one
+        socket ends when the *other* one closes. ``close`` wakes every wait queue.
+        """
+        with self._lock:
+            queue = self._closing_q
+            if queue is None:
+                queue = self._closing_q = WaitQueue(_never)
+                self._wait_queues.append(queue)
+
+        def attempt() -> None:
+            raise WouldBlock
+
+        await self._acall(attempt, queue, None, "wait for close")
+
     # -- observability -------------------------------------------------------------------
     def stats(self) -> SocketStats:
         """A snapshot of this socket's counters."""
@@ -699,6 +717,10 @@ class Socket(BlockingCalls, RequestMethods):
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
+
+
+def _never() -> bool:
+    return False
 
 
 _OPTION_NAMES = set()
