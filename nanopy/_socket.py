@@ -233,18 +233,37 @@ class Socket(BlockingCalls, RequestMethods):
         return ep
 
     async def _start_listener(self, ep: Endpoint) -> None:
-        await ep.open_listener()
-        self._add_endpoint(ep)
+        # close() may run while the listener is being opened: it then waits for
+        # this bind to settle (``done``), and the listener is closed here, so no
+        # address outlives close().
+        done = trio.Event()
+        with self._lock:
+            if self._closed:
+                raise self._closed_error()
+            self._endpoint_tasks.append(done)
+        try:
+            await ep.open_listener()
+            self._add_endpoint(ep, done)
+        except BaseException:
+            listener = ep._listener
+            if listener is not None:
+                with trio.CancelScope(shield=True):
+                    await listener.aclose()
+            done.set()
+            with self._lock:
+                self._endpoint_tasks.remove(done)
+            raise
         self._engine.spawn(self._run_endpoint, ep, ep.run_listener)
 
-    def _add_endpoint(self, ep: Endpoint) -> None:
+    def _add_endpoint(self, ep: Endpoint, done: trio.Event | None = None) -> None:
         with self._lock:
             if self._closed:
                 raise self._closed_error()
             self._endpoints.append(ep)
-            done = trio.Event()
+            if done is None:
+                done = trio.Event()
+                self._endpoint_tasks.append(done)
             ep._done = done  # type: ignore[attr-defined]
-            self._endpoint_tasks.append(done)
 
     async def _run_endpoint(self, ep: Endpoint, body: Callable[[], Any]) -> None:
         try:
