@@ -32,7 +32,7 @@ from ._core import (
     PipeInfo,
 )
 from ._endpoint import Endpoint
-from ._errors import AddressError, Closed, ProtocolError, WouldBlock
+from ._errors import AddressError, Closed, MessageTooLarge, ProtocolError, WouldBlock
 from ._message import Message, Pipe
 from ._options import make_descriptors, new_options, validate_priority
 from ._pipe import PipeDriver
@@ -110,7 +110,7 @@ class Socket(BlockingCalls, RequestMethods):
         # counters (stats)
         self._sent = self._received = self._bytes_sent = self._bytes_received = 0
         self._dropped = self._connects = self._disconnects = 0
-        self._reconnects = self._protocol_errors = 0
+        self._reconnects = self._protocol_errors = self._too_large = 0
         for key, value in options.items():
             if key not in _OPTION_NAMES:
                 raise TypeError(
@@ -296,7 +296,10 @@ class Socket(BlockingCalls, RequestMethods):
         driver = PipeDriver(self, conn, pipe, self._engine)
         try:
             if not self._call_pipe_callbacks(self._added_callbacks, pipe, accept=True):
-                log.debug("%s: pipe %d rejected by on_pipe_added", self.name, pipe.id)
+                log.info(
+                    "%s: pipe %d from %s rejected: an on_pipe_added callback returned False",
+                    self.name, pipe.id, pipe.remote_address or ep.url,
+                )
                 return
             with self._lock:
                 if self._closed:
@@ -370,6 +373,8 @@ class Socket(BlockingCalls, RequestMethods):
 
     def _note_protocol_error(self, pipe: Pipe | None, exc: BaseException) -> None:
         self._protocol_errors += 1
+        if isinstance(exc, MessageTooLarge):
+            self._too_large += 1
         where = f"pipe {pipe.id} ({pipe.remote_address})" if pipe else "a new connection"
         log.warning("%s: closing %s: %s", self.name, where, exc)
 
@@ -661,12 +666,15 @@ class Socket(BlockingCalls, RequestMethods):
             disconnects=self._disconnects,
             reconnect_attempts=self._reconnects,
             protocol_errors=self._protocol_errors + core.protocol_errors,
+            messages_too_large=self._too_large,
         )
 
     def on_pipe_added(self, callback: Callable[[Pipe], Any]) -> None:
         """Call ``callback(pipe)`` on the engine thread for each new pipe.
 
-        Returning ``False`` rejects (closes) the pipe. The callback must not block.
+        Returning ``False`` rejects (closes) the pipe: it never reaches the
+        protocol, and the rejection is logged at INFO on the ``nanopy`` logger
+        with the pipe's address. The callback must not block.
         """
         self._added_callbacks.append(callback)
 

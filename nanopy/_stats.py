@@ -19,3 +19,6 @@ class SocketStats:
     disconnects: int = 0
     reconnect_attempts: int = 0
     protocol_errors: int = 0
+    #: messages refused for exceeding ``recv_max_size`` (each also closed its pipe
+    #: and counts in ``protocol_errors``): the sender's loss is silent, this is the trace
+    messages_too_large: int = 0
