@@ -62,7 +62,7 @@ class Core:
     """Base class of protocol cores. Subclasses set the identity attributes.
 
     Attributes:
-        protocol_id, peer_id: SP protocol numbers (WIRE.md section 2).
+        protocol_id, peer_id: SP protocol numbers (docs/wire.md section 2).
         name, peer_name: protocol names (also the WebSocket subprotocol stems).
         can_send_ok, can_recv_ok: whether the protocol sends/receives at all.
     """

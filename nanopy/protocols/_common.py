@@ -2,7 +2,7 @@
 
 * :class:`StateTable`: an explicit ``(state, event) -> state`` table; any pair not
   in it is an illegal transition and raises :class:`ProtocolError`.
-* :func:`split_backtrace`: pops the backtrace stack (WIRE.md section 8.1) off a
+* :func:`split_backtrace`: pops the backtrace stack (docs/wire.md section 7.1) off a
   payload -- 32-bit big-endian words, pipe ids with the top bit clear, ending with
   the request/survey id that has the top bit set.
 * :class:`RawVariant`: ``Req0(options, raw=True)`` and friends build the separate
