@@ -37,6 +37,23 @@ def assert_in_order_no_duplicates(seqs: list[int]) -> None:
     assert all(a < b for a, b in zip(seqs, seqs[1:])), f"duplicated or reordered: {seqs[:50]}"
 
 
+def serve_replies(rep: object, answer: Callable[[bytes], bytes]) -> threading.Thread:
+    """Answer every request on a REP socket with ``answer(body)`` until it closes (a daemon thread)."""
+    import nanopy
+
+    def loop() -> None:
+        while True:
+            try:
+                msg = rep.recv_msg(timeout=None)  # type: ignore[attr-defined]
+            except nanopy.Closed:
+                return
+            msg.reply(answer(msg.body))
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    return thread
+
+
 # -- resources --------------------------------------------------------------------------------
 def rss_bytes() -> int:
     with open("/proc/self/statm") as f:

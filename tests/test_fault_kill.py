@@ -21,7 +21,7 @@ import pytest
 import nanopy
 from nanopy.testing import ipc_url, wait_no_pipes, wait_pipes
 
-from faults import tagged, untag
+from faults import serve_replies, tagged, untag
 from peers import free_tcp_port
 
 pytestmark = [pytest.mark.fault, pytest.mark.usefixtures("no_nanopy_errors")]
@@ -103,17 +103,7 @@ def test_killed_rep_server_is_replaced_and_req_carries_on(make_socket: MakeSocke
 def test_rep_outlives_killed_clients(make_socket: MakeSocket, transport: str) -> None:
     rep = make_socket("rep", **FAST)
     url = rep.bind(_url(transport)).url
-    import threading
-
-    def serve() -> None:
-        while True:
-            try:
-                msg = rep.recv_msg(timeout=None)
-            except nanopy.Closed:
-                return
-            msg.reply(msg.body.replace(b"ping", b"pong"))
-
-    threading.Thread(target=serve, daemon=True).start()
+    serve_replies(rep, lambda body: body.replace(b"ping", b"pong"))
     for _ in range(3):
         with _child(REQ_CLIENT, url) as client:
             wait_pipes(rep)

@@ -16,7 +16,7 @@ import pytest
 import nanopy
 from nanopy.testing import wait_pipes
 
-from faults import Fault, FaultProxy, assert_in_order_no_duplicates, tagged, untag
+from faults import Fault, FaultProxy, assert_in_order_no_duplicates, serve_replies, tagged, untag
 
 pytestmark = [pytest.mark.fault, pytest.mark.usefixtures("no_nanopy_errors")]
 
@@ -85,18 +85,13 @@ def test_push_pull_through_a_faulty_link(make_socket: MakeSocket, fault: Fault) 
 def test_req_rep_through_a_faulty_link(make_socket: MakeSocket, fault: Fault) -> None:
     rep = make_socket("rep", **FAST)
     url = rep.bind("tcp://127.0.0.1:0").url
-    served = []
+    served: list[int] = []
 
-    def serve() -> None:
-        while True:
-            try:
-                msg = rep.recv_msg(timeout=None)
-            except nanopy.Closed:
-                return
-            served.append(untag(msg.body))
-            msg.reply(msg.body[::-1])
+    def answer(body: bytes) -> bytes:
+        served.append(untag(body))
+        return body[::-1]
 
-    threading.Thread(target=serve, daemon=True).start()
+    serve_replies(rep, answer)
     with FaultProxy(_upstream(url), [fault]) as proxy:
         req = make_socket("req", resend_interval=0.5, recv_timeout=20, **FAST)
         req.connect(proxy.url)

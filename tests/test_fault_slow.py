@@ -41,23 +41,32 @@ def test_pub_with_a_never_reading_sub_stays_bounded(make_socket: MakeSocket) -> 
     good.subscribe(b"")
     good.connect(url)
     wait_pipes(pub, 2)
+    seqs, growth = _send_while_reading(pub, good)
+    assert len(seqs) > COUNT // 10, "the healthy subscriber was starved"
+    assert growth < RSS_BOUND, f"RSS grew {growth >> 20} MiB"
+    assert pub.stats().messages_dropped > 0  # the stuck pipe missed messages (PUB may drop)
+    stuck.close()
+
+
+def _send_while_reading(sender: nanopy.Socket, reader_sock: nanopy.Socket) -> tuple[list[int], int]:
+    """Send COUNT tagged messages while a thread reads ``reader_sock``.
+
+    Returns the sequence numbers read (checked: in order, no duplicates) and the
+    peak RSS growth seen while sending.
+    """
     seqs: list[int] = []
-    reader = threading.Thread(target=_read_until_quiet, args=(good, seqs), daemon=True)
+    reader = threading.Thread(target=_read_until_quiet, args=(reader_sock, seqs), daemon=True)
     reader.start()
-    base = rss_bytes()
-    peak = base
+    base = peak = rss_bytes()
     for seq in range(COUNT):
-        pub.send(tagged(seq, SIZE))
+        sender.send(tagged(seq, SIZE))
         if seq % 2000 == 0:
             peak = max(peak, rss_bytes())
     peak = max(peak, rss_bytes())
     reader.join(30)
     assert not reader.is_alive()
     assert_in_order_no_duplicates(seqs)
-    assert len(seqs) > COUNT // 10, "the healthy subscriber was starved"
-    assert peak - base < RSS_BOUND, f"RSS grew {(peak - base) >> 20} MiB"
-    assert pub.stats().messages_dropped > 0  # the stuck pipe missed messages (PUB may drop)
-    stuck.close()
+    return seqs, peak - base
 
 
 def _read_until_quiet(sock: nanopy.Socket, out: list[int]) -> None:
@@ -75,22 +84,11 @@ def test_push_routes_around_a_never_reading_pull(make_socket: MakeSocket) -> Non
     good = make_socket("pull", recv_timeout=10)
     good.connect(url)
     wait_pipes(push, 2)
-    seqs: list[int] = []
-    reader = threading.Thread(target=_read_until_quiet, args=(good, seqs), daemon=True)
-    reader.start()
-    base = rss_bytes()
-    peak = base
-    for seq in range(COUNT):
-        push.send(tagged(seq, SIZE))
-        if seq % 2000 == 0:
-            peak = max(peak, rss_bytes())
-    reader.join(30)
-    assert not reader.is_alive()
-    assert_in_order_no_duplicates(seqs)
+    seqs, growth = _send_while_reading(push, good)
     # The stuck pipe holds at most its buffer plus what the kernel took; the rest
     # reached the healthy peer.
     assert len(seqs) > COUNT - 2000
-    assert peak - base < RSS_BOUND, f"RSS grew {(peak - base) >> 20} MiB"
+    assert growth < RSS_BOUND, f"RSS grew {growth >> 20} MiB"
     stuck.close()
 
 
