@@ -8,18 +8,12 @@ from collections.abc import Callable
 import pytest
 import trio
 from conftest import bind_url
+from test_socket import push_pull
 
 import nanopy
 from nanopy.testing import connect_pair
 
 Factory = Callable[..., nanopy.Socket]
-
-
-def push_pull(make_socket: Factory, transport: str, **pull_opts: object) -> tuple[nanopy.Socket, nanopy.Socket]:
-    pull = make_socket("pull", **pull_opts)
-    push = make_socket("push")
-    connect_pair(pull, push, bind_url(transport))
-    return push, pull
 
 
 def test_batch_takes_what_is_queued_up_to_the_limit(make_socket: Factory, transport: str) -> None:

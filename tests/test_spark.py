@@ -340,6 +340,13 @@ def test_coordinator_map_timeout_cancels_the_job(spark: Any) -> None:
 # -- errors at definition time ----------------------------------------------------------
 
 
+def fails_with(action: Any, text: str) -> None:
+    """``action()`` raises at once, with ``text`` on one line of the error."""
+    with pytest.raises(Exception) as excinfo:
+        action()
+    one_line_error(excinfo, text)
+
+
 def one_line_error(excinfo: pytest.ExceptionInfo, text: str) -> None:
     """Spark wraps the error; our message is there, whole, on one line."""
     assert any(text in line for line in str(excinfo.value).splitlines()), str(excinfo.value)[:2000]
@@ -356,12 +363,7 @@ def test_bad_source_options_fail_at_load(spark: Any) -> None:
     ]
     for options, message in cases:
         for reader in (spark.readStream, spark.read):
-            r = reader.format("nanopy")
-            for k, v in options.items():
-                r = r.option(k, v)
-            with pytest.raises(Exception) as excinfo:
-                r.load()
-            one_line_error(excinfo, message)
+            fails_with(reader.format("nanopy").options(**options).load, message)
 
 
 def test_bad_sink_options_fail_at_save(spark: Any, tmp_path: Any) -> None:
@@ -379,12 +381,7 @@ def test_bad_sink_options_fail_at_save(spark: Any, tmp_path: Any) -> None:
             ({"url": "tcp://no-such-host.invalid:5555"}, "append", "cannot resolve host 'no-such-host.invalid'"),
         ]
         for options, mode, message in cases:
-            w = df.write.format("nanopy").mode(mode)
-            for k, v in options.items():
-                w = w.option(k, v)
-            with pytest.raises(Exception) as excinfo:
-                w.save()
-            one_line_error(excinfo, message)
+            fails_with(df.write.format("nanopy").mode(mode).options(**options).save, message)
 
 
 def test_custom_schema_is_refused_before_any_message(spark: Any, tmp_path: Any) -> None:
