@@ -21,6 +21,7 @@ from typing import Any
 import trio
 
 from . import _engine
+from ._callers import CallerWaitQueue
 from ._blocking import BLOCKED, BlockingCalls, no_park
 from ._core import (
     ARM_TIMER,
@@ -122,7 +123,13 @@ class Socket(BlockingCalls, RequestMethods):
             self._core.owner = self  # REP/RESPONDENT stamp it into messages for msg.reply()
         self.raw = raw
         self._send_q = WaitQueue(self._core.can_send)
-        self._recv_q = WaitQueue(self._core.can_recv)
+        # Issue 12: a cooked REQ's classic recv() waits for *its caller's* reply,
+        # so its waiters are keyed by caller (nanopy._callers.CallerWaitQueue).
+        ready_callers = getattr(self._core, "ready_callers", None)
+        if ready_callers is not None:
+            self._recv_q: Any = CallerWaitQueue(ready_callers)
+        else:
+            self._recv_q = WaitQueue(self._core.can_recv)
         self._wait_queues: list[WaitQueue] = [self._send_q, self._recv_q]
         _engine.track_socket(self)
         try:
