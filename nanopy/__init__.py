@@ -20,6 +20,10 @@ from ._errors import RemoteProtocolError as RemoteProtocolError
 from ._errors import Timeout as Timeout
 from ._message import Message as Message
 from ._message import Pipe as Pipe
+from ._poller import POLLIN as POLLIN
+from ._poller import POLLOUT as POLLOUT
+from ._poller import Poller as Poller
+from ._poller import poll as poll
 from ._socket import Socket as Socket
 from ._stats import SocketStats as SocketStats
 
@@ -39,9 +43,9 @@ BUS = "bus"
 
 __all__ = [
     "AddressError", "AddressInUse", "BUS", "Closed", "Endpoint", "Message", "MessageTooLarge",
-    "NanopyError", "PAIR", "PAIR1", "PUB", "PULL", "PUSH", "Pipe", "ProtocolError", "REP", "REQ",
-    "RESPONDENT", "RemoteProtocolError", "SUB", "SURVEYOR", "Socket", "SocketStats", "Timeout",
-    "adevice", "device",
+    "NanopyError", "PAIR", "PAIR1", "POLLIN", "POLLOUT", "PUB", "PULL", "PUSH", "Pipe", "Poller",
+    "ProtocolError", "REP", "REQ", "RESPONDENT", "RemoteProtocolError", "SUB", "SURVEYOR", "Socket",
+    "SocketStats", "Timeout", "adevice", "device", "poll",
 ]
 
 

@@ -37,6 +37,7 @@ from ._errors import AddressError, Closed, ProtocolError, WouldBlock
 from ._message import Message, Pipe
 from ._options import make_descriptors, new_options, validate_priority
 from ._pipe import PipeDriver
+from ._poller import Pollable
 from ._registry import protocols as _protocols
 from ._registry import transports as _transports
 from ._requests import RequestMethods
@@ -67,7 +68,7 @@ def _as_list(value: str | Iterable[str] | None) -> list[str]:
     return list(value)
 
 
-class Socket(BlockingCalls, RequestMethods):
+class Socket(BlockingCalls, RequestMethods, Pollable):
     """A scalability-protocols socket.
 
     Args:
@@ -108,6 +109,7 @@ class Socket(BlockingCalls, RequestMethods):
         self._removed_callbacks: list[Callable[[Pipe], Any]] = []
         self._async_calls = 0
         self._pipes_changed = threading.Condition(threading.Lock())  # for nanopy.testing
+        self._watchers: list[Any] = []  # blocked polls to wake on any change (nanopy._poller)
         # counters (stats)
         self._sent = self._received = self._bytes_sent = self._bytes_received = 0
         self._dropped = self._connects = self._disconnects = 0
@@ -378,6 +380,8 @@ class Socket(BlockingCalls, RequestMethods):
         for queue in self._wait_queues:
             if queue.waiters:
                 queue.wake_one()
+        if self._watchers:  # issue 12: pollers look again after any change
+            self._notify_watchers()
 
     def _execute(self, actions: list[tuple]) -> None:
         """Carry out core actions (lock *not* held)."""
@@ -670,6 +674,7 @@ class Socket(BlockingCalls, RequestMethods):
             endpoints = list(self._endpoints)
             for queue in self._wait_queues:
                 queue.wake_all()
+            self._notify_watchers()  # a blocked poll raises Closed
         for ep in endpoints:
             ep.close()
         for driver in list(self._pipes.values()):
