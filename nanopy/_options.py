@@ -63,6 +63,33 @@ def text(name: str, value: Any) -> str:
     return value
 
 
+def choice(*allowed: str) -> Callable[[str, Any], str]:
+    def check(name: str, value: Any) -> str:
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be a str, one of {', '.join(map(repr, allowed))}; not {type(value).__name__}")
+        if value not in allowed:
+            raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+        return value
+
+    return check
+
+
+#: ``overflow`` modes; a protocol core lists the ones it supports in ``overflow_modes``.
+OVERFLOW_MODES = ("drop", "drop-newest", "block")
+
+
+def check_for_protocol(core_cls: Any, name: str, value: Any) -> None:
+    """Refuse a valid value the socket's protocol cannot honour (e.g. overflow="block" on PUSH)."""
+    if name == "overflow" and core_cls is not None:
+        modes = getattr(core_cls, "overflow_modes", ("drop",))
+        if value not in modes:
+            raise ValueError(
+                f"overflow={value!r} is not available on {core_cls.name.upper()} sockets; "
+                f"they accept {', '.join(map(repr, modes))} (PUB: 'drop', 'block'; "
+                "SUB: 'drop', 'drop-newest', 'block')"
+            )
+
+
 class Option(Generic[T]):
     """A descriptor for one validated option stored on ``obj._options``."""
 
@@ -81,7 +108,9 @@ class Option(Generic[T]):
         return getattr(obj._options, self.name)
 
     def __set__(self, obj: Any, value: Any) -> None:
-        setattr(obj._options, self.name, self.validate(self.name, value))
+        value = self.validate(self.name, value)
+        check_for_protocol(getattr(obj, "_core_cls", None), self.name, value)
+        setattr(obj._options, self.name, value)
         obj._option_changed(self.name)
 
 
@@ -101,6 +130,7 @@ class Options:
     max_ttl: int
     handshake_timeout: float
     tcp_nodelay: bool
+    overflow: str
     name: str
 
 
@@ -119,6 +149,14 @@ SOCKET_OPTIONS: dict[str, tuple[Any, Callable[[str, Any], Any], str]] = {
     "max_ttl": (8, integer(1, 255), "hop limit through devices"),
     "handshake_timeout": (10.0, seconds(positive=True), "seconds allowed for the SP handshake"),
     "tcp_nodelay": (True, boolean, "disable Nagle's algorithm on tcp pipes"),
+    "overflow": (
+        "drop",
+        choice(*OVERFLOW_MODES),
+        "PUB/SUB when a pipe's queue is full: 'drop' (PUB skips the pipe, SUB drops its oldest "
+        "message), 'drop-newest' (SUB drops the arriving message) or 'block' (SUB stops reading "
+        "the pipe; PUB waits up to send_timeout until every pipe has room) -- lossless, but one "
+        "stuck subscriber stalls the publisher",
+    ),
     "name": (None, text, "label used in stats, logs and errors"),
 }
 

@@ -96,6 +96,7 @@ class Socket(BlockingCalls, RequestMethods, Pollable):
         if not isinstance(protocol, str):
             raise TypeError(f"protocol must be a name such as 'req', not {type(protocol).__name__}")
         core_cls = _protocols.get(protocol)
+        self._core_cls = core_cls  # options check protocol-specific values against it (overflow)
         self._options = new_options(protocol)
         self._lock = threading.Lock()
         self._closed = False
