@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ._util import yield_to_loop
 from ._waiters import ThreadWaiter, async_waiter
@@ -160,11 +160,21 @@ class Poller:
         for sock in socks:
             sock._unwatch(waiter)
 
-    def _start(self, timeout: Any) -> float | None:
+    def _deadline(self, timeout: Any) -> float | None:
         timeout = _check_timeout(timeout)
         if timeout is None and not self._sockets:
             raise ValueError("poll(timeout=None) with no socket registered would wait forever")
-        return timeout
+        return None if timeout is None else time.monotonic() + timeout
+
+    def _arm(self, deadline: float | None, make: Any) -> _Round:
+        """One look at every socket; if none is ready and time is left, a waiter watches them all."""
+        items = self.sockets
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            return _Round(self._check(items, None), None, items, 0.0)  # timeout 0, or time is up
+        waiter = make()
+        ready = self._check(items, waiter)
+        return _Round(ready, None if ready else waiter, items, remaining)
 
     def poll(self, timeout: float | None = None) -> list[tuple[Socket, int]]:
         """Wait up to ``timeout`` seconds (``None`` = forever, ``0`` = just look).
@@ -176,47 +186,40 @@ class Poller:
         Raises:
             Closed: a registered socket is (or gets) closed.
         """
-        timeout = self._start(timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = self._deadline(timeout)
         while True:
-            items = self.sockets
-            if timeout == 0:
-                return self._check(items, None)
-            waiter = ThreadWaiter()
-            ready = self._check(items, waiter)
-            if ready:
-                return ready
-            remaining = None if deadline is None else deadline - time.monotonic()
+            r = self._arm(deadline, ThreadWaiter)
+            if r.waiter is None:
+                return r.ready
             try:
-                woken = waiter.wait(remaining) if remaining is None or remaining > 0 else False
+                r.waiter.wait(r.remaining)
             finally:
-                self._unwatch([s for s, _ in items], waiter)
-            if not woken:
-                return self._check(items, None)  # one last look at the deadline
+                self._unwatch([s for s, _ in r.items], r.waiter)
 
     async def apoll(self, timeout: float | None = None) -> list[tuple[Socket, int]]:
         """Async :meth:`poll` for trio and asyncio (always a checkpoint).
 
         Cancelling it is harmless: polling takes nothing from the sockets.
         """
-        timeout = self._start(timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = self._deadline(timeout)
         await yield_to_loop()
         while True:
-            items = self.sockets
-            if timeout == 0:
-                return self._check(items, None)
-            waiter = async_waiter()
-            ready = self._check(items, waiter)
-            if ready:
-                return ready
-            remaining = None if deadline is None else deadline - time.monotonic()
+            r = self._arm(deadline, async_waiter)
+            if r.waiter is None:
+                return r.ready
             try:
-                woken = await waiter.wait(remaining) if remaining is None or remaining > 0 else False
+                await r.waiter.wait(r.remaining)
             finally:
-                self._unwatch([s for s, _ in items], waiter)
-            if not woken:
-                return self._check(items, None)
+                self._unwatch([s for s, _ in r.items], r.waiter)
+
+
+class _Round(NamedTuple):
+    """One look of a poll: what is ready, or the waiter now watching ``items``."""
+
+    ready: list[tuple[Socket, int]]
+    waiter: Any
+    items: list[tuple[Socket, int]]
+    remaining: float | None
 
 
 def poll(items: Iterable[tuple[Socket, int]], timeout: float | None = None) -> list[tuple[Socket, int]]:
