@@ -50,7 +50,7 @@ EXPECTED: dict[str, list[str]] = {
 }
 
 
-def run_example(name: str, *args: str, timeout: float = 60) -> str:
+def run_example(name: str, *args: str, timeout: float = 45) -> str:
     proc = subprocess.run(
         [sys.executable, str(GUIDE / name), *args],
         capture_output=True,
