@@ -66,7 +66,8 @@ def text(name: str, value: Any) -> str:
 def choice(*allowed: str) -> Callable[[str, Any], str]:
     def check(name: str, value: Any) -> str:
         if not isinstance(value, str):
-            raise TypeError(f"{name} must be a str, one of {', '.join(map(repr, allowed))}; not {type(value).__name__}")
+            choices = ", ".join(map(repr, allowed))
+            raise TypeError(f"{name} must be a str, one of {choices}; not {type(value).__name__}")
         if value not in allowed:
             raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
         return value

@@ -21,8 +21,8 @@ from typing import Any
 import trio
 
 from . import _engine
-from ._callers import CallerWaitQueue
 from ._blocking import BLOCKED, BlockingCalls, no_park
+from ._callers import CallerWaitQueue
 from ._core import (
     ARM_TIMER,
     CANCEL_TIMER,
@@ -126,7 +126,7 @@ class Socket(BlockingCalls, RequestMethods, Pollable):
             self._core.owner = self  # REP/RESPONDENT stamp it into messages for msg.reply()
         self.raw = raw
         self._send_q = WaitQueue(self._core.can_send)
-        # Issue 12: a cooked REQ's classic recv() waits for *its caller's* reply,
+        # Per-caller classic calls: a cooked REQ's recv() waits for *its caller's* reply,
         # so its waiters are keyed by caller (nanopy._callers.CallerWaitQueue).
         ready_callers = getattr(self._core, "ready_callers", None)
         if ready_callers is not None:
@@ -381,7 +381,7 @@ class Socket(BlockingCalls, RequestMethods, Pollable):
         for queue in self._wait_queues:
             if queue.waiters:
                 queue.wake_one()
-        if self._watchers:  # issue 12: pollers look again after any change
+        if self._watchers:  # Poller hook: blocked polls look again after any change
             self._notify_watchers()
 
     def _execute(self, actions: list[tuple]) -> None:
@@ -469,6 +469,9 @@ class Socket(BlockingCalls, RequestMethods, Pollable):
             timeout: seconds to wait for room; ``None`` waits forever; ``0`` never
                 waits. Defaults to the ``send_timeout`` option.
 
+        On REP/RESPONDENT it answers the request the calling thread (or task)
+        last received; on REQ each calling thread (or task) has its own request.
+
         Raises:
             Timeout: no room in time. Closed: the socket is closed.
             ProtocolError: the protocol cannot send (SUB, PULL) or not now.
@@ -508,6 +511,8 @@ class Socket(BlockingCalls, RequestMethods, Pollable):
 
     def recv(self, *, timeout: float | None = _DEFAULT) -> bytes:
         """Receive the next message body.
+
+        On REQ it returns the reply to the calling thread's (or task's) own request.
 
         Raises:
             Timeout: nothing arrived in time. Closed: the socket is closed.

@@ -94,8 +94,12 @@ def test_pollout_turns_false_when_the_queue_fills(make_socket: MakeSocket) -> No
         assert sent < 100
     with pytest.raises(nanopy.Timeout):
         push.send(b"x", timeout=0)
-    pull.recv(timeout=5)  # room again: a blocked poll sees it
+    # The reader drains the queue (PULL resumes reading at half its recv_buffer):
+    # a poll blocked meanwhile wakes when the credit comes back.
+    drain = threading.Thread(target=lambda: [pull.recv(timeout=5) for _ in range(sent)], daemon=True)
+    drain.start()
     assert nanopy.poll([(push, POLLOUT)], timeout=5) == [(push, POLLOUT)]
+    drain.join(5)
 
 
 def test_rep_and_req_readiness_is_per_caller(make_socket: MakeSocket) -> None:

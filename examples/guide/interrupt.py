@@ -35,11 +35,11 @@ def main() -> int:
     signal.signal(signal.SIGTERM, on_sigterm)
     server = nanopy.Socket("rep", bind="tcp://127.0.0.1:0")
     url = server.endpoints[0].url
-    if "--wait" in sys.argv:
-        print(f"Server: ready on {url}", flush=True)
-    else:
-        threading.Thread(target=client_then_interrupt, args=(url,), daemon=True).start()
-    try:
+    try:  # from here on, an interrupt at any point shuts down cleanly
+        if "--wait" in sys.argv:
+            print(f"Server: ready on {url}", flush=True)
+        else:
+            threading.Thread(target=client_then_interrupt, args=(url,), daemon=True).start()
         while True:
             request = server.recv()  # blocks; Ctrl-C interrupts it
             server.send(b"World" + request[len(b"Hello"):])
