@@ -234,3 +234,33 @@ def test_idle_poll_sleeps(make_socket: MakeSocket) -> None:
     assert time.monotonic() - wall >= 0.99
     used = time.process_time() - cpu  # every thread of this process, the engine's too
     assert used < 0.1, f"an idle 1 s poll used {used:.3f} s of CPU"
+
+
+def test_threads_sharing_a_req_each_poll_for_their_own_reply(make_socket: MakeSocket) -> None:
+    rep = make_socket("rep")
+    req = make_socket("req")
+    connect_pair(rep, req, bind_url("inproc"))
+    asked = threading.Barrier(3)
+    results: dict[int, object] = {}
+
+    def caller(i: int) -> None:
+        req.send(b"q%d" % i)
+        asked.wait(5)
+        results[i] = nanopy.poll([(req, POLLIN)], timeout=10) and req.recv(timeout=0)
+
+    threads = [threading.Thread(target=caller, args=(i,), daemon=True) for i in range(2)]
+    for t in threads:
+        t.start()
+    asked.wait(5)
+    requests = {}
+    for _ in range(2):
+        msg = rep.recv_msg(timeout=5)
+        requests[msg.body] = msg
+    # Answer the second caller first: only its poll may return.
+    requests[b"q1"].reply(b"a1")
+    threads[1].join(5)
+    assert results == {1: b"a1"}
+    assert nanopy.poll([(req, POLLIN)], timeout=0) == []  # this thread has no request
+    requests[b"q0"].reply(b"a0")
+    threads[0].join(5)
+    assert results == {0: b"a0", 1: b"a1"}
