@@ -88,6 +88,10 @@ async def adevice(a: Socket, b: Socket) -> None:
     Returns when either socket closes. Pass the same socket twice for a one-socket
     device (e.g. a raw BUS relaying between its own peers).
 
+    Args:
+        a: a raw socket.
+        b: a raw socket of the peer protocol (or ``a`` itself).
+
     Raises:
         ValueError: a socket is not raw, or the two protocols are not peers.
     """
@@ -102,6 +106,10 @@ async def adevice(a: Socket, b: Socket) -> None:
 
 def device(a: Socket, b: Socket) -> None:
     """Forward between raw sockets ``a`` and ``b``, blocking until either closes.
+
+    Args:
+        a: a raw socket.
+        b: a raw socket of the peer protocol (or ``a`` itself).
 
     Example: a tcp front end for REP servers on ipc::
 

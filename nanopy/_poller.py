@@ -119,6 +119,14 @@ class Poller:
         """Watch ``socket`` for ``flags`` (``POLLIN | POLLOUT`` by default).
 
         Registering again changes the flags; flags ``0`` unregisters (as pyzmq).
+
+        Args:
+            socket: a :class:`nanopy.Socket`.
+            flags: ``POLLIN``, ``POLLOUT`` or both (``|``).
+
+        Raises:
+            TypeError: not a socket, or flags not an int.
+            ValueError: flags other than POLLIN/POLLOUT.
         """
         from ._socket import Socket
 
@@ -131,7 +139,14 @@ class Poller:
             self._sockets.pop(socket, None)
 
     def unregister(self, socket: Socket) -> None:
-        """Stop watching ``socket``; ``KeyError`` if it is not registered."""
+        """Stop watching ``socket``.
+
+        Args:
+            socket: a socket registered with this poller.
+
+        Raises:
+            KeyError: it is not registered.
+        """
         try:
             del self._sockets[socket]
         except KeyError:
@@ -177,7 +192,10 @@ class Poller:
         return _Round(ready, None if ready else waiter, items, remaining)
 
     def poll(self, timeout: float | None = None) -> list[tuple[Socket, int]]:
-        """Wait up to ``timeout`` seconds (``None`` = forever, ``0`` = just look).
+        """Wait until a registered socket is ready.
+
+        Args:
+            timeout: seconds to wait; ``None`` waits forever, ``0`` just looks.
 
         Returns:
             ``[(socket, flags), ...]`` for the sockets that are ready, in
@@ -185,6 +203,7 @@ class Poller:
 
         Raises:
             Closed: a registered socket is (or gets) closed.
+            ValueError: a negative timeout, or ``None`` with nothing registered.
         """
         deadline = self._deadline(timeout)
         while True:
@@ -200,6 +219,15 @@ class Poller:
         """Async :meth:`poll` for trio and asyncio (always a checkpoint).
 
         Cancelling it is harmless: polling takes nothing from the sockets.
+
+        Args:
+            timeout: seconds to wait; ``None`` waits forever, ``0`` just looks.
+
+        Returns:
+            ``[(socket, flags), ...]`` for the ready sockets; ``[]`` on timeout.
+
+        Raises:
+            Closed: a registered socket is (or gets) closed.
         """
         deadline = self._deadline(timeout)
         await yield_to_loop()
@@ -223,7 +251,18 @@ class _Round(NamedTuple):
 
 
 def poll(items: Iterable[tuple[Socket, int]], timeout: float | None = None) -> list[tuple[Socket, int]]:
-    """One-shot :meth:`Poller.poll` over ``[(socket, flags), ...]``."""
+    """One-shot :meth:`Poller.poll`.
+
+    Args:
+        items: ``[(socket, flags), ...]`` to watch.
+        timeout: seconds to wait; ``None`` waits forever, ``0`` just looks.
+
+    Returns:
+        ``[(socket, flags), ...]`` for the ready sockets; ``[]`` on timeout.
+
+    Raises:
+        Closed: one of the sockets is (or gets) closed.
+    """
     poller = Poller()
     for sock, flags in items:
         poller.register(sock, flags)
