@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from typing import Any
 
 import pytest
@@ -277,24 +278,30 @@ def test_close_wakes_classic_req_waiters(make_socket: MakeSocket) -> None:
 # -- against NNG --------------------------------------------------------------------------
 
 
-@pytest.mark.interop
-def test_pynng_clients_share_nanopy_rep(make_socket: MakeSocket) -> None:
+@pytest.fixture
+def nng_clients(make_socket: MakeSocket) -> Iterator[tuple[nanopy.Socket, Callable[[], dict[int, Any]]]]:
+    """A nanopy REP dialled by CALLERS pynng REQ sockets, and a function that runs
+    those clients (one thread each, ROUNDS checked requests) and returns their counts."""
     rep = make_socket("rep", bind="tcp://127.0.0.1:0")
-    url = rep.endpoints[0].url
-    peers = [pynng_socket("Req0", recv_timeout=10000) for _ in range(CALLERS)]
-    socks = [p.__enter__() for p in peers]
-    stop = threading.Event()
-    try:
+    with ExitStack() as stack:
+        socks = [stack.enter_context(pynng_socket("Req0", recv_timeout=10000)) for _ in range(CALLERS)]
         for s in socks:
-            s.dial(url, block=True)
+            s.dial(rep.endpoints[0].url, block=True)
         wait_pipes(rep, CALLERS)
-        workers = shared_rep_workers(rep, stop)
-        done = run_threads(lambda i: check_client(socks[i].send, socks[i].recv, b"nng %d" % i))
-        assert sum(done.values()) == CALLERS * ROUNDS
+        yield rep, lambda: run_threads(lambda i: check_client(socks[i].send, socks[i].recv, b"nng %d" % i))
+
+
+@pytest.mark.interop
+def test_pynng_clients_share_nanopy_rep(nng_clients: tuple[nanopy.Socket, Callable[[], dict[int, Any]]]) -> None:
+    rep, run_clients = nng_clients
+    stop = threading.Event()
+    workers = shared_rep_workers(rep, stop)
+    try:
+        assert sum(run_clients().values()) == CALLERS * ROUNDS
     finally:
         stop.set()
-        for p in peers:
-            p.__exit__(None, None, None)
+        for t in workers:
+            t.join(5)
 
 
 @pytest.mark.interop
@@ -323,3 +330,27 @@ def test_threads_share_nanopy_req_with_pynng_rep(make_socket: MakeSocket) -> Non
             stop.set()
             server.join(5)
         assert sum(done.values()) == CALLERS * ROUNDS
+
+
+@pytest.mark.interop
+def test_trio_tasks_share_nanopy_rep_with_pynng_clients(
+    nng_clients: tuple[nanopy.Socket, Callable[[], dict[int, Any]]],
+) -> None:
+    rep, run_clients = nng_clients
+
+    async def server(i: int) -> None:
+        while True:
+            request = await rep.arecv()
+            await trio.sleep(0)
+            await rep.asend(b"re:" + request + b" by task %d" % i)
+
+    async def main() -> None:
+        with trio.fail_after(30):
+            async with trio.open_nursery() as servers:
+                for i in range(CALLERS):
+                    servers.start_soon(server, i)
+                done = await trio.to_thread.run_sync(run_clients)
+                assert sum(done.values()) == CALLERS * ROUNDS
+                servers.cancel_scope.cancel()
+
+    trio.run(main)
