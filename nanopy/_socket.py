@@ -33,7 +33,7 @@ from ._core import (
     PipeInfo,
 )
 from ._endpoint import Endpoint
-from ._errors import AddressError, Closed, ProtocolError, WouldBlock
+from ._errors import AddressError, Closed, MessageTooLarge, ProtocolError, WouldBlock
 from ._message import Message, Pipe
 from ._options import OptionAttributes, docstring_section, make_descriptors, new_options, validate_priority
 from ._pipe import PipeDriver
@@ -121,7 +121,7 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
         # counters (stats)
         self._sent = self._received = self._bytes_sent = self._bytes_received = 0
         self._dropped = self._connects = self._disconnects = 0
-        self._reconnects = self._protocol_errors = 0
+        self._reconnects = self._protocol_errors = self._too_large = 0
         for key, value in options.items():
             if key not in _OPTION_NAMES:
                 raise TypeError(
@@ -141,6 +141,7 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
         else:
             self._recv_q = WaitQueue(self._core.can_recv)
         self._wait_queues: list[WaitQueue] = [self._send_q, self._recv_q]
+        self._closing_q: WaitQueue | None = None  # made by the first _await_closed
         _engine.track_socket(self)
         try:
             for url in _as_list(bind):
@@ -275,18 +276,37 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
         return ep
 
     async def _start_listener(self, ep: Endpoint) -> None:
-        await ep.open_listener()
-        self._add_endpoint(ep)
+        # close() may run while the listener is being opened: it then waits for
+        # this bind to settle (``done``), and the listener is closed here, so no
+        # address outlives close().
+        done = trio.Event()
+        with self._lock:
+            if self._closed:
+                raise self._closed_error()
+            self._endpoint_tasks.append(done)
+        try:
+            await ep.open_listener()
+            self._add_endpoint(ep, done)
+        except BaseException:
+            listener = ep._listener
+            if listener is not None:
+                with trio.CancelScope(shield=True):
+                    await listener.aclose()
+            done.set()
+            with self._lock:
+                self._endpoint_tasks.remove(done)
+            raise
         self._engine.spawn(self._run_endpoint, ep, ep.run_listener)
 
-    def _add_endpoint(self, ep: Endpoint) -> None:
+    def _add_endpoint(self, ep: Endpoint, done: trio.Event | None = None) -> None:
         with self._lock:
             if self._closed:
                 raise self._closed_error()
             self._endpoints.append(ep)
-            done = trio.Event()
+            if done is None:
+                done = trio.Event()
+                self._endpoint_tasks.append(done)
             ep._done = done  # type: ignore[attr-defined]
-            self._endpoint_tasks.append(done)
 
     async def _run_endpoint(self, ep: Endpoint, body: Callable[[], Any]) -> None:
         try:
@@ -319,7 +339,10 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
         driver = PipeDriver(self, conn, pipe, self._engine)
         try:
             if not self._call_pipe_callbacks(self._added_callbacks, pipe, accept=True):
-                log.debug("%s: pipe %d rejected by on_pipe_added", self.name, pipe.id)
+                log.info(
+                    "%s: pipe %d from %s rejected: an on_pipe_added callback returned False",
+                    self.name, pipe.id, pipe.remote_address or ep.url,
+                )
                 return
             with self._lock:
                 if self._closed:
@@ -393,6 +416,8 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
 
     def _note_protocol_error(self, pipe: Pipe | None, exc: BaseException) -> None:
         self._protocol_errors += 1
+        if isinstance(exc, MessageTooLarge):
+            self._too_large += 1
         where = f"pipe {pipe.id} ({pipe.remote_address})" if pipe else "a new connection"
         log.warning("%s: closing %s: %s", self.name, where, exc)
 
@@ -755,6 +780,23 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
         timeout = self._timeout(timeout, self._options.send_timeout)
         await self._acall(attempt, self._send_q, timeout, "send")
 
+    async def _await_closed(self) -> None:
+        """Wait (trio or asyncio) until this socket closes; raises :class:`Closed` then.
+
+        Devices watch both of their sockets with it, so a pump blocked on one
+        socket ends when the *other* one closes. ``close`` wakes every wait queue.
+        """
+        with self._lock:
+            queue = self._closing_q
+            if queue is None:
+                queue = self._closing_q = WaitQueue(_never)
+                self._wait_queues.append(queue)
+
+        def attempt() -> None:
+            raise WouldBlock
+
+        await self._acall(attempt, queue, None, "wait for close")
+
     # -- observability -------------------------------------------------------------------
     def stats(self) -> SocketStats:
         """A snapshot of this socket's counters.
@@ -774,6 +816,7 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
             disconnects=self._disconnects,
             reconnect_attempts=self._reconnects,
             protocol_errors=self._protocol_errors + core.protocol_errors,
+            messages_too_large=self._too_large,
         )
 
     def on_pipe_added(self, callback: Callable[[Pipe], Any]) -> None:
@@ -781,7 +824,9 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
 
         Args:
             callback: gets the new :class:`Pipe`; returning ``False`` rejects
-                (closes) it. It must not block; exceptions are logged.
+                (closes) it before the protocol sees it, and the rejection is
+                logged at INFO on the ``nanopy`` logger with the pipe's address.
+                It must not block; exceptions are logged.
         """
         self._added_callbacks.append(callback)
 
@@ -863,6 +908,10 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
+
+
+def _never() -> bool:
+    return False
 
 
 _OPTION_NAMES = set()
