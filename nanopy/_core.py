@@ -78,7 +78,7 @@ class Core:
     """Base class of protocol cores. Subclasses set the identity attributes.
 
     Attributes:
-        protocol_id, peer_id: SP protocol numbers (WIRE.md section 2).
+        protocol_id, peer_id: SP protocol numbers (docs/wire.md section 2).
         name, peer_name: protocol names (also the WebSocket subprotocol stems).
         can_send_ok, can_recv_ok: whether the protocol sends/receives at all.
     """
@@ -94,6 +94,8 @@ class Core:
     #: next input instead of a round of its own. None: decided from the class
     #: (the building blocks' own ``pipe_credit`` qualifies).
     credit_only: ClassVar[bool | None] = None
+    #: values of the ``overflow`` option this protocol honours (PUB/SUB add more)
+    overflow_modes: ClassVar[tuple[str, ...]] = ("drop",)
 
     def __init__(self, options: Any, raw: bool = False) -> None:
         self.options = options
@@ -399,7 +401,8 @@ class Distributing(Core):
 class FairQueuing(Core):
     """Receive side: :class:`Message` objects queued per pipe in a :class:`FairQueue` (``_fq``).
 
-    A gone pipe's unread messages are discarded. Subclasses fill the queue in
+    A gone pipe's unread messages stay readable (:meth:`Core.retire_pipe`): what
+    arrived before a sender closed is delivered. Subclasses fill the queue in
     ``messages_received``; list this mixin last among a core's bases.
     """
 
@@ -414,8 +417,8 @@ class FairQueuing(Core):
         self._fq.add(pipe.id, pipe.recv_priority)
 
     def remove_pipe(self, pid: int) -> None:
-        super().remove_pipe(pid)
-        self._fq.remove(pid)
+        # Core's part too: the PipeInfo stays while its messages are unread.
+        self.retire_pipe(pid, self._fq)
 
     def recv(self) -> Message:
         msg: Message = self._fq.pop()
@@ -429,12 +432,8 @@ class BodyQueuing(FairQueuing):
     """Receive side for headerless protocols: raw payloads are queued as they came.
 
     A :class:`Message` is built only when the user asks for one (``recv_body``
-    skips it). Messages from a gone pipe stay readable (:meth:`Core.retire_pipe`).
+    skips it). Messages from a gone pipe stay readable, as in :class:`FairQueuing`.
     """
-
-    def remove_pipe(self, pid: int) -> None:
-        # Core's part too: the PipeInfo stays while its messages are unread.
-        self.retire_pipe(pid, self._fq)
 
     def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
         return self._fq.push(pid, payloads)

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import sniffio
 import trio
 
+from ._callers import CallerWaitQueue
 from ._core import Action, ActionKind, Core, Distributing, LoadBalancing, PipeInfo
 from ._errors import Closed, MessageTooLarge, RemoteProtocolError, Timeout, WouldBlock
 from ._message import Message
@@ -102,8 +103,14 @@ class SocketDriver:
         self._engine = engine
         self.pipes: dict[int, PipeDriver] = {}
         self.send_q = WaitQueue(core.can_send)
-        self.recv_q = WaitQueue(core.can_recv)
+        # Per-caller classic calls: a cooked REQ's recv() waits for *its caller's*
+        # reply, so its waiters are keyed by caller (nanopy._callers).
+        ready_callers = getattr(core, "ready_callers", None)
+        self.recv_q: WaitQueue = (
+            CallerWaitQueue(ready_callers) if ready_callers is not None else WaitQueue(core.can_recv)  # type: ignore[assignment]
+        )
         self.queues: list[WaitQueue] = [self.send_q, self.recv_q]
+        self.watchers: list[Any] = []  # blocked polls, woken after any change (nanopy._poller)
         self.id_queues: dict[int, WaitQueue] = {}
         self.timers: Timers | None = None
         self._wake_fd_value = -1  # eventfd waking a thread that reads a pipe directly
@@ -152,7 +159,16 @@ class SocketDriver:
         for queue in self.queues:
             if queue.waiters:
                 queue.wake_one()
+        if self.watchers:
+            self.notify_watchers()
         return out
+
+    def notify_watchers(self) -> None:
+        """Wake every blocked poll on this socket (lock held); each re-registers."""
+        watchers = self.watchers
+        for waiter in watchers:
+            waiter.wake()
+        watchers.clear()
 
     def feed(self, op: Callable[..., T], *args: Any, check_open: bool = True) -> T:
         """One round: feed the core through ``op(*args)`` under the lock, then act.
@@ -171,6 +187,16 @@ class SocketDriver:
         if actions:
             self.execute(actions)
         return result
+
+    def inspect(self, op: Callable[..., T], *args: Any, check_open: bool = True) -> T:
+        """A round that only queries the core (or registers a poll): nothing to
+        drain, nobody to wake -- waking here would wake the poll being registered."""
+        with self.lock:
+            if check_open and self.closed:
+                raise self.closed_error()
+            if self._due:
+                self._fold_due()  # credit only records: no actions, and can_send is current
+            return op(*args)
 
     def execute(self, actions: list[Action]) -> None:
         """Carry out actions (lock *not* held), in order, as a work queue.
@@ -215,7 +241,7 @@ class SocketDriver:
             self._due.append((pid, n))
             # Checked in this order (lock, then waiters) so a sender about to park
             # either saw the credit or is seen here; see the module docstring.
-            if not self.lock.locked() and not self.send_q.waiters:
+            if not self.lock.locked() and not self.send_q.waiters and not self.watchers:
                 return None
         else:
             self._due.append((pid, n))
@@ -394,6 +420,15 @@ class SocketDriver:
             queue.abandon(waiter)
 
     # -- waiting -------------------------------------------------------------------------
+    def _timed_out(self, what: str) -> Timeout:
+        """The Timeout for ``what``; it says so when no peer was connected to wait for."""
+        if self.pipes:
+            return Timeout(f"{self._name()}: {what} timed out")
+        return Timeout(
+            f"{self._name()}: {what} timed out: no peer connected "
+            "(check that a peer is running at the connected address, or connected to the bound one)"
+        )
+
     def call(self, attempt: Callable[[], T], queue: WaitQueue, timeout: float | None, what: str) -> T:
         """Run ``attempt`` until it stops raising WouldBlock, parking this thread between tries."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -412,7 +447,7 @@ class SocketDriver:
             if not isinstance(result, _Blocked):
                 return result
             if waiter is None:
-                raise Timeout(f"{self._name()}: {what} timed out")
+                raise self._timed_out(what)
             if not engine_checked:
                 engine_checked = True
                 if self._engine().in_engine_thread():
@@ -432,7 +467,7 @@ class SocketDriver:
                 result = self.try_once(attempt)
                 if not isinstance(result, _Blocked):
                     return result
-                raise Timeout(f"{self._name()}: {what} timed out")
+                raise self._timed_out(what)
 
     # -- direct receive -----------------------------------------------------------------
     def _wake_fd(self) -> int:
@@ -454,7 +489,12 @@ class SocketDriver:
         readable here; the caller then waits the ordinary way.
         """
         pipes = list(self.pipes.values())
-        if len(pipes) != 1 or self.recv_q.waiters or self._engine().in_engine_thread():
+        if (
+            len(pipes) != 1
+            or self.recv_q.waiters
+            or type(self.recv_q) is not WaitQueue
+            or self._engine().in_engine_thread()
+        ):
             return BLOCKED  # (other receivers waiting: the engine shares messages out fairly)
         pipe = pipes[0]
         wake_fd = self._wake_fd()
@@ -561,7 +601,7 @@ class SocketDriver:
                     await trio.lowlevel.cancel_shielded_checkpoint()
                 return result
             if waiter is None:
-                raise Timeout(f"{self._name()}: {what} timed out")
+                raise self._timed_out(what)
             waited = True
             try:
                 woken = await waiter.wait(None if deadline is None else deadline - time.monotonic())
@@ -570,7 +610,7 @@ class SocketDriver:
                 raise
             if not woken:
                 self._abandon(queue, waiter)
-                raise Timeout(f"{self._name()}: {what} timed out")
+                raise self._timed_out(what)
 
     # -- requests and surveys (per-id waiters) -----------------------------------------------
     def start_id(self, start: Callable[[], int], ready: Callable[[int], bool], body_len: int) -> int:
@@ -636,6 +676,7 @@ class SocketDriver:
                 queue.wake_all()
             for queue in list(self.id_queues.values()):
                 queue.wake_all()
+            self.notify_watchers()  # a blocked poll raises Closed
         # Only timer cancellations matter now; pipes are closed by the caller.
         for action in actions:
             if action[0] == CANCEL_TIMER and self.timers is not None:
@@ -689,7 +730,7 @@ def _park(queue: WaitQueue, deadline: float | None, make: Callable[[], Any]) -> 
     if deadline is not None and deadline <= time.monotonic():
         return None
     waiter = make()
-    queue.waiters.append(waiter)
+    queue.park(waiter)  # a queue may key the waiter by caller (nanopy._callers)
     return waiter
 
 

@@ -275,7 +275,12 @@ class PipeDriver:
         pid = self.pid
         while True:
             await self._until_resumed()
-            deliver(pid, await conn.receive())  # a full queue sets self.paused
+            payloads = await conn.receive()
+            if payloads and payloads[0].__class__ is not bytes:
+                # A plug-in transport broke the payload contract (Connection.receive):
+                # cores get bytes, never a buffer that may change or cannot be hashed.
+                payloads = [bytes(p) for p in payloads]
+            deliver(pid, payloads)  # a full queue sets self.paused
 
     async def _sink_reader(self) -> None:
         """An in-memory connection delivers from the sender's thread through a sink;

@@ -26,17 +26,18 @@ from . import _engine
 from ._core import Core, PipeInfo
 from ._driver import SocketDriver, _Blocked, checkpoint_after, checkpoint_before
 from ._endpoint import Endpoint
-from ._errors import AddressError, ProtocolError
+from ._errors import AddressError, Closed, MessageTooLarge, ProtocolError, WouldBlock
 from ._message import Message, Pipe
 from ._options import OptionAttributes, docstring_section, make_descriptors, new_options, validate_priority
 from ._pipe import PipeDriver
+from ._poller import Pollable
 from ._registry import protocols as _protocols
 from ._registry import transports as _transports
 from ._requests import RequestMethods
 from ._stats import SocketStats
 from ._util import DEFAULT as _DEFAULT
 from ._util import as_bytes
-from ._waiters import async_waiter
+from ._waiters import WaitQueue, async_waiter
 from .transports._base import Connection, PipeContext
 
 log = logging.getLogger("nanopy")
@@ -59,7 +60,7 @@ def _as_list(value: str | Iterable[str] | None) -> list[str]:
     return list(value)
 
 
-class Socket(RequestMethods, OptionAttributes):
+class Socket(RequestMethods, Pollable, OptionAttributes):
     """A scalability-protocols socket.
 
     Args:
@@ -93,6 +94,7 @@ class Socket(RequestMethods, OptionAttributes):
         if not isinstance(protocol, str):
             raise TypeError(f"protocol must be a name such as 'req', not {type(protocol).__name__}")
         core_cls = _protocols.get(protocol)
+        self._core_cls = core_cls  # options check protocol-specific values against it (overflow)
         self._options = new_options(protocol)
         self._engine_obj: _engine.Engine | None = None
         self._endpoints: list[Endpoint] = []
@@ -102,7 +104,7 @@ class Socket(RequestMethods, OptionAttributes):
         self._pipes_changed = threading.Condition(threading.Lock())  # for nanopy.testing
         # counters (stats) kept outside the core's rounds
         self._connects = self._disconnects = 0
-        self._reconnects = self._protocol_errors = 0
+        self._reconnects = self._protocol_errors = self._too_large = 0
         for key, value in options.items():
             if key not in _OPTION_NAMES:
                 raise TypeError(
@@ -111,6 +113,7 @@ class Socket(RequestMethods, OptionAttributes):
             setattr(self, key, value)
         self._driver = SocketDriver(core_cls(self._options, raw=raw), self._get_name, lambda: self._engine)
         self.raw = raw
+        self._closing_q: WaitQueue | None = None  # made by the first _await_closed
         _engine.track_socket(self)
         try:
             for url in _as_list(bind):
@@ -257,16 +260,32 @@ class Socket(RequestMethods, OptionAttributes):
         return ep
 
     async def _start_listener(self, ep: Endpoint) -> None:
-        await ep.open_listener()
-        self._add_endpoint(ep)
+        # close() may run while the listener is being opened: it then waits for
+        # this bind to settle (``done``), and the listener is closed here, so no
+        # address outlives close().
+        done = trio.Event()
+        self._driver.feed(self._endpoint_tasks.append, done)  # Closed if closed already
+        try:
+            await ep.open_listener()
+            self._add_endpoint(ep, done)
+        except BaseException:
+            listener = ep._listener
+            if listener is not None:
+                with trio.CancelScope(shield=True):
+                    await listener.aclose()
+            done.set()
+            self._driver.feed(self._endpoint_tasks.remove, done, check_open=False)
+            raise
         self._engine.spawn(self._run_endpoint, ep, ep.run_listener)
 
-    def _add_endpoint(self, ep: Endpoint) -> None:
+    def _add_endpoint(self, ep: Endpoint, done: trio.Event | None = None) -> None:
         def add() -> None:
+            nonlocal done
             self._endpoints.append(ep)
-            done = trio.Event()
+            if done is None:
+                done = trio.Event()
+                self._endpoint_tasks.append(done)
             ep._done = done  # type: ignore[attr-defined]
-            self._endpoint_tasks.append(done)
 
         self._driver.feed(add)
 
@@ -303,7 +322,10 @@ class Socket(RequestMethods, OptionAttributes):
         driver = PipeDriver(self._driver, self.name, conn, pipe, self._engine, self._note_protocol_error)
         try:
             if not self._call_pipe_callbacks(self._added_callbacks, pipe, accept=True):
-                log.debug("%s: pipe %d rejected by on_pipe_added", self.name, pipe.id)
+                log.info(
+                    "%s: pipe %d from %s rejected: an on_pipe_added callback returned False",
+                    self.name, pipe.id, pipe.remote_address or ep.url,
+                )
                 return
             info = PipeInfo(pipe.id, pipe, ep.priority, ep.recv_priority)
             if not self._driver.add_pipe(driver, info, self._options.send_buffer):
@@ -336,6 +358,8 @@ class Socket(RequestMethods, OptionAttributes):
 
     def _note_protocol_error(self, pipe: Pipe | None, exc: BaseException) -> None:
         self._protocol_errors += 1
+        if isinstance(exc, MessageTooLarge):
+            self._too_large += 1
         where = f"pipe {pipe.id} ({pipe.remote_address})" if pipe else "a new connection"
         log.warning("%s: closing %s: %s", self.name, where, exc)
 
@@ -370,6 +394,9 @@ class Socket(RequestMethods, OptionAttributes):
             timeout: seconds to wait for room; ``None`` waits forever; ``0`` never
                 waits. Defaults to the ``send_timeout`` option.
 
+        On REP/RESPONDENT it answers the request the calling thread (or task)
+        last received; on REQ each calling thread (or task) has its own request.
+
         Raises:
             Timeout: no room in time.
             Closed: the socket is closed.
@@ -393,6 +420,8 @@ class Socket(RequestMethods, OptionAttributes):
 
     def recv(self, *, timeout: float | None = _DEFAULT) -> bytes:
         """Receive the next message body.
+
+        On REQ it returns the reply to the calling thread's (or task's) own request.
 
         Args:
             timeout: seconds to wait; ``None`` waits forever, ``0`` never waits.
@@ -439,6 +468,42 @@ class Socket(RequestMethods, OptionAttributes):
             return msg
         timeout = self._timeout(timeout, self._options.recv_timeout)
         return driver.call(driver.recv_attempt, driver.recv_q, timeout, "recv")
+
+    def recv_batch(self, max_messages: int, *, timeout: float | None = _DEFAULT) -> list[bytes]:
+        """Receive up to ``max_messages`` message bodies in one call.
+
+        Waits (as :meth:`recv`) for the first message, then takes whatever else is
+        already queued, up to ``max_messages`` in all, under one lock round and
+        without waiting again. Use it to drain a busy socket cheaply.
+
+        Raises:
+            ValueError: ``max_messages`` < 1. Timeout: nothing arrived in time.
+            Closed: the socket is closed. ProtocolError: the protocol cannot receive.
+        """
+        if max_messages < 1:
+            raise ValueError(f"recv_batch: max_messages must be >= 1, got {max_messages}")
+        out = [self.recv(timeout=timeout)]
+        if max_messages > 1:
+            self._recv_ready(out, max_messages - 1)
+        return out
+
+    async def arecv_batch(self, max_messages: int, *, timeout: float | None = _DEFAULT) -> list[bytes]:
+        """Async :meth:`recv_batch` (trio or asyncio)."""
+        if max_messages < 1:
+            raise ValueError(f"arecv_batch: max_messages must be >= 1, got {max_messages}")
+        out = [await self.arecv(timeout=timeout)]
+        if max_messages > 1:
+            self._recv_ready(out, max_messages - 1)
+        return out
+
+    def _recv_ready(self, out: list[bytes], limit: int) -> None:
+        """Append up to ``limit`` queued bodies to ``out`` without waiting (one round)."""
+        if self._driver.closed:
+            return  # the caller keeps what it already has
+        try:
+            out.extend(self._driver.recv_bodies(limit))
+        except Closed:
+            pass
 
     async def asend(self, data: Any, *, timeout: float | None = _DEFAULT) -> None:
         """Async :meth:`send` (trio or asyncio); a checkpoint: if cancelled, it sends nothing.
@@ -582,6 +647,26 @@ class Socket(RequestMethods, OptionAttributes):
         body = msg.body if msg.body.__class__ is bytes else as_bytes(msg.body)
         await self._asend(body, msg.header if self.raw else b"", timeout)
 
+    async def _await_closed(self) -> None:
+        """Wait (trio or asyncio) until this socket closes; raises :class:`Closed` then.
+
+        Devices watch both of their sockets with it, so a pump blocked on one
+        socket ends when the *other* one closes. ``close`` wakes every wait queue.
+        """
+        driver = self._driver
+
+        def closing_queue() -> WaitQueue:
+            queue = self._closing_q
+            if queue is None:
+                queue = self._closing_q = WaitQueue(_never)
+                driver.queues.append(queue)
+            return queue
+
+        def attempt() -> None:
+            raise WouldBlock
+
+        await driver.acall(attempt, driver.feed(closing_queue), None, "wait for close")
+
     # -- observability -------------------------------------------------------------------
     def stats(self) -> SocketStats:
         """A snapshot of this socket's counters.
@@ -602,6 +687,7 @@ class Socket(RequestMethods, OptionAttributes):
             disconnects=self._disconnects,
             reconnect_attempts=self._reconnects,
             protocol_errors=self._protocol_errors + core.protocol_errors,
+            messages_too_large=self._too_large,
         )
 
     def on_pipe_added(self, callback: Callable[[Pipe], Any]) -> None:
@@ -609,7 +695,9 @@ class Socket(RequestMethods, OptionAttributes):
 
         Args:
             callback: gets the new :class:`Pipe`; returning ``False`` rejects
-                (closes) it. It must not block; exceptions are logged.
+                (closes) it before the protocol sees it, and the rejection is
+                logged at INFO on the ``nanopy`` logger with the pipe's address.
+                It must not block; exceptions are logged.
         """
         self._added_callbacks.append(callback)
 
@@ -715,14 +803,18 @@ class Socket(RequestMethods, OptionAttributes):
     def __enter__(self) -> Socket:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     async def __aenter__(self) -> Socket:
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _never() -> bool:
+    return False
 
 
 _OPTION_NAMES = set()

@@ -21,6 +21,8 @@ class SocketStats:
         disconnects: pipes lost since the socket was created.
         reconnect_attempts: failed dials and handshakes.
         protocol_errors: peers that broke the wire protocol (their pipe was closed).
+        messages_too_large: messages refused for exceeding ``recv_max_size``
+            (each also counts in ``protocol_errors``).
     """
 
     messages_sent: int = 0
@@ -33,3 +35,5 @@ class SocketStats:
     disconnects: int = 0
     reconnect_attempts: int = 0
     protocol_errors: int = 0
+    #: the sender's loss is silent (nanomsg and NNG cannot tell it): this is the trace
+    messages_too_large: int = 0

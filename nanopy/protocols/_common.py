@@ -2,7 +2,7 @@
 
 * :class:`StateTable`: an explicit ``(state, event) -> state`` table; any pair not
   in it is an illegal transition and raises :class:`ProtocolError`.
-* :func:`split_backtrace`: pops the backtrace stack (WIRE.md section 8.1) off a
+* :func:`split_backtrace`: pops the backtrace stack (docs/wire.md section 7.1) off a
   payload -- 32-bit big-endian words, pipe ids with the top bit clear, ending with
   the request/survey id that has the top bit set.
 * :class:`RawVariant`: ``Req0(options, raw=True)`` and friends build the separate
@@ -23,6 +23,7 @@ import enum
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
+from .._callers import PerCaller, current_caller
 from .._core import CLOSE_PIPE, Core, FairQueuing, LoadBalancing, PipeInfo
 from .._errors import ProtocolError
 from .._message import Message
@@ -86,6 +87,8 @@ def split_backtrace(payload: bytes, max_ttl: int) -> tuple[bytes, bytes] | str:
     peer is broken: close its pipe, as NNG does) and TOO_MANY_HOPS when the stack
     holds more than ``max_ttl`` words (drop the message, keep the pipe).
     """
+    if payload.__class__ is not bytes:
+        payload = bytes(payload)  # the header is kept and joined to replies: never a view
     # Fast path: a direct peer sends exactly one word.
     if len(payload) >= 4 and payload[0] & 0x80:
         return payload[:4], payload[4:]
@@ -193,11 +196,12 @@ class BacktraceQueuing(FairQueuing):
 
 
 # -- REP / RESPONDENT -------------------------------------------------------------
-# Classic replier state: a cooked REP (or RESPONDENT) remembers the route of the
-# last request received with recv(); send() answers it. Replies made through
-# Message.reply() carry their own route and bypass this table.
+# Classic replier state, kept per caller (thread, or trio/asyncio task; see
+# nanopy._callers): a cooked REP (or RESPONDENT) remembers the route of the last
+# request each caller received with recv(); that caller's send() answers it.
+# Replies made through Message.reply() carry their own route and bypass this table.
 class ReplierState(enum.StrEnum):
-    """States of a cooked REP/RESPONDENT's classic send/recv pair."""
+    """States of one caller's classic send/recv pair on a cooked REP/RESPONDENT."""
 
     IDLE = "idle"
     PENDING = "pending"
@@ -219,44 +223,65 @@ REPLIER_TABLE = StateTable(
     },
     {
         (ReplierState.IDLE, ReplierEvent.SEND): (
-            "send() without a pending request: call recv() first (or reply via msg.reply())"
+            "send() without a pending request: call recv() first in this thread or task "
+            "(or reply via msg.reply())"
         )
     },
 )
 
 
+def _replier_state(route: tuple[int, bytes] | None) -> ReplierState:
+    return ReplierState.IDLE if route is None else ReplierState.PENDING
+
+
 class Replier(LoadBalancing, BacktraceQueuing):
     """Cooked REP/RESPONDENT: strips and stores backtraces, answers along them.
 
-    Replies never block: a reply for a pipe that is gone or whose send queue is
-    full is dropped and counted (the requester resends), as in nanomsg.
+    Each caller's pending request lives in a :class:`PerCaller` map, so threads
+    and tasks sharing one socket through classic recv()/send() answer their own
+    requests. Replies never block: a reply for a pipe that is gone or whose send
+    queue is full is dropped and counted (the requester resends), as in nanomsg.
     """
 
     def __init__(self, options: Any, raw: bool = False) -> None:
         super().__init__(options, raw)
-        self.state = ReplierState.IDLE
-        self._current: tuple[int, bytes] | None = None
+        self._pending: PerCaller[tuple[int, bytes]] = PerCaller()
+
+    @property
+    def state(self) -> ReplierState:
+        """The calling thread's (task's) classic state: "idle" or "pending"."""
+        return _replier_state(self._pending.get())
 
     def recv(self) -> Message:
         msg: Message = self._fq.pop()
-        self.state = REPLIER_TABLE.step(self.state, ReplierEvent.RECV)
-        self._current = msg._reply_to
+        caller = current_caller()
+        pending = self._pending
+        REPLIER_TABLE.step(_replier_state(pending.get(caller)), ReplierEvent.RECV)
+        pending.set(msg._reply_to, caller)  # type: ignore[arg-type]
         return msg
 
     def send(self, body: bytes, header: bytes = b"") -> None:
-        self.state = REPLIER_TABLE.step(self.state, ReplierEvent.SEND)
-        route, self._current = self._current, None
-        self.reply(route, body)  # type: ignore[arg-type]
+        route = self._pending.pop()
+        REPLIER_TABLE.step(_replier_state(route), ReplierEvent.SEND)  # idle: the friendly ProtocolError
+        assert route is not None
+        pid, stack = route
+        self.send_to(pid, stack + body)
 
     def can_send(self) -> bool:
-        return True  # send never waits: it raises or sends (or drops)
+        # Per caller (the Poller asks from the polling thread). send() never
+        # waits -- it raises or sends (or drops) -- so no waiter depends on this.
+        return self._pending.get() is not None
 
     def reply(self, route: tuple[int, bytes], body: bytes) -> None:
         """Answer the request that came with ``route`` (pipe id, backtrace)."""
-        if route is self._current:
-            # Answered through the message: the classic send has nothing left to do.
-            self._current = None
-            self.state = REPLIER_TABLE.step(self.state, ReplierEvent.ANSWERED)
+        pending = self._pending
+        if len(pending):
+            # Answered through the message: a classic send has nothing left to do.
+            if pending.get() is route:
+                REPLIER_TABLE.step(ReplierState.PENDING, ReplierEvent.ANSWERED)
+                pending.pop()
+            else:
+                pending.discard_value(route)
         pid, header = route
         self.send_to(pid, header + body)
 
