@@ -113,7 +113,8 @@ class SocketDriver:
         self.watchers: list[Any] = []  # blocked polls, woken after any change (nanopy._poller)
         self.id_queues: dict[int, WaitQueue] = {}
         self.timers: Timers | None = None
-        self._wake_fd_value = -1  # eventfd waking a thread that reads a pipe directly
+        self._wake_fd_box = [-1]  # eventfd waking a thread that reads a pipe directly
+        self._direct_users = 0  # threads inside _direct_recv
         self._due: deque[tuple[int, int]] = deque()
         self._lazy_credit = _credit_is_bookkeeping(core)
         # counters (stats)
@@ -471,11 +472,12 @@ class SocketDriver:
 
     # -- direct receive -----------------------------------------------------------------
     def _wake_fd(self) -> int:
-        fd = self._wake_fd_value
-        if fd < 0:
-            fd = self._wake_fd_value = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-            weakref.finalize(self, os.close, fd)
-        return fd
+        """The eventfd that wakes a thread receiving directly (lock held; made once)."""
+        box = self._wake_fd_box
+        if box[0] < 0:
+            box[0] = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+            weakref.finalize(self, _close_fd_box, box)
+        return box[0]
 
     def _direct_recv(self, attempt: Callable[[], T], deadline: float | None) -> T | _Blocked:
         """Receive on the socket's only pipe by reading it from this thread.
@@ -497,8 +499,15 @@ class SocketDriver:
         ):
             return BLOCKED  # (other receivers waiting: the engine shares messages out fairly)
         pipe = pipes[0]
-        wake_fd = self._wake_fd()
+        if not pipe.direct:
+            return BLOCKED
+        with self.lock:
+            if self.closed:
+                raise self.closed_error()
+            wake_fd = self._wake_fd()
+            self._direct_users += 1
         if not pipe.take_role(wake_fd):
+            self._direct_done()
             return BLOCKED
         conn: Any = pipe.conn
         read_lock = pipe.read_lock
@@ -546,6 +555,13 @@ class SocketDriver:
             if state.waiter is not None:
                 self._abandon(self.recv_q, state.waiter)
             pipe.release_role()
+            self._direct_done()
+
+    def _direct_done(self) -> None:
+        with self.lock:
+            self._direct_users -= 1
+            if self.closed and not self._direct_users:
+                _close_fd_box(self._wake_fd_box)  # the last direct receiver of a closed socket
 
     def _direct_round(
         self, state: _DirectState, payloads: list[bytes] | None, attempt: Callable[[], T]
@@ -677,6 +693,8 @@ class SocketDriver:
             for queue in list(self.id_queues.values()):
                 queue.wake_all()
             self.notify_watchers()  # a blocked poll raises Closed
+            if not self._direct_users:
+                _close_fd_box(self._wake_fd_box)
         # Only timer cancellations matter now; pipes are closed by the caller.
         for action in actions:
             if action[0] == CANCEL_TIMER and self.timers is not None:
@@ -693,6 +711,12 @@ class SocketDriver:
 
     def pipe_drivers(self) -> Iterator[PipeDriver]:
         return iter(list(self.pipes.values()))
+
+
+def _close_fd_box(box: list[int]) -> None:
+    fd, box[0] = box[0], -1
+    if fd >= 0:
+        os.close(fd)
 
 
 class _DirectState:

@@ -92,7 +92,9 @@ def any_transport(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
-@pytest.mark.parametrize(("sender", "receiver"), [("push", "pull"), ("pair", "pair"), ("pair1", "pair1"), ("bus", "bus")])
+@pytest.mark.parametrize(
+    ("sender", "receiver"), [("push", "pull"), ("pair", "pair"), ("pair1", "pair1"), ("bus", "bus")]
+)
 def test_one_way_and_symmetric_protocols(
     make_socket: MakeSocket, any_transport: str, sender: str, receiver: str, payload_classes: set[type]
 ) -> None:

@@ -50,7 +50,9 @@ def _recv_all(core: Any) -> list[bytes]:
 
 
 @pytest.mark.parametrize("kind", PAYLOAD_TYPES, ids=lambda k: k.__name__)
-@pytest.mark.parametrize(("sender", "receiver"), [("push", "pull"), ("pair", "pair"), ("pair1", "pair1"), ("bus", "bus")])
+@pytest.mark.parametrize(
+    ("sender", "receiver"), [("push", "pull"), ("pair", "pair"), ("pair1", "pair1"), ("bus", "bus")]
+)
 def test_one_way_cores_take_every_payload_type(sender: str, receiver: str, kind: type) -> None:
     a, b = _core(sender), _core(receiver)
     for body in BODIES:

@@ -54,7 +54,7 @@ def _payload_column(schema: StructType, column: str | None) -> str:
                 f"column {column!r} is {kinds[column].simpleString()}; the nanopy sink sends binary "
                 f"or string columns: cast it first, e.g. .selectExpr(\"cast({column} as string) as payload\")")
         return column
-    found = next((c for c in ("payload", "value", "data") if c in names
+    found: str | None = next((c for c in ("payload", "value", "data") if c in names
                   and isinstance(kinds[c], (BinaryType, StringType))), None)
     if found is None:
         found = next((f.name for f in schema.fields if isinstance(f.dataType, (BinaryType, StringType))), None)
