@@ -319,7 +319,8 @@ class WsConnection(Connection):
             op = frame.opcode
             if op is Opcode.BINARY:
                 if frame.fin:
-                    msgs.append(frame.data)
+                    data = frame.data  # the parser may hand out a bytearray slice
+                    msgs.append(data if data.__class__ is bytes else bytes(data))
                 else:
                     parts.append(frame.data)
             elif op is Opcode.CONT:
