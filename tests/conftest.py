@@ -21,6 +21,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "interop: talks to real peers (pynng, nanocat, nngcat)")
     config.addinivalue_line("markers", "slow: long-running stress tests")
     config.addinivalue_line("markers", "spark: needs a local SparkSession")
+    config.addinivalue_line("markers", "fault: fault-injection and hostile-peer tier")
 
 
 def bind_url(transport: str, tag: str = "t") -> str:

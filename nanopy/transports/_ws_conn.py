@@ -57,6 +57,8 @@ MIN_FRAGMENT_AVERAGE = 1024
 #: PINGs that may arrive while our PONG to an earlier one still waits to be written
 #: (the peer reads nothing); past this the peer is closed
 MAX_UNANSWERED_PINGS = 256
+#: incoming bytes are parsed this many at a time (bounds the frame objects alive at once)
+PARSE_SLICE = 8 * 1024
 #: largest HTTP head (request or response line plus headers) of an upgrade
 MAX_HTTP_HEAD = 64 * 1024
 
@@ -461,13 +463,21 @@ class WsConnection(Connection):
         proto = self._proto
         assert proto is not None
         cut = False
+        msgs: list[bytes] = []
         if data:
-            proto.receive_data(data)
+            # In slices: websockets makes an object per frame, so a read full of
+            # tiny frames would cost ~30x its size at once if parsed in one go.
+            view = memoryview(data)
+            for start in range(0, len(data), PARSE_SLICE):
+                proto.receive_data(view[start : start + PARSE_SLICE])  # type: ignore[arg-type]
+                msgs += self._collect(proto.events_received())
+                if self._error is not None or proto.parser_exc is not None:
+                    break
         else:
             cut = self._mid_message()
             proto.receive_eof()
             self._peer_closed = True
-        msgs = self._collect(proto.events_received())
+            msgs = self._collect(proto.events_received())
         self._owe_pong(proto)
         if self._error is None:
             self._error = self._parser_error(proto, cut)
