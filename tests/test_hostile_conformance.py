@@ -293,3 +293,55 @@ def test_mutual_tls_rejections_are_counted_on_both_sides(tls_scheme: str, client
     wait_until(lambda: pull.stats().protocol_errors >= 2, what="listener counts the rejections")
     wait_until(lambda: push.stats().protocol_errors >= 2, what="dialer counts the rejections")
     assert pull.stats().connects == 0 and push.stats().connects == 0
+
+
+# -- a listener out of file descriptors ----------------------------------------------------------
+FD_LISTENER = r"""
+import logging, resource, sys, nanopy
+logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(message)s")
+pull = nanopy.Socket("pull")
+urls = [pull.bind("tcp://127.0.0.1:0").url, pull.bind("ws://127.0.0.1:0/fd").url]
+import os
+used = len(os.listdir("/proc/self/fd"))
+resource.setrlimit(resource.RLIMIT_NOFILE, (used + 8, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+print(" ".join(urls), flush=True)
+for _ in range(2):
+    print(pull.recv(timeout=20).decode(), flush=True)
+pull.close(linger=0)
+"""
+
+
+@pytest.mark.fault
+def test_listener_out_of_descriptors_backs_off_quietly(make_socket: Any) -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", FD_LISTENER], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        urls = proc.stdout.readline().split()
+        assert len(urls) == 2, proc.stderr.read() if proc.stderr else ""
+        hogs = []
+        for url in urls:  # use up the listener's descriptors on both transports
+            hogs += [socket.create_connection(host_port(url), timeout=5) for _ in range(12)]
+        starved_since = time.monotonic()
+        for hog in hogs:
+            hog.close()
+        for url in urls:
+            push = make_socket("push")
+            push.connect(url)
+            push.send(url.encode(), timeout=10)
+        got = {proc.stdout.readline().strip() for _ in urls}
+        assert got == set(urls)
+        assert time.monotonic() - starved_since < 15
+        proc.wait(10)
+        assert proc.stderr is not None
+        log = proc.stderr.read()
+        assert "WARNING" not in log and "ERROR" not in log, log
+        assert "accept paused" in log  # one INFO per episode, not one per retry
+        assert log.count("accept paused") <= 4, log
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
