@@ -169,6 +169,26 @@ def test_cut_in_the_middle_of_a_frame_counts_alike(
 
 
 @pytest.mark.fault
+@pytest.mark.parametrize("cut", ["fin", "rst"])
+def test_leaving_between_messages_is_not_counted(
+    scheme: str, listener: tuple[nanopy.Socket, str], cut: str, make_socket: Any
+) -> None:
+    pull, url = listener
+    s = connect_and_handshake(scheme, url)
+    s.sendall(message_then_partial_frame(scheme).split(b"first")[0] + b"first")
+    assert pull.recv(timeout=5) == b"first"
+    if cut == "fin":
+        s.shutdown(socket.SHUT_WR)
+        wait_closed(s, 5)
+        s.close()
+    else:
+        reset(s)
+    wait_until(lambda: pull.stats().disconnects == 1, what="pipe closed")
+    good_exchange(pull, url, scheme, make_socket)
+    assert pull.stats().protocol_errors == 0
+
+
+@pytest.mark.fault
 def test_port_probe_is_not_counted(scheme: str, listener: tuple[nanopy.Socket, str], make_socket: Any) -> None:
     pull, url = listener
     for _ in range(3):

@@ -454,8 +454,12 @@ class WsConnection(Connection):
             return self._message is not None
         if proto.reader.buffer:
             return True
-        inner = getattr(proto.parser, "gi_yieldfrom", None)  # at_eof() between frames
-        return inner is not None and getattr(inner, "__name__", "at_eof") != "at_eof"
+        # Between frames the parser waits in the reader's at_eof(); within a frame, in
+        # read_exact(). Find the innermost generator it is suspended in.
+        gen = proto.parser
+        while getattr(gen, "gi_yieldfrom", None) is not None:
+            gen = gen.gi_yieldfrom
+        return getattr(gen, "__name__", "at_eof") != "at_eof"
 
     async def _take(self, data: bytes) -> list[bytes]:
         """Parse ``data`` (``b""``: end of stream); answer PINGs and CLOSEs; return the
