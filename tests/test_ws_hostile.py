@@ -45,7 +45,7 @@ FLOOD_SECONDS = float(os.environ.get("NANOPY_FLOOD_SECONDS", "3"))
 FLOODERS = 3
 #: RSS a hostile connection may add to the listener (the bound is what it may cost
 #: at most; the fix keeps it well under, the old transport grew without limit)
-RSS_BUDGET_PER_CONNECTION = 3 * MIB
+RSS_BUDGET_PER_CONNECTION = 2 * MIB
 
 
 # -- a listener in its own process -----------------------------------------------------

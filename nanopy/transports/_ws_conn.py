@@ -146,6 +146,20 @@ async def read_head(chan: SocketChannel | StreamChannel, what: str) -> tuple[byt
             raise HeadTooLarge(f"{what}: HTTP head over {MAX_HTTP_HEAD} bytes")
 
 
+HTTP_REASONS = {400: "Bad Request", 404: "Not Found", 431: "Request Header Fields Too Large",
+                503: "Service Unavailable"}
+
+
+def http_error(status: int, text: str) -> bytes:
+    """A complete HTTP error response that closes the connection."""
+    body = (text + "\n").encode()
+    head = (
+        f"HTTP/1.1 {status} {HTTP_REASONS.get(status, text)}\r\nConnection: close\r\n"
+        f"Content-Type: text/plain\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
 # -- frames -------------------------------------------------------------------------
 def _header(first: int, size: int, masked: bool) -> bytes:
     bit = 0x80 if masked else 0
@@ -312,6 +326,18 @@ class WsConnection(Connection):
                 f"WebSocket upgrade from {self.remote_address} refused ({response.status_code}): "
                 f"subprotocol {', '.join(offered) or 'none'} offered, {own} required"
             )
+
+    async def refuse(self, status: int, text: str) -> None:
+        """Answer an upgrade that was never accepted with an HTTP error (best effort)."""
+        proto = self._proto
+        if self._client or proto is None or proto.state is not State.CONNECTING:
+            return
+        with trio.move_on_after(CLOSE_TIMEOUT):
+            try:
+                await self._chan.send_all(http_error(status, text))
+                await self._chan.send_eof()
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
 
     # -- writing ------------------------------------------------------------------
     def try_send(self, payload: bytes) -> bool:

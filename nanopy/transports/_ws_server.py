@@ -22,7 +22,16 @@ from .._errors import AddressInUse, RemoteProtocolError
 from ._base import Connection, Listener, PipeContext
 from ._stream import SocketChannel, accept_socket, close_socket
 from ._table import ProcessTable
-from ._ws_conn import MAX_FRAME_LENGTH, HeadTooLarge, SpServerProtocol, WsConnection, read_head, ws_log
+from ._ws_conn import (
+    HTTP_REASONS,
+    MAX_FRAME_LENGTH,
+    HeadTooLarge,
+    SpServerProtocol,
+    WsConnection,
+    http_error,
+    read_head,
+    ws_log,
+)
 from .tcp import bind_tcp_socket, format_host_port, peer_text, set_nodelay
 from .tls import CLOSE_TIMEOUT, StreamChannel, tls_server
 
@@ -160,10 +169,6 @@ class BadRequest(RemoteProtocolError):
         self.http_status = http_status
 
 
-HTTP_REASONS = {400: "Bad Request", 404: "Not Found", 431: "Request Header Fields Too Large",
-                503: "Service Unavailable"}
-
-
 async def _read_request(
     chan: SocketChannel | StreamChannel, proto: ServerProtocol, peer: str
 ) -> tuple[Request, bytes]:
@@ -181,12 +186,7 @@ async def _read_request(
 
 
 async def _answer(chan: SocketChannel | StreamChannel, status: int, text: str) -> None:
-    body = (text + "\n").encode()
-    head = (
-        f"HTTP/1.1 {status} {HTTP_REASONS.get(status, text)}\r\nConnection: close\r\n"
-        f"Content-Type: text/plain\r\nContent-Length: {len(body)}\r\n\r\n"
-    )
-    await chan.send_all(head.encode() + body)
+    await chan.send_all(http_error(status, text))
     await chan.send_eof()
 
 
@@ -260,6 +260,9 @@ class WsListener(Listener):
                     conn = self._recv.receive_nowait()
                 except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                     break
+                if isinstance(conn, WsConnection):
+                    # Routed here while we closed: its path is no longer served.
+                    await conn.refuse(404, "Not Found")
                 await conn.aclose()
             self._recv.close()
 
