@@ -57,8 +57,9 @@ MIN_FRAGMENT_AVERAGE = 1024
 #: PINGs that may arrive while our PONG to an earlier one still waits to be written
 #: (the peer reads nothing); past this the peer is closed
 MAX_UNANSWERED_PINGS = 256
-#: incoming bytes are parsed this many at a time (bounds the frame objects alive at once)
-PARSE_SLICE = 8 * 1024
+#: incoming bytes are parsed this many at a time (one socket read; bounds the frame objects
+#: alive at once when a peer sends a long run of tiny frames)
+PARSE_SLICE = 64 * 1024
 #: largest HTTP head (request or response line plus headers) of an upgrade
 MAX_HTTP_HEAD = 64 * 1024
 
