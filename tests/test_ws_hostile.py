@@ -490,3 +490,20 @@ def test_unknown_path_and_probe_are_not_protocol_errors(make_socket: Any) -> Non
     push.send(b"fine")
     assert pull.recv(timeout=5) == b"fine"
     assert pull.stats().protocol_errors == 0
+
+
+def test_option_changes_reach_a_bound_ws_listener(make_socket: Any) -> None:
+    pull = make_socket("pull", handshake_timeout=10)
+    ep = pull.bind("ws://127.0.0.1:0/opts")
+    pull.handshake_timeout = 0.3
+    pull.recv_max_size = 10
+    port = int(ep.url.rsplit(":", 1)[1].split("/")[0])
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"G")  # a first byte, then silence
+        t0 = time.monotonic()
+        assert s.recv(100) == b""
+        assert time.monotonic() - t0 < 2
+    sock, proto = ws_connect(ep.url, "pull.sp.nanomsg.org")
+    with sock:
+        sock.sendall(masked(0x82, b"x" * 11))
+        assert close_code(sock, proto) == 1009

@@ -228,10 +228,13 @@ class WsListener(Listener):
         self.path = path
         self.url = url
         self.ctx = ctx
-        self._send, self._recv = trio.open_memory_channel[WsConnection](BACKLOG)
+        self._send, self._recv = trio.open_memory_channel[Connection](BACKLOG)
         self._closed = False
 
-    def offer(self, conn: WsConnection) -> bool:
+    def update_context(self, ctx: PipeContext) -> None:
+        self.ctx = ctx  # recv_max_size, handshake_timeout... for requests routed from now on
+
+    def offer(self, conn: Connection) -> bool:
         try:
             self._send.send_nowait(conn)
         except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
