@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/run.py            # default: 3 rounds, ~4-5 minutes
     .venv/bin/python benchmarks/run.py --quick    # 3 short rounds, ~2 minutes
     .venv/bin/python benchmarks/run.py --tests throughput --transports tcp --sizes 64
+    .venv/bin/python benchmarks/run.py --plot chart.png   # also draw the comparison (matplotlib)
 
 Every cell (test x transport x size) is measured for every variant in every
 round, and the variants take turns (their order rotates between rounds), so load
@@ -52,6 +53,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="system/api pairs, e.g. nanopy/sync,pyzmq/sync")
     p.add_argument("--max-rtts", type=int, default=200_000, help="cap on timed round trips per run")
     p.add_argument("--output", default=None, help="JSON output path (default benchmarks/results/...)")
+    p.add_argument("--plot", metavar="FILE.png", default=None,
+                   help="draw nanopy vs pyzmq and pynng per scenario (needs matplotlib: the bench extra)")
     args = p.parse_args(argv)
     if args.warmup is None:
         args.warmup = 0.2 if args.quick else 0.5
@@ -339,9 +342,15 @@ def main(argv: list[str] | None = None) -> int:
     print(render(rows, targets, meta))
     out = args.output or os.path.join(HERE, "results", f"bench-{meta['started'].replace(':', '')}.json")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    result = {"meta": meta, "summary": rows, "targets": targets, "runs": runs}
     with open(out, "w") as f:
-        json.dump({"meta": meta, "summary": rows, "targets": targets, "runs": runs}, f, indent=1, default=str)
+        json.dump(result, f, indent=1, default=str)
     print(f"\nJSON: {out}")
+    if args.plot:
+        import plot
+
+        plot.plot(json.loads(json.dumps(result, default=str)), args.plot)
+        print(f"chart: {args.plot}")
     return 0 if all(r["n"] for r in rows) else 1
 
 

@@ -21,9 +21,16 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import sys
 import tempfile
 import threading
 import time
+
+try:
+    import pyspark  # noqa: F401  (the spark extra)
+except ImportError:
+    sys.exit("This demo needs the spark extra (PySpark 4, pyarrow) and Java 17: "
+             ".venv/bin/pip install '.[spark]'")
 
 import nanopy
 import nanopy.spark

@@ -1,5 +1,7 @@
 """nanopy: pure-Python scalability protocols (nanomsg/NNG wire-compatible) on trio.
 
+::
+
     import nanopy
     with nanopy.Socket("pull", bind="tcp://127.0.0.1:5555") as pull:
         print(pull.recv())
@@ -25,17 +27,18 @@ from ._stats import SocketStats as SocketStats
 
 __version__ = "0.1.0"
 
-PAIR = "pair"
-PAIR1 = "pair1"
-PUB = "pub"
-SUB = "sub"
-REQ = "req"
-REP = "rep"
-PUSH = "push"
-PULL = "pull"
-SURVEYOR = "surveyor"
-RESPONDENT = "respondent"
-BUS = "bus"
+# Protocol names, for nanopy.Socket(nanopy.REQ) and friends (plain strings work too).
+PAIR = "pair"  #: One peer, both directions (pair0).
+PAIR1 = "pair1"  #: One peer, both directions, with a hop count (NNG's pair1).
+PUB = "pub"  #: Sends every message to every subscriber.
+SUB = "sub"  #: Receives the messages that match its subscriptions.
+REQ = "req"  #: Sends requests and receives their replies (resends when unanswered).
+REP = "rep"  #: Receives requests and answers each one.
+PUSH = "push"  #: Hands each message to one puller (load-balanced).
+PULL = "pull"  #: Receives from every pusher (fair-queued).
+SURVEYOR = "surveyor"  #: Asks every respondent and collects answers until a deadline.
+RESPONDENT = "respondent"  #: Answers surveys.
+BUS = "bus"  #: Every message goes to every directly connected peer.
 
 __all__ = [
     "AddressError", "AddressInUse", "BUS", "Closed", "Endpoint", "Message", "MessageTooLarge",

@@ -35,6 +35,15 @@ class BlockingCalls:
                 raise ValueError(f"timeout must be >= 0, got {timeout}")
         return timeout
 
+    def _timed_out(self, what: str) -> Timeout:
+        """The Timeout for ``what``; it says so when no peer was connected to wait for."""
+        if self._pipes:  # type: ignore[attr-defined]
+            return Timeout(f"{self.name}: {what} timed out")
+        return Timeout(
+            f"{self.name}: {what} timed out: no peer connected "
+            "(check that a peer is running at the connected address, or connected to the bound one)"
+        )
+
     def _attempt(self, attempt: Callable[[], Any], park: Callable[[], Any]) -> tuple[Any, Any]:
         """One try of ``attempt`` under the lock.
 
@@ -71,7 +80,7 @@ class BlockingCalls:
             if result is not BLOCKED:
                 return result
             if waiter is None:
-                raise Timeout(f"{self.name}: {what} timed out")
+                raise self._timed_out(what)
             if self._engine_obj is not None and self._engine_obj.in_engine_thread():
                 self._abandon(queue, waiter)
                 raise RuntimeError(
@@ -89,7 +98,7 @@ class BlockingCalls:
                 result, _ = self._attempt(attempt, no_park)
                 if result is not BLOCKED:
                     return result
-                raise Timeout(f"{self.name}: {what} timed out")
+                raise self._timed_out(what)
 
     def _try_now(self, attempt: Callable[[], Any]) -> Any:
         """Async fast path: run ``attempt`` once; None if it would block.
@@ -119,7 +128,7 @@ class BlockingCalls:
             if result is not BLOCKED:
                 return result
             if waiter is None:
-                raise Timeout(f"{self.name}: {what} timed out")
+                raise self._timed_out(what)
             try:
                 woken = await waiter.wait(None if deadline is None else deadline - time.monotonic())
             except BaseException:
@@ -127,7 +136,7 @@ class BlockingCalls:
                 raise
             if not woken:
                 self._abandon(queue, waiter)
-                raise Timeout(f"{self.name}: {what} timed out")
+                raise self._timed_out(what)
 
 
 BLOCKED: Any = object()  # _attempt's "would block" marker

@@ -62,7 +62,7 @@ class Core:
     """Base class of protocol cores. Subclasses set the identity attributes.
 
     Attributes:
-        protocol_id, peer_id: SP protocol numbers (WIRE.md section 2).
+        protocol_id, peer_id: SP protocol numbers (docs/wire.md section 2).
         name, peer_name: protocol names (also the WebSocket subprotocol stems).
         can_send_ok, can_recv_ok: whether the protocol sends/receives at all.
     """
@@ -378,7 +378,8 @@ class Distributing(Core):
 class FairQueuing(Core):
     """Receive side: :class:`Message` objects queued per pipe in a :class:`FairQueue` (``_fq``).
 
-    A gone pipe's unread messages are discarded. Subclasses fill the queue in
+    A gone pipe's unread messages stay readable (:meth:`Core.retire_pipe`): what
+    arrived before a sender closed is delivered. Subclasses fill the queue in
     ``messages_received``; list this mixin last among a core's bases.
     """
 
@@ -393,8 +394,8 @@ class FairQueuing(Core):
         self._fq.add(pipe.id, pipe.recv_priority)
 
     def remove_pipe(self, pid: int) -> None:
-        super().remove_pipe(pid)
-        self._fq.remove(pid)
+        # Core's part too: the PipeInfo stays while its messages are unread.
+        self.retire_pipe(pid, self._fq)
 
     def recv(self) -> Message:
         return self._fq.pop()
@@ -407,12 +408,8 @@ class BodyQueuing(FairQueuing):
     """Receive side for headerless protocols: raw payloads are queued as they came.
 
     A :class:`Message` is built only when the user asks for one (``recv_body``
-    skips it). Messages from a gone pipe stay readable (:meth:`Core.retire_pipe`).
+    skips it). Messages from a gone pipe stay readable, as in :class:`FairQueuing`.
     """
-
-    def remove_pipe(self, pid: int) -> None:
-        # Core's part too: the PipeInfo stays while its messages are unread.
-        self.retire_pipe(pid, self._fq)
 
     def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
         return self._fq.push(pid, payloads)

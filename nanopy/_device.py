@@ -8,14 +8,18 @@ way back, raw PAIR1 adds a hop, raw BUS skips the pipe a message came from.
 Loops are broken by ``max_ttl`` (REQ/REP, SURVEY, PAIR1), never by the device.
 
 The pumps are tasks: ``adevice`` runs them in the caller's trio or asyncio loop;
-``device`` runs them in nanopy's engine loop and blocks the calling thread. When
-either socket closes, the other pump is cancelled (losslessly: a cancelled
-receive takes nothing) and the call returns.
+``device`` runs them in nanopy's engine loop and blocks the calling thread. Beside
+the pumps, one watcher per socket waits for that socket to close: a pump blocked
+receiving from one socket never notices the *other* closing (a SUB -> PUB
+forwarder has no reverse pump at all), so the watcher ends the device. Then every
+pump is cancelled (losslessly: a cancelled receive takes nothing) and the call
+returns.
 """
 
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import trio
 
@@ -57,21 +61,35 @@ async def _pump(src: Socket, dst: Socket) -> None:
         return
 
 
+async def _watch(sock: Socket) -> None:
+    """Return once ``sock`` closes."""
+    try:
+        await sock._await_closed()
+    except Closed:
+        return
+
+
+def _parts(pumps: list[tuple[Socket, Socket]]) -> list[tuple[Any, ...]]:
+    """The device's tasks as (async function, args...): its pumps and a close watcher per socket."""
+    sockets = {id(s): s for pair in pumps for s in pair}
+    return [(_pump, src, dst) for src, dst in pumps] + [(_watch, s) for s in sockets.values()]
+
+
 async def _run_trio(pumps: list[tuple[Socket, Socket]]) -> None:
     async with trio.open_nursery() as nursery:
 
-        async def one(src: Socket, dst: Socket) -> None:
-            await _pump(src, dst)
+        async def one(fn: Any, *args: Any) -> None:
+            await fn(*args)
             nursery.cancel_scope.cancel()  # one side closed: the device is over
 
-        for src, dst in pumps:
-            nursery.start_soon(one, src, dst)
+        for part in _parts(pumps):
+            nursery.start_soon(one, *part)
 
 
 async def _run_asyncio(pumps: list[tuple[Socket, Socket]]) -> None:
     import asyncio
 
-    tasks = [asyncio.ensure_future(_pump(src, dst)) for src, dst in pumps]
+    tasks = [asyncio.ensure_future(fn(*args)) for fn, *args in _parts(pumps)]
     try:
         done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
@@ -85,8 +103,13 @@ async def _run_asyncio(pumps: list[tuple[Socket, Socket]]) -> None:
 async def adevice(a: Socket, b: Socket) -> None:
     """Forward between raw sockets ``a`` and ``b`` in the current trio or asyncio loop.
 
-    Returns when either socket closes. Pass the same socket twice for a one-socket
+    Returns within moments of either socket closing, whichever direction is
+    blocked. Pass the same socket twice for a one-socket
     device (e.g. a raw BUS relaying between its own peers).
+
+    Args:
+        a: a raw socket.
+        b: a raw socket of the peer protocol (or ``a`` itself).
 
     Raises:
         ValueError: a socket is not raw, or the two protocols are not peers.
@@ -102,6 +125,10 @@ async def adevice(a: Socket, b: Socket) -> None:
 
 def device(a: Socket, b: Socket) -> None:
     """Forward between raw sockets ``a`` and ``b``, blocking until either closes.
+
+    Args:
+        a: a raw socket.
+        b: a raw socket of the peer protocol (or ``a`` itself).
 
     Example: a tcp front end for REP servers on ipc::
 

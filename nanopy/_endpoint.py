@@ -98,6 +98,7 @@ class Endpoint:
 
     @property
     def closed(self) -> bool:
+        """True once :meth:`close` ran."""
         return self._closed
 
     def close(self) -> None:
@@ -121,12 +122,17 @@ class Endpoint:
 
     # -- engine side -----------------------------------------------------------
     async def open_listener(self) -> str:
-        """Bind (run in the engine by ``Socket.bind``); returns the real URL."""
+        """Engine side: bind (run in the engine by ``Socket.bind``).
+
+        Returns:
+            The bound URL, with the real port.
+        """
         self._listener = await self.transport.listen(self.url, self._context())
         self.url = self._listener.url
         return self.url
 
     async def run_listener(self) -> None:
+        """Engine side: accept connections until closed (started by ``Socket.bind``)."""
         listener = self._listener
         assert listener is not None
         try:
@@ -144,6 +150,7 @@ class Endpoint:
                 await listener.aclose()
 
     async def run_dialer(self) -> None:
+        """Engine side: dial, run the pipe, back off and dial again until closed."""
         opts = self.socket._options
         delay = opts.reconnect_interval
         with self._scope:

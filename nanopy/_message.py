@@ -63,12 +63,32 @@ class Message:
         return f"<nanopy.Message {body!r} header={self.header!r} pipe={self.pipe!r}>"
 
     def reply(self, data: Any, *, timeout: float | None = None) -> None:
-        """Answer this message (REP/RESPONDENT): routed back to the requester."""
+        """Answer this message (REP/RESPONDENT): routed back to the requester.
+
+        Never blocks: a reply whose pipe is gone or full is dropped (counted), and
+        the requester's resend recovers, as in nanomsg.
+
+        Args:
+            data: the reply body (bytes-like).
+            timeout: accepted for symmetry with ``send``; a reply never waits.
+
+        Raises:
+            ProtocolError: the message did not come from a cooked REP or RESPONDENT.
+            Closed: the socket is closed.
+        """
         sock, token = self._replier()
         sock._reply(token, data, timeout)
 
     async def areply(self, data: Any) -> None:
-        """Async form of :meth:`reply`."""
+        """Async form of :meth:`reply`.
+
+        Args:
+            data: the reply body (bytes-like).
+
+        Raises:
+            ProtocolError: the message did not come from a cooked REP or RESPONDENT.
+            Closed: the socket is closed.
+        """
         sock, token = self._replier()
         await sock._areply(token, data)
 

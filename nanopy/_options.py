@@ -1,76 +1,203 @@
-"""Typed, validated socket options.
+"""Typed, validated socket options, described by one table.
 
-Options are plain attributes on :class:`nanopy.Socket` backed by descriptors, so
-``sock.recv_timeout = 2.0`` validates at once (``TypeError``/``ValueError``) and the
-protocol cores read the current value from the same :class:`Options` object.
+:data:`OPTION_TABLE` is the single source of truth: each :class:`OptionSpec` gives
+an option's name, type, default, unit, the protocols it matters to and what it
+does. From it come the attribute descriptors on :class:`nanopy.Socket` (so
+``sock.recv_timeout = 2.0`` validates at once with ``TypeError``/``ValueError``
+whose message names the option and its unit), the "Options" section of the
+Socket docstring, and the option table in ``docs/api.md`` (a test compares them).
+The protocol cores read the current values from the same :class:`Options` object.
 """
 
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
 MiB = 1 << 20
 
-
-def _number(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
-    if math.isnan(value):
-        raise ValueError(f"{name} must not be NaN")
-    return float(value)
+Validator = Callable[["OptionSpec", Any], Any]
 
 
-def seconds(*, allow_none: bool = False, minimum: float = 0.0, positive: bool = False) -> Callable[[str, Any], Any]:
-    def check(name: str, value: Any) -> float | None:
+@dataclass(frozen=True)
+class OptionSpec:
+    """One socket option: what a user may set, and how it is checked."""
+
+    name: str
+    type: str  # as written in a signature: "float | None", "int", ...
+    default: Any
+    unit: str  # "seconds", "messages per pipe", "bytes", ... ("" = none)
+    protocols: str  # "all", or the protocols that read it
+    doc: str
+    validate: Validator
+
+    def check(self, value: Any) -> Any:
+        """The validated value, or ``TypeError``/``ValueError`` naming this option."""
+        return self.validate(self, value)
+
+    @property
+    def default_text(self) -> str:
+        if self.name == "name":
+            return "the protocol name"
+        if self.default is None:
+            return "None"
+        if self.default == MiB and self.unit == "bytes":
+            return "1048576 (1 MiB)"
+        return repr(self.default)
+
+
+# -- validators: each gets the spec, so its messages name the option and its unit ------
+
+
+def _type_error(spec: OptionSpec, value: Any, expected: str) -> TypeError:
+    return TypeError(f"{spec.name} must be {expected}, not {type(value).__name__} ({spec.doc})")
+
+
+def seconds(*, allow_none: bool = False, positive: bool = False) -> Validator:
+    """A duration in seconds: a non-negative int or float (optionally None, or > 0)."""
+
+    def check(spec: OptionSpec, value: Any) -> float | None:
         if value is None:
             if allow_none:
                 return None
-            raise TypeError(f"{name} must be a number of seconds (None is not allowed)")
-        v = _number(name, value)
-        if v < minimum or (positive and v <= 0):
-            bound = "greater than 0" if positive else f"at least {minimum}"
-            raise ValueError(f"{name} must be {bound}, got {value!r}")
-        return v
+            raise TypeError(f"{spec.name} must be a number of seconds; None is not allowed ({spec.doc})")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _type_error(spec, value, "a number of seconds")
+        if math.isnan(value):
+            raise ValueError(f"{spec.name} must be a number of seconds, not NaN")
+        if value < 0 or (positive and value <= 0):
+            bound = "greater than 0" if positive else "at least 0"
+            raise ValueError(f"{spec.name} must be {bound} seconds, got {value!r}")
+        return float(value)
 
     return check
 
 
-def integer(lo: int, hi: int | None = None) -> Callable[[str, Any], int]:
-    def check(name: str, value: Any) -> int:
+def integer(lo: int, hi: int | None = None) -> Validator:
+    """An int in ``lo..hi`` (no upper bound when ``hi`` is None), in the spec's unit."""
+
+    def check(spec: OptionSpec, value: Any) -> int:
+        unit = f" ({spec.unit})" if spec.unit else ""
         if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+            raise _type_error(spec, value, f"an int{unit}")
         if value < lo or (hi is not None and value > hi):
-            rng = f"{lo}..{hi}" if hi is not None else f">= {lo}"
-            raise ValueError(f"{name} must be in {rng}, got {value}")
+            rng = f"in {lo}..{hi}" if hi is not None else f"at least {lo}"
+            raise ValueError(f"{spec.name} must be {rng}{unit}, got {value}")
         return value
 
     return check
 
 
-def boolean(name: str, value: Any) -> bool:
+def boolean(spec: OptionSpec, value: Any) -> bool:
     if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False, not {type(value).__name__}")
+        raise _type_error(spec, value, "True or False")
     return value
 
 
-def text(name: str, value: Any) -> str:
+def text(spec: OptionSpec, value: Any) -> str:
     if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+        raise _type_error(spec, value, "a str")
     return value
+
+
+# -- the table ------------------------------------------------------------------------
+
+_SENDERS = "all that send"
+_RECEIVERS = "all that receive"
+
+OPTION_TABLE: tuple[OptionSpec, ...] = (
+    OptionSpec("send_timeout", "float | None", None, "seconds", _SENDERS,
+               "how long send() may block; None waits forever, 0 never waits",
+               seconds(allow_none=True)),
+    OptionSpec("recv_timeout", "float | None", None, "seconds", _RECEIVERS,
+               "how long recv() may block; None waits forever, 0 never waits",
+               seconds(allow_none=True)),
+    OptionSpec("send_buffer", "int", 1024, "messages per pipe", _SENDERS,
+               "messages queued for each pipe; send() blocks when every pipe it may use is full "
+               "(PUB drops for that pipe instead)",
+               integer(1, 1 << 24)),
+    OptionSpec("recv_buffer", "int", 1024, "messages per pipe", _RECEIVERS,
+               "messages held for each pipe before nanopy stops reading it (back-pressure); "
+               "SUB never stops reading and drops that pipe's oldest message instead; "
+               "SURVEYOR keeps at most this many answers per survey",
+               integer(1, 1 << 24)),
+    OptionSpec("reconnect_interval", "float", 0.1, "seconds", "all",
+               "first delay before a connect() retries; doubles (jittered) after each failure",
+               seconds(positive=True)),
+    OptionSpec("reconnect_interval_max", "float", 5.0, "seconds", "all",
+               "the largest delay between reconnect attempts",
+               seconds(positive=True)),
+    OptionSpec("recv_max_size", "int", MiB, "bytes", "all",
+               "largest message accepted from a wire; a bigger one closes its pipe; 0 = no limit",
+               integer(0)),
+    OptionSpec("linger", "float", 1.0, "seconds", "all",
+               "how long close() waits for queued sends to be written",
+               seconds()),
+    OptionSpec("resend_interval", "float | None", 60.0, "seconds", "req",
+               "a request not answered in this time is sent again; None never resends",
+               seconds(allow_none=True, positive=True)),
+    OptionSpec("survey_deadline", "float", 1.0, "seconds", "surveyor",
+               "how long a survey collects answers",
+               seconds(positive=True)),
+    OptionSpec("max_ttl", "int", 8, "hops", "rep, respondent, pair1",
+               "messages that crossed more devices than this are dropped (loop guard)",
+               integer(1, 255)),
+    OptionSpec("handshake_timeout", "float", 10.0, "seconds", "all",
+               "time a new connection gets to finish its SP handshake",
+               seconds(positive=True)),
+    OptionSpec("tcp_nodelay", "bool", True, "", "all",
+               "disable Nagle's algorithm on tcp (and tls+tcp, ws) pipes",
+               boolean),
+    OptionSpec("name", "str", None, "", "all",
+               "a label for this socket in stats, logs and error messages",
+               text),
+)
+
+OPTIONS_BY_NAME: dict[str, OptionSpec] = {spec.name: spec for spec in OPTION_TABLE}
+
+
+def option_rows() -> list[tuple[str, str, str, str, str, str]]:
+    """The table as text rows: name, type, default, unit, protocols, meaning."""
+    return [(s.name, s.type, s.default_text, s.unit or "-", s.protocols, s.doc) for s in OPTION_TABLE]
+
+
+def markdown_table() -> str:
+    """The option table in Markdown, as ``docs/api.md`` shows it."""
+    lines = ["| option | type | default | unit | protocols | meaning |", "|---|---|---|---|---|---|"]
+    for name, typ, default, unit, protocols, doc in option_rows():
+        typ = typ.replace("|", "\\|")  # a bare | would end the table cell
+        lines.append(f"| `{name}` | `{typ}` | {default} | {unit} | {protocols} | {doc} |")
+    return "\n".join(lines)
+
+
+def docstring_section() -> str:
+    """The "Options" part of the Socket docstring (Google style, read by Sphinx napoleon)."""
+    lines = ["Options:"]
+    for spec in OPTION_TABLE:
+        unit = f", {spec.unit}" if spec.unit else ""
+        lines.append(f"    {spec.name} ({spec.type}, default {spec.default_text}{unit}; {spec.protocols}):")
+        lines += textwrap.wrap(f"{spec.doc[0].upper()}{spec.doc[1:]}.", 80,
+                               initial_indent=" " * 8, subsequent_indent=" " * 8)
+    return "\n".join(lines)
+
+
+# -- runtime ----------------------------------------------------------------------------
 
 
 class Option(Generic[T]):
     """A descriptor for one validated option stored on ``obj._options``."""
 
-    def __init__(self, default: Any, validate: Callable[[str, Any], Any], doc: str = "") -> None:
-        self.default = default
-        self.validate = validate
-        self.__doc__ = doc
-        self.name = ""
+    def __init__(self, spec: OptionSpec) -> None:
+        self.spec = spec
+        self.name = spec.name
+        unit = f", {spec.unit}" if spec.unit else ""
+        self.__doc__ = (f"{spec.doc[0].upper()}{spec.doc[1:]} "
+                        f"({spec.type}, default {spec.default_text}{unit}; {spec.protocols}).")
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
@@ -81,12 +208,16 @@ class Option(Generic[T]):
         return getattr(obj._options, self.name)
 
     def __set__(self, obj: Any, value: Any) -> None:
-        setattr(obj._options, self.name, self.validate(self.name, value))
+        setattr(obj._options, self.name, self.spec.check(value))
         obj._option_changed(self.name)
 
 
-class Options:
-    """The current option values of one socket (read by cores and the engine)."""
+class OptionAttributes:
+    """The options' types, for type checkers and readers (tests keep them equal to the table).
+
+    :class:`nanopy.Socket` inherits these declarations; at run time each name is an
+    :class:`Option` descriptor made from :data:`OPTION_TABLE`.
+    """
 
     send_timeout: float | None
     recv_timeout: float | None
@@ -104,36 +235,24 @@ class Options:
     name: str
 
 
-# name -> (default, validator, doc). The single source of truth for socket options.
-SOCKET_OPTIONS: dict[str, tuple[Any, Callable[[str, Any], Any], str]] = {
-    "send_timeout": (None, seconds(allow_none=True), "seconds a send may block; None = forever, 0 = never"),
-    "recv_timeout": (None, seconds(allow_none=True), "seconds a recv may block; None = forever, 0 = never"),
-    "send_buffer": (1024, integer(1, 1 << 24), "messages queued per pipe before send blocks"),
-    "recv_buffer": (1024, integer(1, 1 << 24), "messages held per pipe before reading pauses"),
-    "reconnect_interval": (0.1, seconds(positive=True), "first reconnect delay (doubles, jittered)"),
-    "reconnect_interval_max": (5.0, seconds(positive=True), "largest reconnect delay"),
-    "recv_max_size": (MiB, integer(0), "largest accepted message in bytes; 0 = no limit"),
-    "linger": (1.0, seconds(), "seconds close() waits to flush queued sends"),
-    "resend_interval": (60.0, seconds(allow_none=True, positive=True), "REQ: seconds before a resend"),
-    "survey_deadline": (1.0, seconds(positive=True), "SURVEYOR: seconds a survey collects answers"),
-    "max_ttl": (8, integer(1, 255), "hop limit through devices"),
-    "handshake_timeout": (10.0, seconds(positive=True), "seconds allowed for the SP handshake"),
-    "tcp_nodelay": (True, boolean, "disable Nagle's algorithm on tcp pipes"),
-    "name": (None, text, "label used in stats, logs and errors"),
-}
+class Options(OptionAttributes):
+    """The current option values of one socket (read by cores and the engine)."""
 
 
 def new_options(protocol_name: str) -> Options:
     opts = Options()
-    for key, (default, _, _) in SOCKET_OPTIONS.items():
-        setattr(opts, key, default)
+    for spec in OPTION_TABLE:
+        setattr(opts, spec.name, spec.default)
     opts.name = protocol_name
     return opts
 
 
 def make_descriptors() -> dict[str, Option[Any]]:
-    return {key: Option(default, check, doc) for key, (default, check, doc) in SOCKET_OPTIONS.items()}
+    return {spec.name: Option(spec) for spec in OPTION_TABLE}
 
 
 def validate_priority(name: str, value: Any) -> int:
-    return integer(1, 16)(name, value)
+    """An endpoint's ``priority``/``recv_priority``: an int in 1..16 (1 = highest)."""
+    spec = OptionSpec(name, "int", 8, "1 = highest", "all", "1 (highest) .. 16 (lowest)", integer(1, 16))
+    result: int = spec.check(value)
+    return result

@@ -173,6 +173,10 @@ class PipeDriver:
         pid = self.pid
         while True:
             payloads = await conn.receive()
+            if payloads and payloads[0].__class__ is not bytes:
+                # A plug-in transport broke the payload contract (Connection.receive):
+                # cores get bytes, never a buffer that may change or cannot be hashed.
+                payloads = [bytes(p) for p in payloads]
             if not deliver(pid, payloads):
                 # The core's queue for this pipe is full: wait until it drains.
                 with self.lock:

@@ -105,7 +105,13 @@ class RadixTree:
         return self.count(topic) > 0
 
     def match(self, message: bytes) -> bool:
-        """True if some topic in the tree is a prefix of ``message``."""
+        """True if some topic in the tree is a prefix of ``message``.
+
+        ``message`` may be any bytes-like object (a transport hands ``bytes``; a
+        ``bytearray`` or ``memoryview`` is matched the same way, never an error).
+        """
+        if message.__class__ is not bytes:
+            message = bytes(message)
         short = self._short
         if short and (b"" in short or message[:1] in short):
             return True
@@ -131,6 +137,7 @@ class RadixTree:
 
     def count(self, topic: bytes) -> int:
         """How many times ``topic`` is currently subscribed (0 if not at all)."""
+        topic = bytes(topic)
         if len(topic) < 2:
             return self._short.get(topic, 0)
         child = self._root.get(topic[0] << 8 | topic[1])
@@ -175,6 +182,7 @@ class RadixTree:
     # -- updates ---------------------------------------------------------------------
     def add(self, topic: bytes) -> bool:
         """Subscribe ``topic`` once more; True if it was not subscribed before."""
+        topic = bytes(topic)  # stored and hashed: never a mutable buffer
         self._total += 1
         end = len(topic)
         if end < 2:
@@ -241,6 +249,7 @@ class RadixTree:
         Raises:
             KeyError: ``topic`` is not subscribed.
         """
+        topic = bytes(topic)
         end = len(topic)
         if end < 2:
             n = self._short.get(topic, 0)

@@ -120,7 +120,16 @@ class Registry:
                 ) from exc
         else:
             module, _, attr = target.partition(":")
-            obj = getattr(importlib.import_module(module), attr)
+            try:
+                obj = getattr(importlib.import_module(module), attr)
+            except ModuleNotFoundError as exc:
+                extra = OPTIONAL_EXTRAS.get(name)
+                if extra is None or not exc.name or exc.name.startswith("nanopy"):
+                    raise
+                raise self._error(
+                    f"the {name!r} {self.kind} needs the optional package {exc.name!r}: "
+                    f"pip install 'nanopy[{extra}]'"
+                ) from exc
         try:
             return self._validate(name, obj)
         except Exception as exc:
@@ -204,6 +213,9 @@ BUILTIN_TRANSPORTS = {
     "wss": "nanopy.transports.ws:secure_transport",
     "tls+tcp": "nanopy.transports.tls:transport",
 }
+
+# Built-ins that need an optional dependency: name -> the nanopy extra that installs it.
+OPTIONAL_EXTRAS = {"ws": "ws", "wss": "ws"}
 
 protocols = Registry("nanopy.protocols", "protocol", BUILTIN_PROTOCOLS, _validate_protocol, _protocol_error)
 transports = Registry("nanopy.transports", "transport", BUILTIN_TRANSPORTS, _validate_transport, _address_error)

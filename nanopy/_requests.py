@@ -115,11 +115,17 @@ class RequestMethods:
         every ``resend_interval`` and at once when its pipe dies, until answered.
 
         Args:
+            data: the request body (bytes-like).
             timeout: seconds for the whole round trip; defaults to ``recv_timeout``.
+
+        Returns:
+            The reply body.
 
         Raises:
             Timeout: no reply in time (the request is abandoned; a late reply is
-                dropped). Closed: the socket closed. ProtocolError: not a cooked REQ.
+                dropped).
+            Closed: the socket closed.
+            ProtocolError: not a cooked REQ.
         """
         if data.__class__ is not bytes:
             data = as_bytes(data)
@@ -132,7 +138,20 @@ class RequestMethods:
             raise
 
     async def arequest(self, data: Any, *, timeout: float | None = DEFAULT) -> bytes:
-        """Async :meth:`request` (trio or asyncio); cancelling it abandons the request."""
+        """Async :meth:`request` (trio or asyncio); cancelling it abandons the request.
+
+        Args:
+            data: the request body (bytes-like).
+            timeout: seconds for the whole round trip; defaults to ``recv_timeout``.
+
+        Returns:
+            The reply body.
+
+        Raises:
+            Timeout: no reply in time.
+            Closed: the socket closed.
+            ProtocolError: not a cooked REQ.
+        """
         data = as_bytes(data)
         timeout = self._timeout(timeout, self._options.recv_timeout)
         rid, queue = self._start_request(data)
@@ -207,6 +226,16 @@ class RequestMethods:
 
         The iterator ends ``survey_deadline`` seconds after the call, or as soon
         as a newer survey starts on this socket. Late answers are dropped.
+
+        Args:
+            data: the survey body (bytes-like).
+
+        Returns:
+            An iterator over the answer bodies.
+
+        Raises:
+            ProtocolError: not a cooked SURVEYOR.
+            Closed: the socket is closed.
         """
         sid, queue = self._start_survey(data)
         return self._answers(sid, queue)
@@ -226,6 +255,16 @@ class RequestMethods:
         """Async :meth:`survey`: ``async for answer in sock.asurvey(b"?")``.
 
         The survey is sent when ``asurvey`` is called.
+
+        Args:
+            data: the survey body (bytes-like).
+
+        Returns:
+            An async iterator over the answer bodies.
+
+        Raises:
+            ProtocolError: not a cooked SURVEYOR.
+            Closed: the socket is closed.
         """
         sid, queue = self._start_survey(data)
         return self._aanswers(sid, queue)

@@ -32,9 +32,9 @@ from ._core import (
     PipeInfo,
 )
 from ._endpoint import Endpoint
-from ._errors import AddressError, Closed, ProtocolError, WouldBlock
+from ._errors import AddressError, Closed, MessageTooLarge, ProtocolError, WouldBlock
 from ._message import Message, Pipe
-from ._options import make_descriptors, new_options, validate_priority
+from ._options import OptionAttributes, docstring_section, make_descriptors, new_options, validate_priority
 from ._pipe import PipeDriver
 from ._registry import protocols as _protocols
 from ._registry import transports as _transports
@@ -66,15 +66,22 @@ def _as_list(value: str | Iterable[str] | None) -> list[str]:
     return list(value)
 
 
-class Socket(BlockingCalls, RequestMethods):
+class Socket(BlockingCalls, RequestMethods, OptionAttributes):
     """A scalability-protocols socket.
 
     Args:
         protocol: a protocol name (``"req"``, ``nanopy.PUSH``, ...), looked up in the
             protocol registry.
         raw: raw mode (headers exposed, no protocol state machine), for devices.
-        bind, connect: a URL or a list of URLs to bind/connect at once.
-        **options: any socket option (see the attributes), validated at once.
+        bind: a URL or a list of URLs to bind at once (see :meth:`bind`).
+        connect: a URL or a list of URLs to connect to at once (see :meth:`connect`).
+        **options: any socket option below, validated at once; each is also an
+            attribute that may be read and set at any time.
+
+    Raises:
+        ValueError: unknown protocol name.
+        TypeError: an unknown option, or an option of the wrong type.
+        AddressError, AddressInUse: a ``bind``/``connect`` URL was refused.
 
     Any thread may call any method at any time; ``asend``/``arecv`` and friends
     work from trio and asyncio tasks.
@@ -110,7 +117,7 @@ class Socket(BlockingCalls, RequestMethods):
         # counters (stats)
         self._sent = self._received = self._bytes_sent = self._bytes_received = 0
         self._dropped = self._connects = self._disconnects = 0
-        self._reconnects = self._protocol_errors = 0
+        self._reconnects = self._protocol_errors = self._too_large = 0
         for key, value in options.items():
             if key not in _OPTION_NAMES:
                 raise TypeError(
@@ -124,6 +131,7 @@ class Socket(BlockingCalls, RequestMethods):
         self._send_q = WaitQueue(self._core.can_send)
         self._recv_q = WaitQueue(self._core.can_recv)
         self._wait_queues: list[WaitQueue] = [self._send_q, self._recv_q]
+        self._closing_q: WaitQueue | None = None  # made by the first _await_closed
         _engine.track_socket(self)
         try:
             for url in _as_list(bind):
@@ -214,36 +222,81 @@ class Socket(BlockingCalls, RequestMethods):
         return Endpoint(self, url, transport, dialer, priority, recv_priority, options)
 
     def bind(self, url: str, **options: Any) -> Endpoint:
-        """Listen on ``url``; returns once listening (``ep.url`` has the real port).
+        """Listen on ``url``; returns once listening.
+
+        Args:
+            url: ``scheme://address``, e.g. ``tcp://127.0.0.1:0`` (port 0: any free port).
+            **options: endpoint options: ``priority``, ``recv_priority`` (1 = highest
+                .. 16, default 8) and what the transport accepts (``ssl_context``).
+
+        Returns:
+            The :class:`Endpoint`; ``ep.url`` has the real port.
 
         Raises:
             AddressInUse: the address is taken.
             AddressError: unknown scheme or malformed URL.
+            TypeError: an unknown endpoint option.
+            Closed: the socket is closed.
         """
         ep = self._make_endpoint(url, False, options)
         self._engine.run(self._start_listener, ep)
         return ep
 
     def connect(self, url: str, **options: Any) -> Endpoint:
-        """Connect to ``url`` in the background, retrying with back-off; returns at once."""
+        """Connect to ``url`` in the background, retrying with back-off; returns at once.
+
+        An absent peer is not an error: the dialer retries every
+        ``reconnect_interval`` (doubling up to ``reconnect_interval_max``).
+
+        Args:
+            url: ``scheme://address`` of the peer.
+            **options: endpoint options, as for :meth:`bind`.
+
+        Returns:
+            The :class:`Endpoint`; ``ep.close()`` stops this connection only.
+
+        Raises:
+            AddressError: unknown scheme or malformed URL.
+            TypeError: an unknown endpoint option.
+            Closed: the socket is closed.
+        """
         ep = self._make_endpoint(url, True, options)
         self._add_endpoint(ep)
         self._engine.spawn(self._run_endpoint, ep, ep.run_dialer)
         return ep
 
     async def _start_listener(self, ep: Endpoint) -> None:
-        await ep.open_listener()
-        self._add_endpoint(ep)
+        # close() may run while the listener is being opened: it then waits for
+        # this bind to settle (``done``), and the listener is closed here, so no
+        # address outlives close().
+        done = trio.Event()
+        with self._lock:
+            if self._closed:
+                raise self._closed_error()
+            self._endpoint_tasks.append(done)
+        try:
+            await ep.open_listener()
+            self._add_endpoint(ep, done)
+        except BaseException:
+            listener = ep._listener
+            if listener is not None:
+                with trio.CancelScope(shield=True):
+                    await listener.aclose()
+            done.set()
+            with self._lock:
+                self._endpoint_tasks.remove(done)
+            raise
         self._engine.spawn(self._run_endpoint, ep, ep.run_listener)
 
-    def _add_endpoint(self, ep: Endpoint) -> None:
+    def _add_endpoint(self, ep: Endpoint, done: trio.Event | None = None) -> None:
         with self._lock:
             if self._closed:
                 raise self._closed_error()
             self._endpoints.append(ep)
-            done = trio.Event()
+            if done is None:
+                done = trio.Event()
+                self._endpoint_tasks.append(done)
             ep._done = done  # type: ignore[attr-defined]
-            self._endpoint_tasks.append(done)
 
     async def _run_endpoint(self, ep: Endpoint, body: Callable[[], Any]) -> None:
         try:
@@ -277,7 +330,10 @@ class Socket(BlockingCalls, RequestMethods):
         driver = PipeDriver(self, conn, pipe, self._engine)
         try:
             if not self._call_pipe_callbacks(self._added_callbacks, pipe, accept=True):
-                log.debug("%s: pipe %d rejected by on_pipe_added", self.name, pipe.id)
+                log.info(
+                    "%s: pipe %d from %s rejected: an on_pipe_added callback returned False",
+                    self.name, pipe.id, pipe.remote_address or ep.url,
+                )
                 return
             with self._lock:
                 if self._closed:
@@ -352,6 +408,8 @@ class Socket(BlockingCalls, RequestMethods):
     def _note_protocol_error(self, pipe: Pipe | None, exc: BaseException, endpoint: Any = None) -> None:
         """Count a misbehaving peer; its endpoint logs it (rate-limited: docs/transports.md)."""
         self._protocol_errors += 1
+        if isinstance(exc, MessageTooLarge):
+            self._too_large += 1
         where = f"pipe {pipe.id} ({pipe.remote_address})" if pipe else "a new connection"
         ep = pipe.endpoint if pipe is not None else endpoint
         if ep is not None:
@@ -457,15 +515,18 @@ class Socket(BlockingCalls, RequestMethods):
         return msg
 
     def send(self, data: Any, *, timeout: float | None = _DEFAULT) -> None:
-        """Send a message (bytes-like).
+        """Send a message; returns once it is queued on a pipe.
 
         Args:
+            data: bytes-like (``bytes``, ``bytearray``, ``memoryview``); ``str`` is refused.
             timeout: seconds to wait for room; ``None`` waits forever; ``0`` never
                 waits. Defaults to the ``send_timeout`` option.
 
         Raises:
-            Timeout: no room in time. Closed: the socket is closed.
+            Timeout: no room in time.
+            Closed: the socket is closed.
             ProtocolError: the protocol cannot send (SUB, PULL) or not now.
+            TypeError: ``data`` is not bytes-like.
         """
         if data.__class__ is not bytes:
             data = as_bytes(data)
@@ -503,8 +564,16 @@ class Socket(BlockingCalls, RequestMethods):
     def recv(self, *, timeout: float | None = _DEFAULT) -> bytes:
         """Receive the next message body.
 
+        Args:
+            timeout: seconds to wait; ``None`` waits forever, ``0`` never waits.
+                Defaults to the socket's ``recv_timeout`` option.
+
+        Returns:
+            The message body.
+
         Raises:
-            Timeout: nothing arrived in time. Closed: the socket is closed.
+            Timeout: nothing arrived in time.
+            Closed: the socket is closed.
             ProtocolError: the protocol cannot receive (PUB, PUSH) or not now.
         """
         if timeout is not _DEFAULT:
@@ -534,7 +603,21 @@ class Socket(BlockingCalls, RequestMethods):
         return self._call(self._recv_body_attempt, self._recv_q, timeout, "recv")
 
     def recv_msg(self, *, timeout: float | None = _DEFAULT) -> Message:
-        """Receive the next message as a :class:`Message` (body, pipe, header)."""
+        """Receive the next message with its pipe (and header, on raw sockets).
+
+        Args:
+            timeout: seconds to wait; ``None`` waits forever, ``0`` never waits.
+                Defaults to the socket's ``recv_timeout`` option.
+
+        Returns:
+            A :class:`Message`: ``body``, ``pipe``, ``header``; REP and RESPONDENT
+            messages can be answered with ``msg.reply()``.
+
+        Raises:
+            Timeout: nothing arrived in time.
+            Closed: the socket is closed.
+            ProtocolError: the protocol cannot receive.
+        """
         if timeout is not _DEFAULT:
             self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
         msg, _ = self._attempt(self._recv_attempt, no_park)
@@ -544,7 +627,18 @@ class Socket(BlockingCalls, RequestMethods):
         return self._call(self._recv_attempt, self._recv_q, timeout, "recv")
 
     async def asend(self, data: Any, *, timeout: float | None = _DEFAULT) -> None:
-        """Async :meth:`send` (trio or asyncio)."""
+        """Async :meth:`send` (trio or asyncio); cancelling it sends nothing.
+
+        Args:
+            data: bytes-like.
+            timeout: seconds to wait; ``None`` waits forever, ``0`` never waits.
+                Defaults to the socket's ``send_timeout`` option.
+
+        Raises:
+            Timeout: no room in time.
+            Closed: the socket is closed.
+            ProtocolError: the protocol cannot send.
+        """
         if data.__class__ is not bytes:
             data = as_bytes(data)
         if timeout is not _DEFAULT:
@@ -555,11 +649,37 @@ class Socket(BlockingCalls, RequestMethods):
         await self._acall(self._send_attempt(data), self._send_q, timeout, "send")
 
     async def arecv(self, *, timeout: float | None = _DEFAULT) -> bytes:
-        """Async :meth:`recv` (trio or asyncio)."""
+        """Async :meth:`recv` (trio or asyncio); cancelling it loses nothing.
+
+        Args:
+            timeout: seconds to wait; ``None`` waits forever, ``0`` never waits.
+                Defaults to the socket's ``recv_timeout`` option.
+
+        Returns:
+            The message body.
+
+        Raises:
+            Timeout: nothing arrived in time.
+            Closed: the socket is closed.
+            ProtocolError: the protocol cannot receive.
+        """
         return await self._arecv(self._recv_body_attempt, timeout)
 
     async def arecv_msg(self, *, timeout: float | None = _DEFAULT) -> Message:
-        """Async :meth:`recv_msg` (trio or asyncio)."""
+        """Async :meth:`recv_msg` (trio or asyncio); cancelling it loses nothing.
+
+        Args:
+            timeout: seconds to wait; ``None`` waits forever, ``0`` never waits.
+                Defaults to the socket's ``recv_timeout`` option.
+
+        Returns:
+            A :class:`Message`.
+
+        Raises:
+            Timeout: nothing arrived in time.
+            Closed: the socket is closed.
+            ProtocolError: the protocol cannot receive.
+        """
         return await self._arecv(self._recv_attempt, timeout)
 
     async def _arecv(self, attempt: Callable[[], Any], timeout: Any) -> Any:
@@ -581,9 +701,15 @@ class Socket(BlockingCalls, RequestMethods):
         return method
 
     def subscribe(self, topic: bytes | str) -> None:
-        """SUB: receive messages that start with ``topic`` (``b""`` = everything).
+        """SUB: receive messages that start with ``topic``.
 
-        A ``str`` topic is UTF-8 encoded. Subscribing twice needs two unsubscribes.
+        Args:
+            topic: a prefix; ``b""`` matches everything. A ``str`` is UTF-8 encoded.
+                Subscribing twice needs two unsubscribes.
+
+        Raises:
+            ProtocolError: not a cooked SUB socket.
+            Closed: the socket is closed.
         """
         topic = topic.encode() if isinstance(topic, str) else as_bytes(topic)
         with self._lock:
@@ -591,7 +717,16 @@ class Socket(BlockingCalls, RequestMethods):
             self._core_method("subscribe", "subscribe()")(topic)
 
     def unsubscribe(self, topic: bytes | str) -> None:
-        """SUB: drop one subscription to ``topic`` (``ValueError`` if there is none)."""
+        """SUB: drop one subscription to ``topic``.
+
+        Args:
+            topic: a prefix given to :meth:`subscribe` before.
+
+        Raises:
+            ValueError: not subscribed to ``topic``.
+            ProtocolError: not a cooked SUB socket.
+            Closed: the socket is closed.
+        """
         topic = topic.encode() if isinstance(topic, str) else as_bytes(topic)
         with self._lock:
             self._check_open()
@@ -600,13 +735,32 @@ class Socket(BlockingCalls, RequestMethods):
     def send_msg(self, msg: Message, *, timeout: float | None = _DEFAULT) -> None:
         """Send a :class:`Message`, header included: how devices forward on raw sockets.
 
-        On a cooked socket the header is ignored (the protocol makes its own).
+        Args:
+            msg: the message; on a cooked socket its header is ignored (the
+                protocol makes its own).
+            timeout: seconds to wait; ``None`` waits forever, ``0`` never waits.
+                Defaults to the socket's ``send_timeout`` option.
+
+        Raises:
+            Timeout: no room in time.
+            Closed: the socket is closed.
+            ProtocolError: the protocol cannot send.
         """
         body = msg.body if msg.body.__class__ is bytes else as_bytes(msg.body)
         self._send(body, msg.header if self.raw else b"", timeout)
 
     async def asend_msg(self, msg: Message, *, timeout: float | None = _DEFAULT) -> None:
-        """Async :meth:`send_msg` (trio or asyncio)."""
+        """Async :meth:`send_msg` (trio or asyncio).
+
+        Args:
+            msg: the message (header used on raw sockets only).
+            timeout: seconds to wait; ``None`` waits forever, ``0`` never waits.
+                Defaults to the socket's ``send_timeout`` option.
+
+        Raises:
+            Timeout: no room in time.
+            Closed: the socket is closed.
+        """
         body = msg.body if msg.body.__class__ is bytes else as_bytes(msg.body)
         header = msg.header if self.raw else b""
         attempt = self._send_attempt(body, header)
@@ -615,9 +769,30 @@ class Socket(BlockingCalls, RequestMethods):
         timeout = self._timeout(timeout, self._options.send_timeout)
         await self._acall(attempt, self._send_q, timeout, "send")
 
+    async def _await_closed(self) -> None:
+        """Wait (trio or asyncio) until this socket closes; raises :class:`Closed` then.
+
+        Devices watch both of their sockets with it, so a pump blocked on one
+        socket ends when the *other* one closes. ``close`` wakes every wait queue.
+        """
+        with self._lock:
+            queue = self._closing_q
+            if queue is None:
+                queue = self._closing_q = WaitQueue(_never)
+                self._wait_queues.append(queue)
+
+        def attempt() -> None:
+            raise WouldBlock
+
+        await self._acall(attempt, queue, None, "wait for close")
+
     # -- observability -------------------------------------------------------------------
     def stats(self) -> SocketStats:
-        """A snapshot of this socket's counters."""
+        """A snapshot of this socket's counters.
+
+        Returns:
+            A frozen :class:`SocketStats`.
+        """
         core = self._core
         return SocketStats(
             messages_sent=self._sent,
@@ -630,25 +805,37 @@ class Socket(BlockingCalls, RequestMethods):
             disconnects=self._disconnects,
             reconnect_attempts=self._reconnects,
             protocol_errors=self._protocol_errors + core.protocol_errors,
+            messages_too_large=self._too_large,
         )
 
     def on_pipe_added(self, callback: Callable[[Pipe], Any]) -> None:
         """Call ``callback(pipe)`` on the engine thread for each new pipe.
 
-        Returning ``False`` rejects (closes) the pipe. The callback must not block.
+        Args:
+            callback: gets the new :class:`Pipe`; returning ``False`` rejects
+                (closes) it before the protocol sees it, and the rejection is
+                logged at INFO on the ``nanopy`` logger with the pipe's address.
+                It must not block; exceptions are logged.
         """
         self._added_callbacks.append(callback)
 
     def on_pipe_removed(self, callback: Callable[[Pipe], Any]) -> None:
-        """Call ``callback(pipe)`` on the engine thread when a pipe goes away."""
+        """Call ``callback(pipe)`` on the engine thread when a pipe goes away.
+
+        Args:
+            callback: gets the departed :class:`Pipe`; it must not block.
+        """
         self._removed_callbacks.append(callback)
 
     # -- closing -------------------------------------------------------------------------
     def close(self, linger: float | None = None) -> None:
         """Close the socket; idempotent and callable from any thread.
 
-        Queued sends get up to ``linger`` seconds (default: the ``linger`` option)
-        to be written. Every blocked call on this socket raises :class:`Closed`.
+        Every blocked call on this socket raises :class:`Closed`.
+
+        Args:
+            linger: seconds queued sends get to be written first; defaults to
+                the ``linger`` option, ``0`` closes at once.
         """
         if self._fork_closed or self._closed:
             return
@@ -691,7 +878,11 @@ class Socket(BlockingCalls, RequestMethods):
             await done.wait()
 
     async def aclose(self, linger: float | None = None) -> None:
-        """Async :meth:`close` (the linger wait does not block the event loop)."""
+        """Async :meth:`close` (the linger wait does not block the event loop).
+
+        Args:
+            linger: as for :meth:`close`.
+        """
         await run_in_worker_thread(self.close, linger)
 
     def __enter__(self) -> Socket:
@@ -707,8 +898,14 @@ class Socket(BlockingCalls, RequestMethods):
         await self.aclose()
 
 
+def _never() -> bool:
+    return False
+
+
 _OPTION_NAMES = set()
 for _name, _descriptor in make_descriptors().items():
     _descriptor.__set_name__(Socket, _name)
     setattr(Socket, _name, _descriptor)
     _OPTION_NAMES.add(_name)
+# The options part of the docstring comes from the option table (nanopy/_options.py).
+Socket.__doc__ = (Socket.__doc__ or "").rstrip() + "\n\n    " + docstring_section().replace("\n", "\n    ") + "\n"

@@ -8,7 +8,15 @@ from typing import Any
 import sniffio
 import trio
 
-DEFAULT: Any = object()  # "use the socket's timeout option"
+
+class _UseOption:
+    """The default of a per-call ``timeout``: use the socket's timeout option."""
+
+    def __repr__(self) -> str:  # shown in help() and the API reference
+        return "<the socket's timeout option>"
+
+
+DEFAULT: Any = _UseOption()
 ASYNC_YIELD_EVERY = 64  # fast-path async calls between forced checkpoints
 
 

@@ -5,7 +5,7 @@ every ``interval`` seconds, collecting answers for ``deadline`` seconds. Service
 run an :class:`Announcer`: a RESPONDENT that connects to one or more discovery
 addresses (reconnecting forever) and answers every survey with its name, address,
 priority and optional metadata. A provider that misses ``misses`` consecutive
-surveys is dropped, so a dead service is "undiscovered" without any goodbye.
+surveys is dropped, so a dead service is "undiscovered" without any goodbye::
 
     from nanopy.discovery import Discovery, Announcer
 

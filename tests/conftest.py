@@ -21,7 +21,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "interop: talks to real peers (pynng, nanocat, nngcat)")
     config.addinivalue_line("markers", "slow: long-running stress tests")
     config.addinivalue_line("markers", "spark: needs a local SparkSession")
-    config.addinivalue_line("markers", "fault: fault-injection and hostile-peer tier")
+    config.addinivalue_line("markers", "fault: fault-injection tier; skip with -m 'not fault'")
 
 
 def bind_url(transport: str, tag: str = "t") -> str:
@@ -75,3 +75,19 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, what: str = 
         if time.monotonic() > deadline:
             pytest.fail(f"{what} not reached within {timeout}s")
         time.sleep(0.002)
+
+
+@pytest.fixture
+def no_nanopy_errors(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """Fail the test if anything inside nanopy logged at ERROR or above.
+
+    Faults are the peer's problem: nanopy may warn about them, never fail on them.
+    """
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="nanopy")
+    yield
+    errors = [r for r in caplog.records if r.name.startswith("nanopy") and r.levelno >= logging.ERROR]
+    assert not errors, "nanopy logged errors:\n" + "\n".join(
+        f"{r.name}: {r.getMessage()}\n{r.exc_text or ''}" for r in errors
+    )

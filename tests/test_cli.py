@@ -8,10 +8,14 @@ parallel threads to keep the file fast.
 Topology per pattern (the server binds a free port, the client connects once the
 server listens): PUSH binds / PULL connects; REP binds / REQ connects; RESPONDENT
 binds / SURVEYOR connects; PUB binds / SUB connects when nanopy publishes, SUB
-binds / PUB connects when nanopy subscribes (so the subscriber is surely up before
-the delayed publication). The side that does not end by itself is killed once
-the other ended: every side flushes its output before it replies, so its stdout
-is complete by then.
+binds / PUB connects when nanopy subscribes. The side that does not end by itself
+is killed once the other ended: every side flushes its output before it replies,
+so its stdout is complete by then.
+
+No run depends on a fixed delay outlasting a slow start. Where a message could be
+lost because the receiver is not connected yet (PUB, SURVEYOR, BUS, PAIR), the
+sender repeats it every second and the run ends when the receiving side has printed
+its first record (readiness), which is what both tools' outputs are compared on.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from peers import free_tcp_port, need_tool, read_until_eof, run_tool, wait_exit
+from peers import free_tcp_port, need_tool, read_exactly, read_until_eof, run_tool, wait_exit
 
 import nanopy
 from nanopy._cli import cat as catmod
@@ -87,15 +91,29 @@ def _stop(proc: subprocess.Popen[bytes]) -> bytes:
 
 
 def pair_run(
-    server: Sequence[str | bytes], client: Sequence[str | bytes], port: int, until: str = "client"
+    server: Sequence[str | bytes],
+    client: Sequence[str | bytes],
+    port: int,
+    until: str = "client",
+    expect: dict[str, int] | None = None,
 ) -> Outcome:
     """Start ``server``, wait until it listens, start ``client``.
 
     ``until`` names the side that ends by itself; the other one is killed then.
+    With ``expect`` (side -> byte count) the run is readiness-driven instead: the
+    sender repeats its message (``-i``) until the receiver is connected, and the
+    run ends once each named side printed its first record (that many bytes);
+    then both are killed. No fixed delay has to outlast a slow start.
     """
     with run_tool(server) as sp:
         wait_listening(port, sp)
         with run_tool(client) as cp:
+            if expect is not None:
+                server_out = read_exactly(sp, expect["server"], timeout=30) if "server" in expect else b""
+                client_out = read_exactly(cp, expect["client"], timeout=30) if "client" in expect else b""
+                _stop(cp)
+                _stop(sp)
+                return Outcome(server_out, client_out, 0)
             if until == "client":
                 client_out = read_until_eof(cp, timeout=30)
                 client_rc = wait_exit(cp, 30)
@@ -105,6 +123,15 @@ def pair_run(
                 wait_exit(sp, 30)
                 client_out, client_rc = _stop(cp), 0
     return Outcome(server_out, client_out, client_rc)
+
+
+def first_record(fmt: str, body: bytes) -> int:
+    """How many bytes a cat tool prints for one message in format ``fmt``."""
+    return len(FORMATTERS[fmt](body))
+
+
+#: A sender's repeat interval in readiness-driven runs (see pair_run's ``expect``).
+REPEAT = ("-i", "1")  # nngcat takes whole seconds
 
 
 def run_all(jobs: dict[tuple[str, ...], tuple]) -> dict[tuple[str, ...], Outcome]:
@@ -206,19 +233,28 @@ def test_pub_sub(peer: str, payload_file: str) -> None:
         for case, subs in sub_cases:  # the subject subscribes and prints
             fmt = case.partition("-")[0]
             p = free_tcp_port()
-            jobs[(subject, "sub", case)] = (  # the publisher connects and sends after 1 s
-                cmd(subject, "sub", "--bind", url(p), *subs, "--recv-timeout", "3", "--format", fmt),
-                cmd(peer, "pub", "--connect", url(p), "-F", payload_file, "-d", "1", "-i", "30"),
+            subscriber = cmd(subject, "sub", "--bind", url(p), *subs, "--recv-timeout", "3", "--format", fmt)
+            if case == "quoted-miss":  # nothing may arrive: the subscriber times out and exits
+                jobs[(subject, "sub", case)] = (
+                    subscriber, cmd(peer, "pub", "--connect", url(p), "-F", payload_file, *REPEAT), p, "server",
+                )
+                continue
+            jobs[(subject, "sub", case)] = (  # the publisher repeats until the subscriber has it
+                subscriber,
+                cmd(peer, "pub", "--connect", url(p), "-F", payload_file, *REPEAT),
                 p,
                 "server",
+                {"server": first_record(fmt, PAYLOAD)},
             )
         for fmt in ("msgpack", "quoted"):  # the subject publishes
             p = free_tcp_port()
-            jobs[(subject, "pub", fmt)] = (
-                cmd(subject, "pub", "--bind", url(p), "-F", payload_file, "-d", "2", "-i", "30"),
+            jobs[(subject, "pub", fmt)] = (  # repeats until the subscriber has it
+                cmd(subject, "pub", "--bind", url(p), "-F", payload_file, *REPEAT),
                 cmd(peer, "sub", "--connect", url(p), "--subscribe", "topic/a", "--recv-timeout", "3",
                     "--format", fmt),
                 p,
+                "client",
+                {"client": first_record(fmt, PAYLOAD)},
             )
     results = run_all(jobs)
     for case, _ in sub_cases:
@@ -237,16 +273,22 @@ def test_surveyor_respondent(peer: str, payload_file: str) -> None:
     for subject in SUBJECTS:
         for fmt in FORMATS:
             p = free_tcp_port()  # the subject answers surveys
+            # Surveys repeat until one is answered; each side's first record is compared.
+            expect = {"server": first_record(fmt, PAYLOAD), "client": first_record(fmt, REPLY)}
             jobs[(subject, "respondent", fmt)] = (
                 cmd(subject, "respondent", "--bind", url(p), "-D", REPLY, "--format", fmt),
-                cmd(peer, "surveyor", "--connect", url(p), "-F", payload_file, "-d", "1", "--format", fmt),
+                cmd(peer, "surveyor", "--connect", url(p), "-F", payload_file, *REPEAT, "--format", fmt),
                 p,
+                "client",
+                expect,
             )
             p = free_tcp_port()  # the subject surveys
             jobs[(subject, "surveyor", fmt)] = (
                 cmd(peer, "respondent", "--bind", url(p), "-D", REPLY, "--format", fmt),
-                cmd(subject, "surveyor", "--connect", url(p), "-F", payload_file, "-d", "1", "--format", fmt),
+                cmd(subject, "surveyor", "--connect", url(p), "-F", payload_file, *REPEAT, "--format", fmt),
                 p,
+                "client",
+                expect,
             )
     results = run_all(jobs)
     for fmt in FORMATS:
@@ -416,18 +458,22 @@ def test_pair_and_bus(payload_file: str) -> None:
         for subject in SUBJECTS:
             for fmt in ("quoted", "msgpack"):
                 p = free_tcp_port()
-                # The sender sends after 1 s, then waits 1 s for an answer and exits.
+                # The sender repeats until the printing side has its first record.
+                expect = {"server": first_record(fmt, PAYLOAD)}
                 jobs[(subject, proto, "recv", fmt)] = (
                     cmd(subject, proto, "--bind", url(p), "--format", fmt),
-                    cmd("nanocat", proto, "--connect", url(p), "-F", payload_file, "-d", "1",
-                        "--recv-timeout", "1"),
+                    cmd("nanocat", proto, "--connect", url(p), "-F", payload_file, *REPEAT),
                     p,
+                    "client",
+                    expect,
                 )
                 p = free_tcp_port()
                 jobs[(subject, proto, "send", fmt)] = (
                     cmd("nanocat", proto, "--bind", url(p), "--format", fmt),
-                    cmd(subject, proto, "--connect", url(p), "-F", payload_file, "-d", "1", "--recv-timeout", "1"),
+                    cmd(subject, proto, "--connect", url(p), "-F", payload_file, *REPEAT),
                     p,
+                    "client",
+                    expect,
                 )
     results = run_all(jobs)
     for proto in ("pair", "bus"):

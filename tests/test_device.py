@@ -180,3 +180,68 @@ def test_one_way_device_for_pipeline(make_socket: MakeSocket) -> None:
     run_device(pull, push)
     src.send(b"through")
     assert dst.recv() == b"through"
+
+
+# -- a device ends when either socket closes (issue 10, defect 2) -------------------------
+# Every raw pair nanopy.device() accepts: (the socket that receives first, its peer).
+RAW_PAIRS = [
+    ("rep", "req"),
+    ("respondent", "surveyor"),
+    ("sub", "pub"),
+    ("pull", "push"),
+    ("bus", "bus"),
+    ("pair", "pair"),
+    ("pair1", "pair1"),
+]
+
+
+def _run_device_in(runner: str, a: nanopy.Socket, b: nanopy.Socket) -> threading.Thread:
+    """Start nanopy.device (thread) or adevice under trio/asyncio in a thread of its own."""
+    if runner == "thread":
+        return run_device(a, b)
+    if runner == "trio":
+        target: Callable[[], object] = lambda: trio.run(nanopy.adevice, a, b)
+    else:
+        target = lambda: asyncio.run(nanopy.adevice(a, b))
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    return t
+
+
+@pytest.mark.parametrize("runner", ["thread", "trio", "asyncio"])
+@pytest.mark.parametrize("closing", ["a", "b"])
+@pytest.mark.parametrize(("proto_a", "proto_b"), RAW_PAIRS)
+def test_device_returns_within_1s_of_either_socket_closing(
+    make_socket: MakeSocket, proto_a: str, proto_b: str, closing: str, runner: str
+) -> None:
+    """Both pumps sit blocked in recv (no peers) -- or there is only one pump
+    (SUB -> PUB, PULL -> PUSH) and the closed socket is the one it does not read."""
+    a = make_socket(proto_a, raw=True)
+    b = make_socket(proto_b, raw=True)
+    dev = _run_device_in(runner, a, b)
+    assert not _joined(dev, 0.1)  # running, blocked
+    (a if closing == "a" else b).close(linger=0)
+    assert _joined(dev, 1.0), f"device({proto_a}, {proto_b}) still running 1 s after closing {closing}"
+
+
+@pytest.mark.parametrize(("proto_a", "proto_b"), [("pull", "push"), ("pair", "pair"), ("pair1", "pair1")])
+def test_device_blocked_sending_returns_when_its_source_closes(
+    make_socket: MakeSocket, proto_a: str, proto_b: str
+) -> None:
+    """The pump holds a message it cannot send (b has no peer); closing a ends it."""
+    a = make_socket(proto_a, raw=True)
+    b = make_socket(proto_b, raw=True)
+    url = a.bind(bind_url("inproc")).url
+    sender = make_socket("push" if proto_a == "pull" else proto_a, connect=url)
+    wait_pipes(a)
+    sender.send(b"stuck", timeout=5)
+    dev = run_device(a, b)
+    wait_until(lambda: a.stats().messages_received == 1, what="the device took the message")
+    assert not _joined(dev, 0.1)
+    a.close(linger=0)
+    assert _joined(dev, 1.0)
+
+
+def _joined(t: threading.Thread, timeout: float) -> bool:
+    t.join(timeout)
+    return not t.is_alive()

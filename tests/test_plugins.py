@@ -7,9 +7,11 @@ points are read fresh (nanopy caches what it loads).
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -145,17 +147,36 @@ def test_broken_plugins_get_clear_errors(tmp_path: Path) -> None:
 
 # -- the example distribution ---------------------------------------------------------------
 @pytest.fixture(scope="module")
-def installed_example() -> None:
-    """pip-install examples/plugins (offline, from local files, no dependencies)."""
+def installed_example(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """pip-install examples/plugins into a throwaway directory (offline, no dependencies).
+
+    Yields the directory; tests put it on PYTHONPATH of a child process, so the
+    user's own environment never sees the example, and the directory is removed
+    afterwards.
+    """
+    target = tmp_path_factory.mktemp("plugins-site")
+    source = tmp_path_factory.mktemp("plugins-src") / "plugins"
+    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info"))  # builds leave files
     result = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-         "--no-index", "-e", str(EXAMPLE)],
+         "--no-index", "--target", str(target), str(source)],
         capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+    try:
+        yield target
+    finally:
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.rmtree(source.parent, ignore_errors=True)
 
 
-def test_example_plugin_via_entry_point(installed_example: None) -> None:
+def test_example_is_not_left_in_the_environment(installed_example: Path) -> None:
+    """The install is private to the tests that ask for it."""
+    result = run_python("import importlib.util; print(importlib.util.find_spec('nanopy_zlib'))")
+    assert result.stdout.strip() == "None", result.stdout + result.stderr
+
+
+def test_example_plugin_via_entry_point(installed_example: Path) -> None:
     result = run_python(
         """
         import nanopy
@@ -170,18 +191,21 @@ def test_example_plugin_via_entry_point(installed_example: None) -> None:
                 push.send(body)
             assert all(pull.recv(timeout=5) == body for _ in range(10))
             print("OK", ep.url, type(nanopy.transports.get("tcp+zlib")).__module__)
-        """
+        """,
+        path=installed_example,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "OK tcp+zlib://127.0.0.1:" in result.stdout
     assert "nanopy_zlib" in result.stdout
 
 
-def test_conformance_suite_on_installed_plugin(installed_example: None) -> None:
+def test_conformance_suite_on_installed_plugin(installed_example: Path) -> None:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = f"{installed_example}{os.pathsep}{env.get('PYTHONPATH', '')}"
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "tcp+zlib",
          str(ROOT / "tests" / "test_conformance.py")],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
+        capture_output=True, text=True, timeout=120, cwd=ROOT, env=env,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert " passed" in result.stdout and "failed" not in result.stdout

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 import trio
@@ -1336,9 +1336,25 @@ def _child(old: nanopy.Socket, url: str) -> int:
 # -- Ctrl-C ---------------------------------------------------------------------------------------------------
 
 
+@pytest.fixture
+def sigint_raises_keyboard_interrupt() -> Iterator[None]:
+    """Install Python's Ctrl-C handler for the test, whatever the shell left.
+
+    A shell starts background jobs with SIGINT ignored; Python then keeps it
+    ignored, and a test relying on the default handler would hang.
+    """
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="signals need the main thread")
 @pytest.mark.parametrize("op", ["recv", "send"])
-def test_keyboard_interrupt_reaches_a_blocked_call(make_socket: Factory, op: str) -> None:
+def test_keyboard_interrupt_reaches_a_blocked_call(
+    make_socket: Factory, op: str, sigint_raises_keyboard_interrupt: None
+) -> None:
     push, pull = push_pull(make_socket, "inproc")
     main = threading.main_thread().ident
     assert main is not None

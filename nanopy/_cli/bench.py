@@ -4,8 +4,9 @@
 
 Throughput is PUSH -> PULL, latency is PAIR ping-pong (mean round trip / 2). tcp
 and ipc run the peer in a second process, inproc in a second thread. For
-side-by-side figures against pynng and pyzmq use ``benchmarks/run.py`` from a
-source checkout.
+side-by-side figures against pynng and pyzmq, install the ``bench`` extra
+(``pip install 'nanopy[bench]'``: pynng, pyzmq, matplotlib) and run
+``benchmarks/run.py`` from a source checkout (``--plot FILE.png`` draws a chart).
 """
 
 from __future__ import annotations
@@ -19,6 +20,12 @@ import time
 from collections.abc import Sequence
 
 import nanopy
+
+
+COMPARE_HINT = (
+    "nanopy alone. To compare with pyzmq and pynng in the same run: pip install 'nanopy[bench]' "
+    "(pynng, pyzmq, matplotlib), then from a source checkout: python benchmarks/run.py --plot chart.png"
+)
 
 
 def _url(transport: str) -> str:
@@ -122,4 +129,6 @@ def main(argv: Sequence[str]) -> int:
         rate = throughput(transport, args.size, args.seconds)
         lat = latency(transport, args.size, args.seconds)
         print(f"{transport:<10} {rate:>18,.0f} {lat:>16.1f}", flush=True)
+    # The table stays alone on stdout (scripts parse it); the hint goes to stderr.
+    print(COMPARE_HINT, file=sys.stderr)
     return 0

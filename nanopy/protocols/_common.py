@@ -2,7 +2,7 @@
 
 * :class:`StateTable`: an explicit ``(state, event) -> state`` table; any pair not
   in it is an illegal transition and raises :class:`ProtocolError`.
-* :func:`split_backtrace`: pops the backtrace stack (WIRE.md section 8.1) off a
+* :func:`split_backtrace`: pops the backtrace stack (docs/wire.md section 7.1) off a
   payload -- 32-bit big-endian words, pipe ids with the top bit clear, ending with
   the request/survey id that has the top bit set.
 * :class:`RawVariant`: ``Req0(options, raw=True)`` and friends build the separate
@@ -77,6 +77,8 @@ def split_backtrace(payload: bytes, max_ttl: int) -> tuple[bytes, bytes] | str:
     peer is broken: close its pipe, as NNG does) and TOO_MANY_HOPS when the stack
     holds more than ``max_ttl`` words (drop the message, keep the pipe).
     """
+    if payload.__class__ is not bytes:
+        payload = bytes(payload)  # the header is kept and joined to replies: never a view
     # Fast path: a direct peer sends exactly one word.
     if len(payload) >= 4 and payload[0] & 0x80:
         return payload[:4], payload[4:]

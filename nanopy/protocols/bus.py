@@ -1,6 +1,6 @@
 """BUS (bus v0): every message goes to every directly connected peer.
 
-Theory of operation: there is no header on the wire (WIRE.md section 8.7). A send
+Theory of operation: there is no header on the wire (docs/wire.md section 7.7). A send
 is queued on every pipe that has send credit; a pipe that cannot take it misses
 it (best effort, like nanomsg's ``dist``), so ``send`` never blocks, even with no
 peer at all. Received messages are fair-queued per pipe. A cooked BUS never

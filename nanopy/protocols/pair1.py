@@ -3,7 +3,7 @@
 Theory of operation: the first pipe is the peer; later ones are closed while it
 lives (monogamous mode only; NNG's deprecated polyamorous mode is not offered).
 Every message carries one 32-bit big-endian word: the upper 24 bits must be zero,
-the low 8 bits count hops (WIRE.md section 8.4).
+the low 8 bits count hops (docs/wire.md section 7.5).
 
 * Sending (cooked): the word on the wire is 1 (NNG: the pipe adds one to a zero
   header). Raw: the application supplies the word it received (hop count h,

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-Wire (WIRE.md section 8.1): every message starts with a backtrace stack of 32-bit
+Wire (docs/wire.md section 7.1): every message starts with a backtrace stack of 32-bit
 big-endian words. The bottom word is the request id, with the top bit set; each
 raw REP a request passes (a device) pushes the id of the pipe it came in on, top
 bit clear. A REP answers with the stack it received, so each device can pop its

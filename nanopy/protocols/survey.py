@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-Wire (WIRE.md section 8.2): the same backtrace stack as REQ/REP; the bottom word
+Wire (docs/wire.md section 7.2): the same backtrace stack as REQ/REP; the bottom word
 is the survey id (top bit set), devices push pipe ids (top bit clear).
 
 SURVEYOR (cooked) sends each survey to every connected respondent whose pipe has

@@ -1,5 +1,7 @@
 """nanopy for Apache Spark (PySpark >= 4.0): a streaming source, a sink, a coordinator.
 
+::
+
     import nanopy.spark
     nanopy.spark.register(spark)                      # once per SparkSession
     df = (spark.readStream.format("nanopy")
@@ -41,15 +43,47 @@ __all__ = [
 ]
 
 
+def _need_pyspark() -> None:
+    """Fail with the install command, not a bare ModuleNotFoundError, without PySpark."""
+    try:
+        import pyspark  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(
+            "nanopy.spark needs PySpark 4 and pyarrow (and Java 17 to run Spark): "
+            "pip install 'nanopy[spark]'"
+        ) from exc
+
+
 def register(spark: Any) -> None:
-    """Register the ``"nanopy"`` data source (read, readStream, write, writeStream)."""
+    """Register the ``"nanopy"`` data source (read, readStream, write, writeStream).
+
+    Args:
+        spark: a ``SparkSession``; register once per session.
+
+    Raises:
+        ImportError: PySpark is not installed (the ``spark`` extra).
+    """
+    _need_pyspark()
     from ._source import NanopyDataSource
 
     spark.dataSource.register(NanopyDataSource)
 
 
 def local_session(master: str = "local[2]", app_name: str = "nanopy", **conf: str) -> Any:
-    """A quiet local SparkSession with the settings nanopy needs (see docs/spark.md)."""
+    """A quiet local SparkSession with the settings nanopy needs (see docs/spark.md).
+
+    Args:
+        master: the Spark master URL.
+        app_name: the application's name.
+        **conf: more Spark settings (``spark.sql.shuffle.partitions="2"``, ...).
+
+    Returns:
+        A ``SparkSession`` with the nanopy data source registered.
+
+    Raises:
+        ImportError: PySpark is not installed (the ``spark`` extra).
+    """
+    _need_pyspark()
     from ._session import local_session as _local_session
 
     return _local_session(master, app_name, **conf)
@@ -57,6 +91,7 @@ def local_session(master: str = "local[2]", app_name: str = "nanopy", **conf: st
 
 def __getattr__(name: str) -> Any:
     if name == "NanopyDataSource":
+        _need_pyspark()
         from ._source import NanopyDataSource
 
         return NanopyDataSource

@@ -76,7 +76,13 @@ class Connection(abc.ABC):
 
     @abc.abstractmethod
     async def receive(self) -> list[bytes]:
-        """Return one or more complete payloads (parse as many as are buffered)."""
+        """Return one or more complete payloads (parse as many as are buffered).
+
+        Payloads are ``bytes`` -- exactly ``bytes``, never a ``bytearray`` or
+        ``memoryview`` (the payload-type contract between transports and protocol
+        cores: cores hash, slice and keep payloads). The engine converts a batch
+        that breaks the contract, at a cost; built-in transports never do.
+        """
 
     def try_send(self, payload: bytes) -> bool:
         """Optional fast path, callable from any thread while no ``send`` runs.
