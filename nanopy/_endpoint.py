@@ -116,7 +116,7 @@ class Endpoint:
     def _context(self) -> PipeContext:
         return self.socket._pipe_context(self)
 
-    def log_protocol_error(self, where: str, exc: BaseException) -> None:
+    def _log_protocol_error(self, where: str, exc: BaseException) -> None:
         """Log a peer that broke the wire rules (WARNING, rate-limited per endpoint)."""
         self._warnings.warning("%s: closing %s on %s: %s", self.socket.name, where, self.url, exc)
 

@@ -413,7 +413,7 @@ class Socket(BlockingCalls, RequestMethods, OptionAttributes):
         where = f"pipe {pipe.id} ({pipe.remote_address})" if pipe else "a new connection"
         ep = pipe.endpoint if pipe is not None else endpoint
         if ep is not None:
-            ep.log_protocol_error(where, exc)
+            ep._log_protocol_error(where, exc)
         else:
             log.warning("%s: closing %s: %s", self.name, where, exc)
 
