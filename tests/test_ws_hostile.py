@@ -317,12 +317,13 @@ SERVER_FRAMES = {
 
 @pytest.mark.parametrize("name", sorted(SERVER_FRAMES))
 def test_bad_frame_in_the_101_segment_closes_the_pipe(make_socket: Any, name: str) -> None:
-    server = FakeServer(b"\x82\x02ok" + SERVER_FRAMES[name])
+    server = FakeServer(b"\x82\x02ok" + SERVER_FRAMES[name], "push.sp.nanomsg.org")
     try:
-        push = make_socket("push", reconnect_interval=5)
-        push.connect(server.url)
+        pull = make_socket("pull", reconnect_interval=5)
+        pull.connect(server.url)
+        assert pull.recv(timeout=5) == b"ok"  # the good message before it is delivered
         assert server.closed.wait(5), "the dialer kept the pipe"
-        wait_until(lambda: push.stats().protocol_errors == 1, what="protocol error counted")
+        wait_until(lambda: pull.stats().protocol_errors == 1, what="protocol error counted")
     finally:
         server.close()
 
