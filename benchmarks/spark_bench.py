@@ -1,6 +1,7 @@
-"""Throughput of the nanopy Spark source and of the Coordinator (local[2]).
+"""Throughput of the nanopy Spark source and of the Coordinator (local[2] or a cluster).
 
-    .venv/bin/python benchmarks/spark_bench.py [--messages 500000] [--size 64] [--items 20000]
+    .venv/bin/python benchmarks/spark_bench.py [--messages 500000] [--size 64] [--items 20000] \
+        [--master spark://127.0.0.1:7077]
 
 Source: a producer *process* pushes N messages (``size`` bytes, an 8-digit id
 first) as fast as PUSH allows; a streaming query reads them through
@@ -8,7 +9,7 @@ first) as fast as PUSH allows; a streaming query reads them through
 micro-batch in the JVM (count, sum of ids, seq range). Reported: messages/s from the first to the last message
 delivered into micro-batches, with a check that all N arrived exactly once.
 
-Coordinator: 20,000 trivial items over local[2] tasks, after a warm-up run;
+Coordinator: 20,000 trivial items over the master's default parallelism in tasks, after a warm-up run;
 reported in items/s for a few chunk sizes.
 """
 
@@ -152,8 +153,10 @@ def main() -> None:
     ap.add_argument("--items", type=int, default=20_000)
     ap.add_argument("--skip-source", action="store_true")
     ap.add_argument("--skip-coordinator", action="store_true")
+    ap.add_argument("--master", default="local[2]",
+                    help="Spark master URL, e.g. spark://127.0.0.1:7077 (default local[2])")
     args = ap.parse_args()
-    spark = nanopy.spark.local_session("local[2]")
+    spark = nanopy.spark.local_session(args.master)
     try:
         print(f"load average before: {os.getloadavg()}", flush=True)
         if not args.skip_coordinator:

@@ -1,7 +1,8 @@
 """nanopy + Spark end to end: a streaming pipeline and a coordinated batch job.
 
     .venv/bin/pip install -e '.[spark]'        # pyspark, pyarrow; needs Java 17
-    .venv/bin/python examples/spark_pipeline.py [--messages 50000] [--items 20000]
+    .venv/bin/python examples/spark_pipeline.py [--messages 50000] [--items 20000] \
+        [--master spark://127.0.0.1:7077]
 
 1. Two producers PUSH ``--messages`` readings ("sensor,value") in total.
 2. A Structured Streaming query reads them with ``format("nanopy")`` (PULL, with
@@ -147,8 +148,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=50_000)
     ap.add_argument("--items", type=int, default=20_000)
+    ap.add_argument("--master", default="local[2]",
+                    help="Spark master URL, e.g. spark://127.0.0.1:7077 (default local[2])")
     args = ap.parse_args()
-    spark = nanopy.spark.local_session("local[2]", "nanopy-example")  # also registers "nanopy"
+    spark = nanopy.spark.local_session(args.master, "nanopy-example")  # also registers "nanopy"
     try:
         with tempfile.TemporaryDirectory(prefix="nanopy-spark-") as workdir:
             latest = streaming_pipeline(spark, args.messages, workdir)

@@ -22,6 +22,10 @@ from ._errors import RemoteProtocolError as RemoteProtocolError
 from ._errors import Timeout as Timeout
 from ._message import Message as Message
 from ._message import Pipe as Pipe
+from ._poller import POLLIN as _POLLIN
+from ._poller import POLLOUT as _POLLOUT
+from ._poller import Poller as Poller
+from ._poller import poll as poll
 from ._socket import Socket as Socket
 from ._stats import SocketStats as SocketStats
 
@@ -40,11 +44,15 @@ SURVEYOR = "surveyor"  #: Asks every respondent and collects answers until a dea
 RESPONDENT = "respondent"  #: Answers surveys.
 BUS = "bus"  #: Every message goes to every directly connected peer.
 
+# Poller flags (named as pyzmq's), combined with |.
+POLLIN = _POLLIN  #: Poller flag: a ``recv(timeout=0)`` on the socket would succeed now.
+POLLOUT = _POLLOUT  #: Poller flag: a ``send(timeout=0)`` on the socket would succeed now.
+
 __all__ = [
     "AddressError", "AddressInUse", "BUS", "Closed", "Endpoint", "Message", "MessageTooLarge",
-    "NanopyError", "PAIR", "PAIR1", "PUB", "PULL", "PUSH", "Pipe", "ProtocolError", "REP", "REQ",
-    "RESPONDENT", "RemoteProtocolError", "SUB", "SURVEYOR", "Socket", "SocketStats", "Timeout",
-    "adevice", "device",
+    "NanopyError", "PAIR", "PAIR1", "POLLIN", "POLLOUT", "PUB", "PULL", "PUSH", "Pipe", "Poller",
+    "ProtocolError", "REP", "REQ", "RESPONDENT", "RemoteProtocolError", "SUB", "SURVEYOR", "Socket",
+    "SocketStats", "Timeout", "adevice", "device", "poll",
 ]
 
 

@@ -151,5 +151,5 @@ def _park(queue: WaitQueue, deadline: float | None, make: Callable[[], Any]) -> 
     if deadline is not None and deadline <= time.monotonic():
         return None
     waiter = make()
-    queue.waiters.append(waiter)
+    queue.park(waiter)  # a queue may key the waiter by caller (nanopy._callers)
     return waiter

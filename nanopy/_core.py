@@ -73,6 +73,8 @@ class Core:
     peer_name: ClassVar[str]
     sends: ClassVar[bool] = True
     receives: ClassVar[bool] = True
+    #: values of the ``overflow`` option this protocol honours (PUB/SUB add more)
+    overflow_modes: ClassVar[tuple[str, ...]] = ("drop",)
 
     def __init__(self, options: Any, raw: bool = False) -> None:
         self.options = options

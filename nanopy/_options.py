@@ -105,6 +105,36 @@ def text(spec: OptionSpec, value: Any) -> str:
     return value
 
 
+def choice(*allowed: str) -> Validator:
+    """One of the strings ``allowed``."""
+    listed = ", ".join(map(repr, allowed))
+
+    def check(spec: OptionSpec, value: Any) -> str:
+        if not isinstance(value, str):
+            raise _type_error(spec, value, f"a str, one of {listed}")
+        if value not in allowed:
+            raise ValueError(f"{spec.name} must be one of {listed}, got {value!r}")
+        return value
+
+    return check
+
+
+#: ``overflow`` modes; a protocol core lists the ones it honours in ``overflow_modes``.
+OVERFLOW_MODES = ("drop", "drop-newest", "block")
+
+
+def check_for_protocol(core_cls: Any, name: str, value: Any) -> None:
+    """Refuse a valid value the socket's protocol cannot honour (e.g. overflow="block" on PUSH)."""
+    if name == "overflow" and core_cls is not None:
+        modes = getattr(core_cls, "overflow_modes", ("drop",))
+        if value not in modes:
+            raise ValueError(
+                f"overflow={value!r} is not available on {core_cls.name.upper()} sockets; "
+                f"they accept {', '.join(map(repr, modes))} (PUB: 'drop', 'block'; "
+                "SUB: 'drop', 'drop-newest', 'block')"
+            )
+
+
 # -- the table ------------------------------------------------------------------------
 
 _SENDERS = "all that send"
@@ -119,11 +149,12 @@ OPTION_TABLE: tuple[OptionSpec, ...] = (
                seconds(allow_none=True)),
     OptionSpec("send_buffer", "int", 1024, "messages per pipe", _SENDERS,
                "messages queued for each pipe; send() blocks when every pipe it may use is full "
-               "(PUB drops for that pipe instead)",
+               "(PUB drops for that pipe instead, unless overflow is 'block')",
                integer(1, 1 << 24)),
     OptionSpec("recv_buffer", "int", 1024, "messages per pipe", _RECEIVERS,
                "messages held for each pipe before nanopy stops reading it (back-pressure); "
-               "SUB never stops reading and drops that pipe's oldest message instead; "
+               "by default SUB never stops reading and drops that pipe's oldest message instead "
+               "(see overflow); "
                "SURVEYOR keeps at most this many answers per survey",
                integer(1, 1 << 24)),
     OptionSpec("reconnect_interval", "float", 0.1, "seconds", "all",
@@ -153,6 +184,12 @@ OPTION_TABLE: tuple[OptionSpec, ...] = (
     OptionSpec("tcp_nodelay", "bool", True, "", "all",
                "disable Nagle's algorithm on tcp (and tls+tcp, ws) pipes",
                boolean),
+    OptionSpec("overflow", "str", "drop", "", "pub, sub",
+               "what a full pipe queue does: 'drop' (PUB skips that pipe, SUB drops its oldest "
+               "message), 'drop-newest' (SUB drops the arriving message) or 'block' (SUB stops "
+               "reading the pipe; PUB waits up to send_timeout until every pipe has room): "
+               "lossless, but one stuck subscriber stalls the publisher",
+               choice(*OVERFLOW_MODES)),
     OptionSpec("name", "str", None, "", "all",
                "a label for this socket in stats, logs and error messages",
                text),
@@ -208,7 +245,9 @@ class Option(Generic[T]):
         return getattr(obj._options, self.name)
 
     def __set__(self, obj: Any, value: Any) -> None:
-        setattr(obj._options, self.name, self.spec.check(value))
+        value = self.spec.check(value)
+        check_for_protocol(getattr(obj, "_core_cls", None), self.name, value)
+        setattr(obj._options, self.name, value)
         obj._option_changed(self.name)
 
 
@@ -232,6 +271,7 @@ class OptionAttributes:
     max_ttl: int
     handshake_timeout: float
     tcp_nodelay: bool
+    overflow: str
     name: str
 
 

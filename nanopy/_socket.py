@@ -22,6 +22,7 @@ import trio
 
 from . import _engine
 from ._blocking import BLOCKED, BlockingCalls, no_park
+from ._callers import CallerWaitQueue
 from ._core import (
     ARM_TIMER,
     CANCEL_TIMER,
@@ -36,6 +37,7 @@ from ._errors import AddressError, Closed, MessageTooLarge, ProtocolError, Would
 from ._message import Message, Pipe
 from ._options import OptionAttributes, docstring_section, make_descriptors, new_options, validate_priority
 from ._pipe import PipeDriver
+from ._poller import Pollable
 from ._registry import protocols as _protocols
 from ._registry import transports as _transports
 from ._requests import RequestMethods
@@ -66,7 +68,7 @@ def _as_list(value: str | Iterable[str] | None) -> list[str]:
     return list(value)
 
 
-class Socket(BlockingCalls, RequestMethods, OptionAttributes):
+class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
     """A scalability-protocols socket.
 
     Args:
@@ -101,6 +103,7 @@ class Socket(BlockingCalls, RequestMethods, OptionAttributes):
         if not isinstance(protocol, str):
             raise TypeError(f"protocol must be a name such as 'req', not {type(protocol).__name__}")
         core_cls = _protocols.get(protocol)
+        self._core_cls = core_cls  # options check protocol-specific values against it (overflow)
         self._options = new_options(protocol)
         self._lock = threading.Lock()
         self._closed = False
@@ -114,6 +117,7 @@ class Socket(BlockingCalls, RequestMethods, OptionAttributes):
         self._removed_callbacks: list[Callable[[Pipe], Any]] = []
         self._async_calls = 0
         self._pipes_changed = threading.Condition(threading.Lock())  # for nanopy.testing
+        self._watchers: list[Any] = []  # blocked polls to wake on any change (nanopy._poller)
         # counters (stats)
         self._sent = self._received = self._bytes_sent = self._bytes_received = 0
         self._dropped = self._connects = self._disconnects = 0
@@ -129,7 +133,13 @@ class Socket(BlockingCalls, RequestMethods, OptionAttributes):
             self._core.owner = self  # REP/RESPONDENT stamp it into messages for msg.reply()
         self.raw = raw
         self._send_q = WaitQueue(self._core.can_send)
-        self._recv_q = WaitQueue(self._core.can_recv)
+        # Per-caller classic calls: a cooked REQ's recv() waits for *its caller's* reply,
+        # so its waiters are keyed by caller (nanopy._callers.CallerWaitQueue).
+        ready_callers = getattr(self._core, "ready_callers", None)
+        if ready_callers is not None:
+            self._recv_q: Any = CallerWaitQueue(ready_callers)
+        else:
+            self._recv_q = WaitQueue(self._core.can_recv)
         self._wait_queues: list[WaitQueue] = [self._send_q, self._recv_q]
         self._closing_q: WaitQueue | None = None  # made by the first _await_closed
         _engine.track_socket(self)
@@ -435,6 +445,8 @@ class Socket(BlockingCalls, RequestMethods, OptionAttributes):
         for queue in self._wait_queues:
             if queue.waiters:
                 queue.wake_one()
+        if self._watchers:  # Poller hook: blocked polls look again after any change
+            self._notify_watchers()
 
     def _execute(self, actions: list[tuple]) -> None:
         """Carry out core actions (lock *not* held)."""
@@ -522,6 +534,9 @@ class Socket(BlockingCalls, RequestMethods, OptionAttributes):
             timeout: seconds to wait for room; ``None`` waits forever; ``0`` never
                 waits. Defaults to the ``send_timeout`` option.
 
+        On REP/RESPONDENT it answers the request the calling thread (or task)
+        last received; on REQ each calling thread (or task) has its own request.
+
         Raises:
             Timeout: no room in time.
             Closed: the socket is closed.
@@ -563,6 +578,8 @@ class Socket(BlockingCalls, RequestMethods, OptionAttributes):
 
     def recv(self, *, timeout: float | None = _DEFAULT) -> bytes:
         """Receive the next message body.
+
+        On REQ it returns the reply to the calling thread's (or task's) own request.
 
         Args:
             timeout: seconds to wait; ``None`` waits forever, ``0`` never waits.
@@ -625,6 +642,54 @@ class Socket(BlockingCalls, RequestMethods, OptionAttributes):
             return msg
         timeout = self._timeout(timeout, self._options.recv_timeout)
         return self._call(self._recv_attempt, self._recv_q, timeout, "recv")
+
+    def recv_batch(self, max_messages: int, *, timeout: float | None = _DEFAULT) -> list[bytes]:
+        """Receive up to ``max_messages`` message bodies in one call.
+
+        Waits (as :meth:`recv`) for the first message, then takes whatever else is
+        already queued, up to ``max_messages`` in all, under one lock round and
+        without waiting again. Use it to drain a busy socket cheaply.
+
+        Raises:
+            ValueError: ``max_messages`` < 1. Timeout: nothing arrived in time.
+            Closed: the socket is closed. ProtocolError: the protocol cannot receive.
+        """
+        if max_messages < 1:
+            raise ValueError(f"recv_batch: max_messages must be >= 1, got {max_messages}")
+        out = [self.recv(timeout=timeout)]
+        if max_messages > 1:
+            self._recv_ready(out, max_messages - 1)
+        return out
+
+    async def arecv_batch(self, max_messages: int, *, timeout: float | None = _DEFAULT) -> list[bytes]:
+        """Async :meth:`recv_batch` (trio or asyncio)."""
+        if max_messages < 1:
+            raise ValueError(f"arecv_batch: max_messages must be >= 1, got {max_messages}")
+        out = [await self.arecv(timeout=timeout)]
+        if max_messages > 1:
+            self._recv_ready(out, max_messages - 1)
+        return out
+
+    def _recv_ready(self, out: list[bytes], limit: int) -> None:
+        """Append up to ``limit`` queued bodies to ``out`` without waiting (one lock round)."""
+        pop = self._core.recv_body
+        append = out.append
+        before = len(out)
+        with self._lock:
+            if self._closed:
+                return  # the caller keeps what it already has
+            try:
+                for _ in range(limit):
+                    append(pop())
+            except (WouldBlock, ProtocolError):  # nothing more queued, or not now (REQ)
+                pass
+            taken = out[before:]
+            self._received += len(taken)
+            self._bytes_received += sum(map(len, taken))
+            actions = self._take_actions()
+            self._wake()
+        if actions:
+            self._execute(actions)
 
     async def asend(self, data: Any, *, timeout: float | None = _DEFAULT) -> None:
         """Async :meth:`send` (trio or asyncio); cancelling it sends nothing.
@@ -856,6 +921,7 @@ class Socket(BlockingCalls, RequestMethods, OptionAttributes):
             endpoints = list(self._endpoints)
             for queue in self._wait_queues:
                 queue.wake_all()
+            self._notify_watchers()  # a blocked poll raises Closed
         for ep in endpoints:
             ep.close()
         for driver in list(self._pipes.values()):
@@ -888,13 +954,13 @@ class Socket(BlockingCalls, RequestMethods, OptionAttributes):
     def __enter__(self) -> Socket:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     async def __aenter__(self) -> Socket:
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
 

@@ -119,6 +119,10 @@ class WaitQueue:
         self.ready = ready
         self.waiters: deque[Any] = deque()
 
+    def park(self, waiter: Any) -> None:
+        """Register ``waiter`` (lock held). Keyed queues (``_callers``) override this."""
+        self.waiters.append(waiter)
+
     def wake_one(self) -> None:
         """Wake the longest-waiting waiter if the condition holds (lock held)."""
         if self.waiters and self.ready():

@@ -21,6 +21,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "interop: talks to real peers (pynng, nanocat, nngcat)")
     config.addinivalue_line("markers", "slow: long-running stress tests")
     config.addinivalue_line("markers", "spark: needs a local SparkSession")
+    config.addinivalue_line("markers", "cluster: starts a Spark standalone cluster on loopback")
     config.addinivalue_line("markers", "fault: fault-injection tier; skip with -m 'not fault'")
 
 

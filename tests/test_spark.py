@@ -74,6 +74,18 @@ def start_query(spark: Any, url: str, sink: Any, workdir: str, **options: str) -
             .trigger(processingTime="0 seconds").start())
 
 
+def source_counts(progress: list[Any]) -> list[dict[str, int]]:
+    """The source's counters from each progress report (sources[0].latestOffset, JSON)."""
+    import json
+
+    out = []
+    for p in progress:
+        raw = p["sources"][0].get("latestOffset")
+        if raw:
+            out.append(json.loads(raw) if isinstance(raw, str) else raw)
+    return out
+
+
 def ids(n: int, start: int = 0) -> list[bytes]:
     return [b"m%07d" % i for i in range(start, start + n)]
 
@@ -96,11 +108,25 @@ def test_source_delivers_every_pushed_message(spark: Any, tmp_path: Any) -> None
     assert len(sink.batches) >= 5  # 4000 rows per micro-batch at most
 
 
-@pytest.mark.parametrize("spooled", [True, False], ids=["spool", "no-spool"])
-def test_restart_mid_stream(spark: Any, tmp_path: Any, spooled: bool) -> None:
+@pytest.fixture(scope="module")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    from s3_server import s3_server
+
+    with s3_server(str(tmp_path_factory.mktemp("moto"))) as endpoint:
+        yield endpoint
+
+
+@pytest.mark.parametrize("spool_kind", ["path", "s3", None], ids=["spool", "s3-spool", "no-spool"])
+def test_restart_mid_stream(spark: Any, tmp_path: Any, spool_kind: str | None,
+                            request: pytest.FixtureRequest) -> None:
     """With a spool nothing is lost across a restart; without one, the replayed batch is."""
     first, second = 3000, 2000
+    spooled = spool_kind is not None
     spool = str(tmp_path / "spool")
+    if spool_kind == "s3":
+        from s3_server import bucket_uri
+
+        spool = bucket_uri(request.getfixturevalue("s3_endpoint"), "restart", "q1/spool")
     options = {"maxRecordsPerBatch": "1000"}
     if spooled:
         options["spoolPath"] = spool
@@ -121,7 +147,9 @@ def test_restart_mid_stream(spark: Any, tmp_path: Any, spooled: bool) -> None:
         assert sink.failed
         before = len(sink.rows)
         if spooled:
-            assert os.listdir(spool), "the failed batch should be in the spool"
+            from nanopy.spark._spool import Spool
+
+            assert Spool(spool).segments(), "the failed batch should be in the spool"
         wait_no_pipes(push, 60)  # the old reader process is gone
         if not spooled:
             sink.goal = first + second - (first - before)
@@ -137,9 +165,12 @@ def test_restart_mid_stream(spark: Any, tmp_path: Any, spooled: bool) -> None:
     if spooled:
         assert got == ids(first + second)  # nothing lost, no repeats
         assert sorted(s for _, s in sink.rows) == list(range(1, first + second + 1))
-    else:  # at-most-once: exactly the failed batch is missing
+    else:  # at-most-once: exactly the failed batch is missing, and the progress says so
         assert got == ids(before) + ids(second, first)
         assert before < first
+        latest = source_counts(query.recentProgress)
+        assert latest and latest[-1]["skippedBatches"] == 1
+        assert latest[-1]["skippedMessages"] == first - before
 
 
 def test_sink_batch_write_delivers_every_row(spark: Any) -> None:
@@ -304,3 +335,128 @@ def test_coordinator_map_timeout_cancels_the_job(spark: Any) -> None:
     assert time.monotonic() - t0 < 30
     # The slots are free again: a new job runs normally.
     assert Coordinator(range(10), progress=False).map(spark, lambda x: -x, tasks=2) == [-x for x in range(10)]
+
+
+# -- errors at definition time ----------------------------------------------------------
+
+
+def fails_with(action: Any, text: str) -> None:
+    """``action()`` raises at once, with ``text`` on one line of the error."""
+    with pytest.raises(Exception) as excinfo:
+        action()
+    one_line_error(excinfo, text)
+
+
+def one_line_error(excinfo: pytest.ExceptionInfo, text: str) -> None:
+    """Spark wraps the error; our message is there, whole, on one line."""
+    assert any(text in line for line in str(excinfo.value).splitlines()), str(excinfo.value)[:2000]
+
+
+def test_bad_source_options_fail_at_load(spark: Any) -> None:
+    cases = [
+        ({"url": "tcp://127.0.0.1:1", "maxRecordsPerBatc": "5"},
+         'did you mean "maxRecordsPerBatch"'),
+        ({"url": "tcp://127.0.0.1:1", "maxRecordsPerBatch": "lots"},
+         "option maxRecordsPerBatch='lots' must be an integer"),
+        ({"url": "tcp://127.0.0.1:1", "mode": "listen"}, "option mode='listen': expected one of connect, bind"),
+        ({"url": "nope://x"}, "unknown transport 'nope'"),
+    ]
+    for options, message in cases:
+        for reader in (spark.readStream, spark.read):
+            fails_with(reader.format("nanopy").options(**options).load, message)
+
+
+def test_bad_sink_options_fail_at_save(spark: Any, tmp_path: Any) -> None:
+    df = spark.range(3).selectExpr("cast(id as string) as payload", "id")
+    with nanopy.Socket("pull", bind="tcp://127.0.0.1:0") as pull:
+        url = pull.endpoints[0].url
+        cases = [
+            ({"url": url}, "overwrite", "the nanopy sink cannot overwrite"),
+            ({"url": url, "column": "nope"}, "append", "column 'nope' is not a column of the DataFrame"),
+            ({"url": url, "column": "id"}, "append", "column 'id' is bigint"),
+            ({"url": url, "mode": "bind"}, "append", "the nanopy sink cannot bind"),
+            ({"url": url, "sendTimeot": "1"}, "append", 'did you mean "sendTimeout"'),
+            ({"url": url, "maxRecordsPerBatch": "1"}, "append",
+             'option "maxRecordsPerBatch" applies to the nanopy source, not the sink'),
+            ({"url": "tcp://no-such-host.invalid:5555"}, "append", "cannot resolve host 'no-such-host.invalid'"),
+        ]
+        for options, mode, message in cases:
+            fails_with(df.write.format("nanopy").mode(mode).options(**options).save, message)
+
+
+def test_custom_schema_is_refused_before_any_message(spark: Any, tmp_path: Any) -> None:
+    query = (spark.readStream.format("nanopy").schema("payload binary")
+             .option("url", "tcp://127.0.0.1:1").load()
+             .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "c")).start())
+    try:
+        with pytest.raises(Exception) as excinfo:
+            query.awaitTermination(120)
+    finally:
+        query.stop()
+    one_line_error(excinfo, "the nanopy source has a fixed schema")
+
+
+def test_sink_without_a_peer_fails_naming_the_url(spark: Any) -> None:
+    with nanopy.Socket("pull", bind="tcp://127.0.0.1:0") as pull:
+        url = pull.endpoints[0].url
+    # The port is free again: nobody listens.
+    df = spark.range(3).selectExpr("cast(id as string) as payload").coalesce(1)
+    with pytest.raises(Exception) as excinfo:
+        df.write.format("nanopy").option("url", url).option("peerTimeout", "0.5").mode("append").save()
+    one_line_error(excinfo, f"nanopy sink: no peer at {url} within peerTimeout=0.5s")
+
+
+# -- batch read, caps, metrics --------------------------------------------------------------
+
+
+def test_batch_read_with_count_and_with_duration(spark: Any) -> None:
+    with nanopy.Socket("push", bind="tcp://127.0.0.1:0", send_buffer=10_000) as push:
+        url = push.endpoints[0].url
+        sender = threading.Thread(target=lambda: [push.send(p) for p in ids(3000)])
+        sender.start()
+        rows = (spark.read.format("nanopy").option("url", url).option("count", "3000").load()
+                .select("payload", "seq").collect())
+        sender.join(30)
+        assert sorted(bytes(r.payload) for r in rows) == ids(3000)
+        assert sorted(r.seq for r in rows) == list(range(1, 3001))
+        # A time bound with nothing to read returns an empty DataFrame on time.
+        import time
+
+        t0 = time.monotonic()
+        assert spark.read.format("nanopy").option("url", url).option("duration", "1").load().count() == 0
+        assert time.monotonic() - t0 < 60
+    with pytest.raises(Exception) as excinfo:
+        spark.read.format("nanopy").option("url", url).load().collect()
+    one_line_error(excinfo, "a batch read needs a bound")
+
+
+def test_max_offsets_per_trigger_caps_batches_and_progress_has_counts(spark: Any, tmp_path: Any) -> None:
+    n = 3000
+    sink = Collector(n)
+    with nanopy.Socket("push", bind="tcp://127.0.0.1:0", send_buffer=n) as push:
+        query = start_query(spark, push.endpoints[0].url, sink, str(tmp_path),
+                            maxOffsetsPerTrigger="500", spoolPath=str(tmp_path / "spool"))
+        try:
+            wait_pipes(push, 1, 120)
+            for payload in ids(n):
+                push.send(payload)
+            assert sink.reached.wait(120), f"only {len(sink.rows)} of {n} arrived"
+            progress = [p for p in query.recentProgress if p["numInputRows"]]
+        finally:
+            query.stop()
+    assert sorted(p for p, _ in sink.rows) == ids(n)
+    assert max(p["numInputRows"] for p in progress) <= 500
+    latest = source_counts(progress)[-1]
+    assert latest["received"] == n and latest["oversized"] == 0 and latest["skippedBatches"] == 0
+
+
+def test_coordinator_advertises_the_driver_host(spark: Any) -> None:
+    from spark_cluster import free_port
+
+    host = spark.sparkContext.getConf().get("spark.driver.host")
+    port = free_port()
+    with Coordinator(range(10), port=port, progress=False) as coord:
+        assert coord.url == f"tcp://{host}:{port}"
+        coord.client().run(lambda x: x)
+    with Coordinator(range(10), progress=False) as coord:
+        assert coord.url.startswith(f"tcp://{host}:")

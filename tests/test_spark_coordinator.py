@@ -186,3 +186,20 @@ def test_requests_without_the_token_are_refused_before_unpickling() -> None:
         finally:
             stray.close(linger=0)
         assert coord.client().run(lambda x: x) == 3
+
+
+def test_default_address_is_loopback_and_port_can_be_fixed() -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with Coordinator(range(3), port=port, progress=False) as coord:
+        assert coord.url == f"tcp://127.0.0.1:{port}"  # never all interfaces unless asked
+        assert coord.client().run(lambda x: x) == 3
+    with Coordinator(range(3), advertise="driver.example", progress=False) as coord:
+        assert coord.url.startswith("tcp://driver.example:")
+    with pytest.raises(ValueError, match="either bind"):
+        Coordinator(range(3), bind="tcp://127.0.0.1:0", port=port)
+    with pytest.raises(ValueError, match="port must be"):
+        Coordinator(range(3), port=70000)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
+from .._callers import PerCaller, current_caller
 from .._core import CLOSE_PIPE, Core, FairQueuing, LoadBalancing, PipeInfo
 from .._errors import ProtocolError
 from .._message import Message
@@ -188,9 +189,10 @@ class BacktraceQueuing(FairQueuing):
 
 
 # -- REP / RESPONDENT -------------------------------------------------------------
-# Classic replier state: a cooked REP (or RESPONDENT) remembers the route of the
-# last request received with recv(); send() answers it. Replies made through
-# Message.reply() carry their own route and bypass this table.
+# Classic replier state, kept per caller (thread, or trio/asyncio task; see
+# nanopy._callers): a cooked REP (or RESPONDENT) remembers the route of the last
+# request each caller received with recv(); that caller's send() answers it.
+# Replies made through Message.reply() carry their own route and bypass this table.
 REPLIER_TABLE = StateTable(
     "replier",
     {
@@ -198,43 +200,63 @@ REPLIER_TABLE = StateTable(
         ("pending", "recv"): "pending",  # nanomsg: a new recv abandons the old request
         ("pending", "send"): "idle",
     },
-    {("idle", "send"): "send() without a pending request: call recv() first (or reply via msg.reply())"},
+    {
+        ("idle", "send"): (
+            "send() without a pending request: call recv() first in this thread or task "
+            "(or reply via msg.reply())"
+        )
+    },
 )
 
 
 class Replier(LoadBalancing, BacktraceQueuing):
     """Cooked REP/RESPONDENT: strips and stores backtraces, answers along them.
 
-    Replies never block: a reply for a pipe that is gone or whose send queue is
-    full is dropped and counted (the requester resends), as in nanomsg.
+    Each caller's pending request lives in a :class:`PerCaller` map, so threads
+    and tasks sharing one socket through classic recv()/send() answer their own
+    requests. Replies never block: a reply for a pipe that is gone or whose send
+    queue is full is dropped and counted (the requester resends), as in nanomsg.
     """
 
     def __init__(self, options: Any, raw: bool = False) -> None:
         super().__init__(options, raw)
-        self.state = "idle"
-        self._current: tuple[int, bytes] | None = None
+        self._pending: PerCaller[tuple[int, bytes]] = PerCaller()
         self.owner = None
+
+    @property
+    def state(self) -> str:
+        """The calling thread's (task's) classic state: "idle" or "pending"."""
+        return "idle" if self._pending.get() is None else "pending"
 
     def recv(self) -> Message:
         msg = self._fq.pop()
-        self.state = REPLIER_TABLE.step(self.state, "recv")
-        self._current = msg._reply_to[1]  # type: ignore[index]
+        caller = current_caller()
+        pending = self._pending
+        REPLIER_TABLE.step("idle" if pending.get(caller) is None else "pending", "recv")
+        pending.set(msg._reply_to[1], caller)  # type: ignore[index]
         return msg
 
     def send(self, body: bytes, header: bytes = b"") -> None:
-        self.state = REPLIER_TABLE.step(self.state, "send")
-        route, self._current = self._current, None
-        self.reply(route, body)  # type: ignore[arg-type]
+        route = self._pending.pop()
+        if route is None:
+            REPLIER_TABLE.step("idle", "send")  # raises the friendly ProtocolError
+        pid, stack = route  # type: ignore[misc]
+        self.send_to(pid, stack + body)
 
     def can_send(self) -> bool:
-        return True  # send never waits: it raises or sends (or drops)
+        # Per caller (the Poller asks from the polling thread). send() never
+        # waits -- it raises or sends (or drops) -- so no waiter depends on this.
+        return self._pending.get() is not None
 
     def reply(self, route: tuple[int, bytes], body: bytes) -> None:
         """Answer the request that came with ``route`` (pipe id, backtrace)."""
-        if route is self._current:
-            # Answered through the message: the classic send has nothing left to do.
-            self._current = None
-            self.state = "idle"
+        pending = self._pending
+        if len(pending):
+            # Answered through the message: a classic send has nothing left to do.
+            if pending.get() is route:
+                pending.pop()
+            else:
+                pending.discard_value(route)
         pid, header = route
         self.send_to(pid, header + body)
 

@@ -3,7 +3,7 @@
 Theory of operation:
 
 * **PUB** copies every message to every pipe that has send credit (nanomsg
-  ``dist``). It never blocks and never raises WouldBlock: a pipe without credit
+  ``dist``). By default (``overflow="drop"``) it never blocks: a pipe without credit
   -- its peer reads too slowly and its queue is full -- misses that message, and
   the miss is counted in ``dropped`` (``stats().messages_dropped``). With no
   pipe at all the message goes nowhere, silently, as in nanomsg and NNG.
@@ -19,6 +19,15 @@ Theory of operation:
   up sees current data, not a backlog. Should the network itself be the
   bottleneck, the PUB's per-pipe credit runs out and the PUB drops for that pipe
   only -- other subscribers are unaffected either way.
+* **Lossless, opt-in: ``overflow="block"``.** On a SUB, a pipe whose queue is
+  full stops being read (as PULL does), so the transport pushes back on that
+  publisher. On a PUB, ``send`` raises WouldBlock -- the socket waits, up to
+  ``send_timeout`` -- until *every* subscriber pipe has credit, then sends to
+  all: nothing is skipped, and the slowest subscriber sets the pace (one that
+  stops reading stalls the publisher). Set it on both sides for an end-to-end
+  lossless local pipeline. ``overflow="drop-newest"`` (SUB) keeps the queued
+  messages and discards the arriving ones instead (NNG without PREFNEW).
+  The option is read on every call, so it may change at any time.
 * **Raw SUB** delivers every message unfiltered and has no subscribe/unsubscribe
   (as NNG's raw SUB): a device forwarding a feed must not lose topics that the
   subscribers behind it filter for themselves. Raw PUB is the same as cooked PUB.
@@ -29,19 +38,20 @@ from __future__ import annotations
 from typing import Any
 
 from .._core import TRANSMIT, BodyQueuing, Distributing, FairQueue
-from .._errors import ProtocolError
+from .._errors import ProtocolError, WouldBlock
 from .._message import Message
 from .._radix import RadixTree
 
 
 class Pub0(Distributing):
-    """PUB: best-effort fan-out to every subscriber pipe."""
+    """PUB: best-effort fan-out to every subscriber pipe (or lossless: overflow="block")."""
 
     protocol_id = 0x20
     peer_id = 0x21
     name = "pub"
     peer_name = "sub"
     receives = False
+    overflow_modes = ("drop", "block")
 
     def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
         return True  # a SUB has nothing to say; ignore it and keep reading
@@ -49,6 +59,8 @@ class Pub0(Distributing):
     def send(self, body: bytes, header: bytes = b"") -> None:
         # Distributing.distribute without a skip, inlined: PUB's hot path.
         credit = self._credit
+        if self.options.overflow == "block" and not self.can_send():
+            raise WouldBlock  # some subscriber pipe is full: wait until all have room
         append = self.actions.append
         for pid, c in credit.items():
             if c > 0:
@@ -57,12 +69,22 @@ class Pub0(Distributing):
             else:
                 self.dropped += 1
 
+    def can_send(self) -> bool:
+        if self.options.overflow == "block":
+            return all(c > 0 for c in self._credit.values())
+        return True
+
     def recv(self) -> Message:
         raise ProtocolError("PUB sockets cannot receive; use a SUB socket")
 
 
-class _LatestQueue(FairQueue):
-    """A fair queue that never pauses a pipe: a full queue drops its oldest message."""
+class _OverflowQueue(FairQueue):
+    """A fair queue applying the ``overflow`` option when a pipe's queue is full.
+
+    "drop": keep reading, discard the oldest queued messages (never pauses);
+    "drop-newest": keep reading, discard what arrives; "block": pause the pipe
+    (plain FairQueue back-pressure). Discards are counted in ``dropped``.
+    """
 
     __slots__ = ("dropped",)
 
@@ -71,18 +93,30 @@ class _LatestQueue(FairQueue):
         self.dropped = 0
 
     def push(self, pid: int, msgs: list[bytes]) -> bool:
+        mode = self._options.overflow
+        if mode == "block":
+            return super().push(pid, msgs)
         q = self._queues.get(pid)
         priority = self._priority.get(pid)
         if q is None or priority is None:  # unknown or departed pipe
             return False
         if msgs:
-            q.extend(msgs)
-            excess = len(q) - self._options.recv_buffer
-            if excess > 0:
-                self.dropped += excess
-                for _ in range(excess):
-                    q.popleft()
-            self._ready.activate(pid, priority)
+            limit = self._options.recv_buffer
+            if mode == "drop-newest":
+                room = max(limit - len(q), 0)
+                if room < len(msgs):
+                    self.dropped += len(msgs) - room
+                    msgs = msgs[:room]
+                q.extend(msgs)
+            else:
+                q.extend(msgs)
+                excess = len(q) - limit
+                if excess > 0:
+                    self.dropped += excess
+                    for _ in range(excess):
+                        q.popleft()
+            if q:
+                self._ready.activate(pid, priority)
         return True
 
 
@@ -94,8 +128,9 @@ class Sub0(BodyQueuing):
     name = "sub"
     peer_name = "pub"
     sends = False
-    queue_class = _LatestQueue
-    _fq: _LatestQueue
+    queue_class = _OverflowQueue
+    _fq: _OverflowQueue
+    overflow_modes = ("drop", "drop-newest", "block")
 
     def __init__(self, options: Any, raw: bool = False) -> None:
         super().__init__(options, raw)

@@ -8,10 +8,14 @@ raw REP a request passes (a device) pushes the id of the pipe it came in on, top
 bit clear. A REP answers with the stack it received, so each device can pop its
 word and send the reply back the way the request came.
 
-REQ (cooked) keeps any number of requests in flight, each with its own id: the
-classic ``send``/``recv`` pair uses one of them (a new ``send`` abandons the
-previous classic request, as in nanomsg), and ``Socket.request()`` uses one per
-caller, so many threads or tasks share one socket without contexts. Ids start at
+REQ (cooked) keeps any number of requests in flight, each with its own id. The
+classic ``send``/``recv`` pair uses one per caller -- thread, or trio/asyncio
+task (:mod:`nanopy._callers`): a caller's new ``send`` abandons only that
+caller's previous classic request, as nanomsg does for its one request, and its
+``recv`` returns the reply to its own request; the core lists the callers whose
+reply arrived in ``ready_callers`` so the socket wakes exactly them.
+``Socket.request()`` uses one id per call. Many threads or tasks thus share one
+socket without contexts. Ids start at
 a random 31-bit value and count up; the id is the whole first word (top bit set).
 Each request goes through this state table (``REQUEST_TABLE``)::
 
@@ -51,9 +55,11 @@ request state, timers or resends.
 from __future__ import annotations
 
 import random
+import weakref
 from collections import deque
 from typing import Any
 
+from .._callers import PerCaller, current_caller
 from .._core import ARM_TIMER, CANCEL_TIMER, TRANSMIT, LoadBalancing, PipeInfo
 from .._errors import WouldBlock
 from .._message import Message
@@ -73,7 +79,7 @@ REQUEST_TABLE = StateTable(
         ("done", "take"): "idle",
         ("done", "cancel"): "idle",
     },
-    {("idle", "take"): "recv() without a request: send() a request first"},
+    {("idle", "take"): "recv() without a request: send() a request first (in this thread or task)"},
 )
 
 RESEND_TICKS = 4  # tick timer period = resend_interval / RESEND_TICKS
@@ -131,7 +137,11 @@ class Req0(RawVariant, LoadBalancing):
         self._inflight: dict[int, set[int]] = {}  # pid -> ids last sent on it
         self._sent: dict[int, None] = {}  # ids in "sent", oldest transmission first
         self._next = random.getrandbits(31)
-        self._classic: int | None = None
+        # Classic send/recv state per caller: caller -> its request id, and back
+        # (weakly: a caller that ends without recv() has its request cancelled).
+        self._classic: PerCaller[int] = PerCaller()
+        self._classic_owner: dict[int, weakref.ref[Any]] = {}
+        self.ready_callers: list[Any] = []  # callers whose classic reply arrived
         self._tick = 0
         self._ticking = False
         # Ids whose waiters should look again (reply arrived), drained by the
@@ -197,6 +207,7 @@ class Req0(RawVariant, LoadBalancing):
             raise WouldBlock
         req.state = REQUEST_TABLE.step(req.state, "take")
         del self._requests[rid]
+        self._classic_owner.pop(rid, None)
         return req.reply  # type: ignore[return-value]
 
     def cancel_request(self, rid: int) -> None:
@@ -204,6 +215,7 @@ class Req0(RawVariant, LoadBalancing):
         req = self._requests.pop(rid, None)
         if req is None:
             return
+        self._classic_owner.pop(rid, None)
         req.state = REQUEST_TABLE.step(req.state, "cancel")
         self._sent.pop(rid, None)
         if req.pid is not None:
@@ -289,27 +301,46 @@ class Req0(RawVariant, LoadBalancing):
                     inflight.discard(rid)
             if self.replied is not None:
                 self.replied.append(rid)
+            owner = self._classic_owner.get(rid)
+            if owner is not None:
+                caller = owner()
+                if caller is not None:
+                    self.ready_callers.append(caller)
         return True
 
-    # -- classic send/recv -------------------------------------------------------------
+    # -- classic send/recv (per caller) --------------------------------------------------
     def send(self, body: bytes, header: bytes = b"") -> None:
-        if self._classic is not None:
-            self.cancel_request(self._classic)
-        self._classic = self.start_request(body)
+        caller = current_caller()
+        old = self._classic.pop(caller)
+        if old is not None:
+            self.cancel_request(old)  # only this caller's earlier request
+        self._cancel_orphans()
+        rid = self.start_request(body)
+        self._classic.set(rid, caller)
+        self._classic_owner[rid] = weakref.ref(caller)
+
+    def _cancel_orphans(self) -> None:
+        """Cancel classic requests whose caller (thread/task) ended without recv()."""
+        owners = self._classic_owner
+        if owners:
+            for rid in [rid for rid, ref in owners.items() if ref() is None]:
+                self.cancel_request(rid)
 
     def can_send(self) -> bool:
         return True  # a request waits inside the core for a pipe, never in send()
 
     def recv(self) -> Message:
-        rid = self._classic
+        caller = current_caller()
+        rid = self._classic.get(caller)
         if rid is None:
             REQUEST_TABLE.step("idle", "take")  # raises the friendly ProtocolError
         msg = self.take_reply(rid)  # type: ignore[arg-type]
-        self._classic = None
+        self._classic.pop(caller)
         return msg
 
     def can_recv(self) -> bool:
-        rid = self._classic
+        """Whether the *calling* thread's (task's) classic reply is here."""
+        rid = self._classic.get()
         if rid is None:
             return False
         req = self._requests.get(rid)

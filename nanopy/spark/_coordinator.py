@@ -28,6 +28,7 @@ import logging
 import pickle
 import secrets
 import socket as _stdsocket
+import sys
 import threading
 import time
 from collections import deque
@@ -45,6 +46,27 @@ log = logging.getLogger("nanopy.spark")
 _PID = "!I"
 
 
+def _bracket(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _spark_driver_address() -> tuple[str | None, str | None]:
+    """``(spark.driver.host, spark.driver.bindAddress)`` of the running SparkContext.
+
+    Looks only if pyspark is already imported (a coordinator without Spark, or
+    before the session exists, binds loopback).
+    """
+    if "pyspark" not in sys.modules:
+        return None, None
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    if sc is None:
+        return None, None
+    conf = sc.getConf()
+    return conf.get("spark.driver.host"), conf.get("spark.driver.bindAddress")
+
+
 class Coordinator:
     """Serve work items to Spark tasks from the driver, with leases and progress.
 
@@ -54,12 +76,15 @@ class Coordinator:
             work redone when a task dies).
         lease_timeout: seconds a task may hold items without contacting the
             coordinator before they are handed to someone else.
-        bind: the URL to listen on. Default: ``tcp://127.0.0.1:0`` (any free
-            port); :meth:`map` on a non-local master binds ``tcp://0.0.0.0:0`` and
-            advertises ``spark.driver.host``. In a cluster, bind an address the
-            executors can reach, e.g. ``tcp://0.0.0.0:0`` with ``advertise=host``.
-        advertise: the host name tasks should dial (default: the bound host, or
-            this machine's name when bound to a wildcard address).
+        bind: the URL to listen on. Default: with a SparkContext running, its
+            ``spark.driver.bindAddress`` (else ``spark.driver.host``), the address
+            Spark's own executors already reach; without one, ``127.0.0.1``. All
+            interfaces (``tcp://0.0.0.0:0``) only when you pass them here.
+        port: the TCP port of the default bind address (default 0: any free
+            port); fix it when a firewall lets only known ports through.
+        advertise: the host name tasks should dial (default: ``spark.driver.host``
+            with a SparkContext running, else the bound host, or this machine's
+            name when bound to a wildcard address).
         progress: show the live progress line on ``progress_stream`` (stderr).
         task_timeout: seconds a task waits for an answer before giving up with
             :class:`CoordinatorLost` (the coordinator vanished).
@@ -77,6 +102,7 @@ class Coordinator:
         chunk_size: int = 64,
         lease_timeout: float = 60.0,
         bind: str | None = None,
+        port: int = 0,
         advertise: str | None = None,
         progress: bool = True,
         progress_stream: TextIO | None = None,
@@ -92,7 +118,12 @@ class Coordinator:
         self.lease_timeout = float(lease_timeout)
         self.task_timeout = float(task_timeout)
         self.max_message = max_message
+        if bind is not None and port:
+            raise ValueError("pass either bind (a full URL) or port, not both")
+        if not 0 <= port <= 65535:
+            raise ValueError(f"port must be 0..65535, got {port}")
         self._bind = bind
+        self._port = port
         self._advertise = advertise
         self._show_progress = progress
         self._progress_stream = progress_stream
@@ -127,8 +158,13 @@ class Coordinator:
         sock = Socket(ensure_registered(), name=self.name, recv_buffer=4096,
                       recv_max_size=self.max_message)
         sock.on_pipe_removed(lambda pipe: self._dropped_pipes.append(pipe.id))
+        if self._bind is None:
+            driver_host, bind_address = _spark_driver_address()
+            host = bind_address or driver_host or "127.0.0.1"
+            self._bind = f"tcp://{_bracket(host)}:{self._port}"
+            self._advertise = self._advertise or driver_host
         try:
-            ep = sock.bind(self._bind or "tcp://127.0.0.1:0")
+            ep = sock.bind(self._bind)
         except BaseException:
             sock.close(linger=0)
             raise
@@ -150,6 +186,7 @@ class Coordinator:
             host = self._advertise
         elif host.strip("[]") in ("0.0.0.0", "::", "*", ""):
             host = _stdsocket.gethostname()
+        host = _bracket(host.strip("[]"))
         return f"{scheme}://{host}:{port}"
 
     def close(self) -> None:
@@ -221,10 +258,6 @@ class Coordinator:
         """
         sc = getattr(spark, "sparkContext", spark)
         n = tasks or sc.defaultParallelism
-        if self._bind is None and not sc.master.startswith("local"):
-            # Executors run on other hosts: listen everywhere, advertise the driver host.
-            self._bind = "tcp://0.0.0.0:0"
-            self._advertise = self._advertise or sc.getConf().get("spark.driver.host")
         with self:
             client = self.client()
             group = f"nanopy-coordinator-{self._token}"

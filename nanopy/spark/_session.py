@@ -41,18 +41,31 @@ def quiet_conf_dir() -> str:
     return path
 
 
+def is_loopback_master(master: str) -> bool:
+    """``local[...]``, or a ``spark://`` master on this host's loopback address."""
+    if master.startswith("local"):
+        return True
+    host = master.partition("://")[2].split(",")[0].rpartition(":")[0]
+    return host in ("127.0.0.1", "localhost", "[::1]", "::1")
+
+
 def local_session(master: str = "local[2]", app_name: str = "nanopy", **conf: str) -> Any:
-    """Build (or get) a local SparkSession configured as docs/spark.md recommends.
+    """Build (or get) a SparkSession configured as docs/spark.md recommends.
 
     Sets ``PYSPARK_PYTHON`` to this interpreter (so workers can import nanopy and
-    pyarrow), ``SPARK_LOCAL_IP=127.0.0.1``, a quiet log4j2 configuration unless
-    ``SPARK_CONF_DIR`` is set, no UI and no console progress bars. Keyword
-    arguments are extra Spark settings (dots as underscores are not converted:
-    pass ``**{"spark.sql.shuffle.partitions": "4"}``).
+    pyarrow), a quiet log4j2 configuration unless ``SPARK_CONF_DIR`` is set, no UI
+    and no console progress bars. For ``local[...]`` or a master on loopback
+    (``spark://127.0.0.1:7077``) the driver also stays on 127.0.0.1
+    (``SPARK_LOCAL_IP``, ``spark.driver.host``); for any other master the driver
+    address is left to Spark (set ``spark.driver.host`` to a name the executors
+    can reach). Keyword arguments are extra Spark settings (pass
+    ``**{"spark.sql.shuffle.partitions": "4"}``).
     """
+    loopback = is_loopback_master(master)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if loopback:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("SPARK_CONF_DIR", quiet_conf_dir())
     from pyspark.sql import SparkSession
 
@@ -60,10 +73,11 @@ def local_session(master: str = "local[2]", app_name: str = "nanopy", **conf: st
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": "2",
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
         "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData",
     }
+    if loopback:
+        settings["spark.driver.host"] = "127.0.0.1"
+        settings["spark.driver.bindAddress"] = "127.0.0.1"
     settings.update(conf)
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():

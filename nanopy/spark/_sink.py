@@ -1,7 +1,7 @@
 """The nanopy sink: ``df.write.format("nanopy")`` and ``df.writeStream.format("nanopy")``.
 
 ``write()`` runs in the executors' Python workers. Each worker process keeps one
-socket per (URLs, protocol, mode, options), found again by every later task and
+socket per (URLs, protocol, options), found again by every later task and
 micro-batch while PySpark reuses the worker; the cache is keyed by ``os.getpid()``
 so a forked child never touches its parent's socket. Before ``write()`` returns,
 every message sent is written to the connection (the task's rows are flushed),
@@ -40,6 +40,31 @@ _cache_pid = 0
 _cache_lock = threading.Lock()
 
 
+def _payload_column(schema: StructType, column: str | None) -> str:
+    """The column to send: named by ``column``, else payload/value/data, else the first
+    binary or string column."""
+    names = schema.fieldNames()
+    kinds = {f.name: f.dataType for f in schema.fields}
+    if column is not None:
+        if column not in names:
+            raise opt.SourceOptionError(
+                f"column {column!r} is not a column of the DataFrame; columns are {names}")
+        if not isinstance(kinds[column], (BinaryType, StringType)):
+            raise opt.SourceOptionError(
+                f"column {column!r} is {kinds[column].simpleString()}; the nanopy sink sends binary "
+                f"or string columns: cast it first, e.g. .selectExpr(\"cast({column} as string) as payload\")")
+        return column
+    found = next((c for c in ("payload", "value", "data") if c in names
+                  and isinstance(kinds[c], (BinaryType, StringType))), None)
+    if found is None:
+        found = next((f.name for f in schema.fields if isinstance(f.dataType, (BinaryType, StringType))), None)
+    if found is None:
+        raise opt.SourceOptionError(
+            f"the nanopy sink needs a binary or string column to send; columns are {names} "
+            '(cast one, and name it "payload" or pass .option("column", name))')
+    return found
+
+
 @dataclass
 class NanopyCommit(WriterCommitMessage):
     """What one task reports: rows sent from which partition."""
@@ -50,28 +75,33 @@ class NanopyCommit(WriterCommitMessage):
 
 
 class _Writer:
-    def __init__(self, options: dict[str, str], schema: StructType) -> None:
-        # Plain values only: the writer is pickled to the executors.
+    def __init__(self, options: dict[str, str], schema: StructType, overwrite: bool = False) -> None:
+        # Plain values only: the writer is pickled to the executors. Every check runs
+        # here, on the driver, so a bad option fails save()/start() with one line.
+        opt.check_names(options, "sink")
+        if overwrite:
+            raise opt.SourceOptionError(
+                'the nanopy sink cannot overwrite: messages already sent cannot be taken back; '
+                'use .mode("append")'
+            )
         self.options = options
         self.urls = opt.urls(options)
         self.protocol = opt.choice(options, "protocol", ("push", "pub"), "push")
         self.mode = opt.choice(options, "mode", ("connect", "bind"), "connect")
-        names = schema.fieldNames()
-        column = options.get("column")
-        if column is None:
-            column = next((c for c in ("payload", "value", "data") if c in names), None)
-        if column is None:
-            column = next((f.name for f in schema.fields
-                           if isinstance(f.dataType, (BinaryType, StringType))), None)
-        if column is None or column not in names:
+        if self.mode == "bind":
             raise opt.SourceOptionError(
-                f"the nanopy sink needs a binary or string payload column; columns are {names} "
-                '(name it "payload" or pass .option("column", name))'
+                "the nanopy sink cannot bind: write() runs in every executor's Python workers, "
+                "which would all bind the same address. Bind the receiving socket (PULL or SUB) "
+                "and let the sink connect (the default mode), or put a nanopy device in between"
             )
-        self.column = column
+        self.column = _payload_column(schema, options.get("column"))
+        names = schema.fieldNames()
         topic_column = options.get("topiccolumn") or None
         if topic_column is not None and topic_column not in names:
-            raise opt.SourceOptionError(f"topicColumn {topic_column!r} is not a column of {names}")
+            raise opt.SourceOptionError(
+                f"topicColumn {topic_column!r} is not a column of the DataFrame; columns are {names}")
+        if topic_column is not None and self.protocol != "pub":
+            raise opt.SourceOptionError('topicColumn needs .option("protocol", "pub")')
         self.topic_column = topic_column
         self.tag = opt.boolean(options, "tag", True)
         self.send_timeout = opt.number(options, "sendTimeout", 30.0)
@@ -79,11 +109,12 @@ class _Writer:
         self.peer_timeout = opt.number(options, "peerTimeout", 10.0)
         self.send_buffer = opt.integer(options, "sendBuffer", 8192, 1)
         self.run_id = secrets.randbits(64)
+        opt.check_reachable(self.urls, self.mode, "sink")
 
     # -- executor side ----------------------------------------------------------
     def _socket(self) -> Any:
         global _cache_pid
-        key = (tuple(self.urls), self.protocol, self.mode, self.send_buffer, self.send_timeout)
+        key = (tuple(self.urls), self.protocol, self.send_buffer, self.send_timeout)
         with _cache_lock:
             if _cache_pid != os.getpid():
                 _cache.clear()  # sockets of a parent process are unusable here
@@ -96,16 +127,24 @@ class _Writer:
             sock = Socket(self.protocol, name="nanopy-spark-sink", send_buffer=self.send_buffer,
                           send_timeout=self.send_timeout, linger=self.flush_timeout)
             for url in self.urls:
-                (sock.bind if self.mode == "bind" else sock.connect)(url)
+                sock.connect(url)
             _cache[key] = sock
-        if self.protocol == "pub":
-            # PUB drops messages while nobody listens: wait for the first subscriber.
-            from ..testing import wait_pipes
+        # Fail fast (PUSH) or warn (PUB, which drops while nobody listens) when no
+        # peer is there, naming the address, instead of blocking for sendTimeout.
+        from ..testing import wait_pipes
 
-            try:
-                wait_pipes(sock, 1, self.peer_timeout)
-            except TimeoutError:
-                log.warning("nanopy sink: no subscriber within %.1fs on %s", self.peer_timeout, self.urls)
+        try:
+            wait_pipes(sock, 1, self.peer_timeout)
+        except TimeoutError:
+            where = ",".join(self.urls)
+            if self.protocol == "pub":
+                log.warning("nanopy sink: no subscriber at %s within peerTimeout=%.1fs; PUB drops "
+                            "messages nobody receives", where, self.peer_timeout)
+            else:
+                raise TimeoutError(
+                    f"nanopy sink: no peer at {where} within peerTimeout={self.peer_timeout}s; "
+                    "is the receiving socket bound there and reachable from this executor?"
+                ) from None
         return sock
 
     def _write(self, iterator: Iterator[Any], batch_id: int) -> NanopyCommit:
@@ -122,6 +161,8 @@ class _Writer:
                 text = ctx.getLocalProperty("streaming.sql.batchId")
                 if text:
                     batch_id = int(text)
+        from .._errors import Timeout
+
         sock = self._socket()
         send = sock.send
         tag = self.tag
@@ -145,7 +186,14 @@ class _Writer:
                     payload = (t.encode() if isinstance(t, str) else bytes(t)) + payload
                 if tag:
                     payload = payload + make_tag(run_id, batch_id, partition, index)
-                send(payload)
+                try:
+                    send(payload)
+                except Timeout:
+                    raise Timeout(
+                        f"nanopy sink: no room to send to {','.join(self.urls)} within "
+                        f"sendTimeout={self.send_timeout}s ({index} rows of partition {partition} "
+                        "sent); the receiver is not keeping up or has gone"
+                    ) from None
                 index += 1
         self._flush(sock)
         return NanopyCommit(partition, index, nulls)
@@ -158,7 +206,8 @@ class _Writer:
         deadline = time.monotonic() + self.flush_timeout
         sock._engine.run(sock._flush, self.flush_timeout, timeout=self.flush_timeout + 5)
         if not all(d.flushed() for d in list(sock._pipes.values())) and time.monotonic() >= deadline:
-            raise TimeoutError(f"nanopy sink: messages still queued after {self.flush_timeout}s")
+            raise TimeoutError(f"nanopy sink: messages to {','.join(self.urls)} still queued after "
+                               f"flushTimeout={self.flush_timeout}s")
 
 
 def _total(messages: list[Any]) -> int:

@@ -1,36 +1,41 @@
-"""The ``"nanopy"`` PySpark data source: a streaming reader and the writers.
+"""The ``"nanopy"`` PySpark data source: streaming and batch readers, and the writers.
 
 Where things run (PySpark 4.x, see docs/spark.md): ``NanopyDataSource`` and the
 reader objects are created in Spark's Python helper processes and *pickled*, so
-they hold only option values. The reader's socket and receiving thread are made
-on first use inside ``python_streaming_source_runner`` (one long-lived process
-per source per query, on the driver host); ``readBetweenOffsets`` -- the replay
-path -- runs on an executor with a fresh copy and reads the spool.
+they hold only option values. The streaming reader's socket and receiving thread
+are made on first use inside ``python_streaming_source_runner`` (one long-lived
+process per source per query, on the driver host). ``partitions()`` runs there too
+and ships each micro-batch to the executors inside its input partitions -- or, for
+rows no longer in memory (a replay, a restart), as spool ranges the executors read.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
 import time
-from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
 from pyspark.sql.types import StructType
 
 from . import _options as opt
+from ._receiver import Receiver, make_batch, open_socket
 from ._sink import NanopyBatchWriter, NanopyStreamWriter
+from ._spool import Spool
 
 log = logging.getLogger("nanopy.spark")
 
-_DEBUG = bool(os.environ.get("NANOPY_SPARK_DEBUG"))
-
 SCHEMA = "payload binary, topic string, received timestamp, seq long"
+PARTITION_ROWS = 50_000  # rows per input partition of a micro-batch
 
 
 def arrow_schema(schema: StructType) -> pa.Schema:
@@ -39,8 +44,56 @@ def arrow_schema(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema, timezone="UTC")
 
 
+def _source_schema() -> StructType:
+    from pyspark.sql.types import (
+        BinaryType,
+        LongType,
+        StringType,
+        StructField,
+        TimestampType,
+    )
+
+    return StructType([StructField("payload", BinaryType()), StructField("topic", StringType()),
+                       StructField("received", TimestampType()), StructField("seq", LongType())])
+
+
+def check_schema(schema: StructType) -> None:
+    """The source's schema is fixed: refuse any other one when the query is defined."""
+    ours = [(f.name, f.dataType) for f in _source_schema().fields]
+    theirs = [(f.name, f.dataType) for f in schema.fields]
+    if theirs != ours:
+        raise opt.SourceOptionError(
+            f"the nanopy source has a fixed schema ({SCHEMA}); got {schema.simpleString()}: "
+            "drop .schema(...) and select or cast columns after load()"
+        )
+
+
+def check_values(opts: dict[str, str]) -> None:
+    """Parse every option that is present, whatever the role (errors at definition)."""
+    for key in ("maxRecordsPerBatch", "maxOffsetsPerTrigger", "maxBuffered", "recvBuffer",
+                "count", "sendBuffer"):
+        opt.integer(opts, key, 1, 1)
+    opt.integer(opts, "recvMaxSize", 0, 0)
+    for key in ("pollTimeoutMs", "connectTimeout", "duration", "sendTimeout", "flushTimeout",
+                "peerTimeout"):
+        opt.number(opts, key, 0.0)
+    opt.boolean(opts, "tag", True)
+    opt.choice(opts, "mode", ("connect", "bind"), "connect")
+    opt.choice(opts, "protocol", ("pull", "sub", "push", "pub"), "pull")
+    if "url" in opts or "urls" in opts:
+        opt.urls(opts)
+
+
 class NanopyDataSource(DataSource):
-    """``format("nanopy")``: a streaming source (PULL or SUB) and a sink (PUSH or PUB)."""
+    """``format("nanopy")``: streaming and batch reads (PULL or SUB), sinks (PUSH or PUB)."""
+
+    def __init__(self, options: Any) -> None:
+        super().__init__(options)
+        # Spark makes this object at load() for reads and at save() (or the first
+        # micro-batch) for writes, without saying which: check what holds for both.
+        opts = opt.lower(options)
+        opt.check_names(opts)
+        check_values(opts)
 
     @classmethod
     def name(cls) -> str:
@@ -49,309 +102,210 @@ class NanopyDataSource(DataSource):
     def schema(self) -> str:
         return SCHEMA
 
-    def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return NanopyStreamReader(opt.lower(self.options), schema)
 
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return NanopyBatchReader(opt.lower(self.options), schema)
+
     def writer(self, schema: StructType, overwrite: bool) -> Any:
-        return NanopyBatchWriter(opt.lower(self.options), schema)
+        return NanopyBatchWriter(opt.lower(self.options), schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
-        return NanopyStreamWriter(opt.lower(self.options), schema)
+        return NanopyStreamWriter(opt.lower(self.options), schema, False)
 
 
-class _Receiver:
-    """The socket plus a thread draining it into time-stamped groups (runner process)."""
+# -- input partitions (pickled: runner -> JVM -> executor) -----------------------------
+class RowsPartition(InputPartition):
+    """Rows carried in the partition itself, as an Arrow IPC stream."""
 
-    def __init__(self, options: dict[str, str], max_buffered: int) -> None:
-        protocol = opt.choice(options, "protocol", ("pull", "sub"), "pull")
-        mode = opt.choice(options, "mode", ("connect", "bind"), "connect")
-        self.subscriptions = opt.topics(options) if protocol == "sub" else []
-        self.protocol = protocol
-        self.max_buffered = max_buffered
-        self.cond = threading.Condition()
-        self.groups: deque[tuple[float, list[bytes]]] = deque()
-        self.buffered = 0
-        self.pid = os.getpid()
-        recv_buffer = opt.integer(options, "recvBuffer", 65536, 1)
-        from .._socket import Socket
-
-        max_size = opt.integer(options, "recvMaxSize", 1 << 20, 0)
-        sock = Socket(protocol, recv_buffer=recv_buffer, recv_max_size=max_size,
-                      name="nanopy-spark-source")
-        if protocol == "sub":
-            for topic in self.subscriptions:
-                sock.subscribe(topic)
-        for url in opt.urls(options):
-            (sock.bind if mode == "bind" else sock.connect)(url)
-        self.sock = sock
-        self.thread = threading.Thread(target=self._run, name="nanopy-spark-receiver", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        from .._errors import Closed, Timeout
-
-        recv = self.sock.recv
-        cond = self.cond
-        while True:
-            try:
-                first = recv(timeout=0.5)
-            except Timeout:
-                continue
-            except Closed:
-                return
-            group = [first]
-            try:
-                group += _drain(self.sock, 4095)
-            except Closed:
-                return
-            stamp = time.time()
-            with cond:
-                self.groups.append((stamp, group))
-                self.buffered += len(group)
-                cond.notify_all()
-                while self.buffered >= self.max_buffered:
-                    # Back-pressure: the socket's queue fills, then TCP pushes back.
-                    cond.wait()
-
-    def take(self, limit: int, wait: float) -> tuple[list[bytes], list[float], list[int]]:
-        """Up to ``limit`` messages, waiting up to ``wait`` seconds for the first."""
-        cond = self.cond
-        payloads: list[bytes] = []
-        stamps: list[float] = []
-        sizes: list[int] = []
-        with cond:
-            if not self.groups and wait > 0:
-                cond.wait(wait)
-            while self.groups and len(payloads) < limit:
-                stamp, group = self.groups[0]
-                room = limit - len(payloads)
-                if len(group) <= room:
-                    self.groups.popleft()
-                    part = group
-                else:
-                    part = group[:room]
-                    self.groups[0] = (stamp, group[room:])
-                payloads.extend(part)
-                stamps.append(stamp)
-                sizes.append(len(part))
-            self.buffered -= len(payloads)
-            cond.notify_all()
-        return payloads, stamps, sizes
+    def __init__(self, after: int, last: int, data: bytes) -> None:
+        super().__init__((after, last))
+        self.data = data
 
 
-def _drain(sock: Any, limit: int) -> list[bytes]:
-    """Take up to ``limit`` queued message bodies without waiting.
+class SpoolPartition(InputPartition):
+    """Rows ``after+1 .. last`` that the executor reads from the spool."""
 
-    Pops the protocol core under one acquisition of the socket's lock (about half
-    the cost of a ``recv(timeout=0)`` per message), keeping the socket's counters
-    and follow-up actions (resuming paused pipes) as ``recv`` would; falls back to
-    plain ``recv`` calls if the socket internals are not the expected ones.
-    """
-    from .._errors import Closed, Timeout, WouldBlock
-
-    try:
-        lock, core = sock._lock, sock._core
-        take_actions, wake, execute = sock._take_actions, sock._wake, sock._execute
-    except AttributeError:  # pragma: no cover - defensive
-        out = []
-        try:
-            for _ in range(limit):
-                out.append(sock.recv(timeout=0))
-        except Timeout:
-            pass
-        return out
-    out: list[bytes] = []
-    append = out.append
-    body = getattr(core, "recv_body", None)  # cores may skip building Messages
-    pop = body if body is not None else (lambda: core.recv().body)
-    with lock:
-        if sock._closed:
-            raise Closed("socket closed")
-        try:
-            for _ in range(limit):
-                append(pop())
-        except WouldBlock:
-            pass
-        sock._received += len(out)
-        sock._bytes_received += sum(map(len, out))
-        actions = take_actions()
-        wake()
-    if actions:
-        execute(actions)
-    return out
+    def __init__(self, uri: str, after: int, last: int) -> None:
+        super().__init__((after, last))
+        self.uri = uri
 
 
-_receivers: dict[str, _Receiver] = {}
+def _ipc(batches: list[pa.RecordBatch], schema: pa.Schema) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        for batch in batches:
+            writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def _check_reader(reader: Any, options: dict[str, str], schema: StructType, role: str) -> None:
+    """Check a reader's options and schema; keep the plain values it needs."""
+    opt.check_names(options, role)
+    check_values(options)
+    check_schema(schema)
+    reader.options = options
+    reader.schema = schema
+    reader.urls = opt.urls(options)
+    reader.protocol = opt.choice(options, "protocol", opt.PROTOCOLS[role], "pull")
+    reader.mode = opt.choice(options, "mode", ("connect", "bind"), "connect")
+
+
+_receivers: dict[tuple, Receiver] = {}
 _receivers_lock = threading.Lock()
 
 
-class NanopyStreamReader(SimpleDataSourceStreamReader):
-    """Micro-batches from a nanopy PULL or SUB socket.
+class NanopyStreamReader(DataSourceStreamReader):
+    """Micro-batches from a nanopy PULL or SUB socket, through a write-ahead spool.
 
-    Offsets are ``{"seq": N}``: ``N`` is the sequence number of the last message
-    of the batch; messages are numbered 1, 2, ... in arrival order and the
-    numbering carries on from the checkpointed offset after a restart.
+    Offsets are ``{"seq": N}``: positions in the log of received messages
+    (numbered 1, 2, ... in arrival order; the numbering continues across restarts).
     """
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         # Plain values only: this object is pickled to other processes.
-        self.options = options
-        self.schema = schema
+        _check_reader(self, options, schema, "source")
         self.max_records = opt.integer(options, "maxRecordsPerBatch", 100_000, 1)
+        self.max_per_trigger = opt.integer(options, "maxOffsetsPerTrigger", 0, 1) or None
         self.max_buffered = opt.integer(options, "maxBuffered", 1_000_000, 1)
         self.wait = opt.number(options, "pollTimeoutMs", 20.0) / 1000.0
-        self.spool = options.get("spoolpath") or options.get("spool") or None
-        opt.urls(options)  # fail early, at query start, on a missing URL
-        opt.choice(options, "protocol", ("pull", "sub"), "pull")
-        self._served: dict[int, tuple[int, Any]] | None = None
+        spool = options.get("spoolpath") or None
+        self.spool = Spool(spool) if spool else None
+        self.skipped_batches = 0
+        self.skipped_messages = 0
+        self._checked = False
 
     # -- runner process -------------------------------------------------------
-    def _receiver(self) -> _Receiver:
-        key = json.dumps(self.options, sort_keys=True)
+    def _receiver(self, start: int | None) -> Receiver | None:
+        key = (os.getpid(), tuple(sorted(self.options.items())))
         with _receivers_lock:
             rx = _receivers.get(key)
-            if rx is None or rx.pid != os.getpid():
-                rx = _receivers[key] = _Receiver(self.options, self.max_buffered)
+            if rx is None and start is not None:
+                base = start
+                if self.spool is not None:
+                    self.spool.prepare()
+                    base = max(start, self.spool.end())
+                rx = _receivers[key] = Receiver(self.options, base, self.spool,
+                                                arrow_schema(self.schema), self.max_buffered)
         return rx
 
     def initialOffset(self) -> dict:
-        self._receiver()  # start receiving as soon as the query starts
+        if not self._checked:  # a bad spool or address shows up when the query starts
+            self._checked = True
+            opt.check_reachable(self.urls, self.mode, "source")
+            if self.spool is not None:
+                self.spool.prepare()
         return {"seq": 0}
 
-    def read(self, start: dict) -> tuple[Iterator[Any], dict]:
-        if self._served is None:
-            self._served = {}
-        first = int(start["seq"])
-        again = self._served.get(first)
-        if again is not None:  # asked twice for the same batch: same answer
-            return iter(again[1]), {"seq": again[0]}
-        t0 = time.perf_counter()
-        payloads, stamps, sizes = self._receiver().take(self.max_records, self.wait)
-        if not payloads:
-            return iter([]), start
-        last = first + len(payloads)
-        t1 = time.perf_counter()
-        batch = self._make_batch(first, payloads, stamps, sizes)
-        t2 = time.perf_counter()
-        if self.spool:
-            _spool_write(self.spool, first, last, batch)
-        if _DEBUG:
-            log.warning("nanopy source read %d..%d: take %.1f ms, arrow %.1f ms, spool %.1f ms",
-                        first + 1, last, (t1 - t0) * 1e3, (t2 - t1) * 1e3,
-                        (time.perf_counter() - t2) * 1e3)
-        self._served[first] = (last, [batch])
-        return iter([batch]), {"seq": last}
+    def getDefaultReadLimit(self) -> Any:
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-    def _make_batch(self, first: int, payloads: list[bytes], stamps: list[float],
-                    sizes: list[int]) -> pa.RecordBatch:
-        schema = arrow_schema(self.schema)
-        n = len(payloads)
-        micros: list[int] = []
-        for stamp, size in zip(stamps, sizes):
-            micros.extend([int(stamp * 1e6)] * size)
-        topic: pa.Array
-        subs = self._receiver().subscriptions
-        if subs and subs != [b""]:
-            ordered = sorted(subs, key=len, reverse=True)
-            topic = pa.array(
-                [next((t.decode("utf-8", "replace") for t in ordered if p.startswith(t)), None)
-                 for p in payloads], pa.string())
-        else:
-            topic = pa.nulls(n, pa.string())
-        columns = [
-            pa.array(payloads, pa.binary()),
-            topic,
-            pa.array(micros, pa.int64()).cast(schema.field("received").type),
-            pa.array(range(first + 1, first + n + 1), pa.int64()),
-        ]
-        return pa.RecordBatch.from_arrays(columns, schema=schema)
+        return ReadMaxRows(self.max_per_trigger) if self.max_per_trigger else ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: Any = None) -> dict:
+        first = int(start["seq"])
+        rx = self._receiver(first)
+        assert rx is not None
+        cap = self.max_records
+        rows = getattr(limit, "max_rows", None)
+        if rows:
+            cap = min(cap, int(rows))
+        end = min(rx.wait_past(first, self.wait), first + cap)
+        return {"seq": end} if end > first else start
+
+    def reportLatestOffset(self) -> dict | None:
+        rx = self._receiver(None)
+        if rx is None:
+            return None
+        out = rx.metrics()
+        out["skippedBatches"] = self.skipped_batches
+        out["skippedMessages"] = self.skipped_messages
+        return out
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        after, last = int(start["seq"]), int(end["seq"])
+        if last <= after:
+            return []
+        rx = self._receiver(None)
+        in_memory = rx.memory_start() if rx is not None else None
+        split = last if in_memory is None else max(after, min(last, in_memory))
+        parts: list[InputPartition] = []
+        if split > after:  # rows not in memory: a replay, or read ahead by a previous run
+            if self.spool is not None:
+                parts += [SpoolPartition(self.spool.uri, a, min(a + PARTITION_ROWS, split))
+                          for a in range(after, split, PARTITION_ROWS)]
+            else:
+                self.skipped_batches += 1
+                self.skipped_messages += split - after
+                log.warning("nanopy source %s: messages %d..%d cannot be replayed without a "
+                            "spoolPath (at-most-once): this batch skips them; %d batch(es) "
+                            "skipped so far", ",".join(self.urls), after + 1, split,
+                            self.skipped_batches)
+        if last > split and rx is not None:
+            schema = arrow_schema(self.schema)
+            for a in range(split, last, PARTITION_ROWS):
+                b = min(a + PARTITION_ROWS, last)
+                parts.append(RowsPartition(a, b, _ipc(rx.slice(a, b), schema)))
+        return parts
 
     def commit(self, end: dict) -> None:
         last = int(end["seq"])
-        if self._served:
-            for first in [f for f, (e, _) in self._served.items() if e <= last]:
-                del self._served[first]
-        if self.spool:
-            _spool_trim(self.spool, last)
+        rx = self._receiver(None)
+        if rx is not None:
+            done = rx.drop_upto(last)
+            if self.spool is not None:
+                self.spool.trim(last, done)
+        elif self.spool is not None:
+            self.spool.trim(last)
 
-    # -- executor process (replay) ----------------------------------------------
-    def readBetweenOffsets(self, start: dict, end: dict) -> Iterator[Any]:
-        first, last = int(start["seq"]), int(end["seq"])
-        if last <= first:
-            return iter([])
-        if not self.spool:
-            log.warning("nanopy source: batch %d..%d cannot be replayed without a spool "
-                        "(at-most-once); it is skipped", first + 1, last)
-            return iter([])
-        return iter(_spool_read(self.spool, first, last, arrow_schema(self.schema)))
-
-
-# -- the spool: one Arrow IPC file per micro-batch, named by its offsets ---------
-def _spool_name(first: int, last: int) -> str:
-    return f"{first:020d}-{last:020d}.arrow"
+    # -- executor process -----------------------------------------------------
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, RowsPartition):
+            yield from pa.ipc.open_stream(partition.data).read_all().to_batches()
+            return
+        assert isinstance(partition, SpoolPartition)
+        after, last = partition.value
+        yield from Spool(partition.uri).read(after, last, arrow_schema(self.schema))
 
 
-def _spool_files(path: str) -> list[tuple[int, int, str]]:
-    out = []
-    try:
-        names = os.listdir(path)
-    except FileNotFoundError:
-        return []
-    for name in names:
-        if not name.endswith(".arrow"):
-            continue
-        a, _, b = name[:-6].partition("-")
-        if a.isdigit() and b.isdigit():
-            out.append((int(a), int(b), os.path.join(path, name)))
-    return sorted(out)
+class NanopyBatchReader(DataSourceReader):
+    """``spark.read.format("nanopy")``: receive until ``count`` messages or ``duration`` s.
 
+    One task on an executor opens the socket, receives, and returns the rows.
+    """
 
-def _spool_write(path: str, first: int, last: int, batch: pa.RecordBatch) -> None:
-    """Write a batch durably (write, fsync, rename, fsync the directory)."""
-    os.makedirs(path, exist_ok=True)
-    final = os.path.join(path, _spool_name(first, last))
-    tmp = final + ".tmp"
-    with open(tmp, "wb") as f:
-        with pa.ipc.new_file(f, batch.schema) as writer:
-            writer.write_batch(batch)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, final)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        _check_reader(self, options, schema, "batch read")
+        self.count = opt.integer(options, "count", 0, 1) or None
+        self.duration = opt.number(options, "duration", 0.0) or None
+        if self.count is None and self.duration is None:
+            raise opt.SourceOptionError(
+                'a batch read needs a bound: .option("count", N) messages and/or '
+                '.option("duration", seconds)'
+            )
+        opt.check_reachable(self.urls, self.mode, "batch read")
 
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        from .._errors import Timeout
 
-def _spool_trim(path: str, committed: int) -> None:
-    for _, last, name in _spool_files(path):
-        if last <= committed:
-            try:
-                os.unlink(name)
-            except FileNotFoundError:
-                pass
-
-
-def _spool_read(path: str, first: int, last: int, schema: pa.Schema) -> list[pa.RecordBatch]:
-    import pyarrow.compute as pc
-
-    out: list[pa.RecordBatch] = []
-    covered = 0
-    for a, b, name in _spool_files(path):
-        if b <= first or a >= last:
-            continue
-        with open(name, "rb") as f:
-            table = pa.ipc.open_file(pa.BufferReader(f.read())).read_all()
-        seq = table.column("seq")
-        mask = pc.and_(pc.greater(seq, first), pc.less_equal(seq, last))
-        table = table.filter(mask).select(schema.names)
-        covered += table.num_rows
-        for batch in table.to_batches():
-            out.append(pa.RecordBatch.from_arrays(batch.columns, schema=schema))
-    if covered != last - first:
-        raise RuntimeError(
-            f"nanopy source: the spool {path!r} holds {covered} of the {last - first} messages of "
-            f"batch {first + 1}..{last}; was it deleted or shared between queries?"
-        )
-    return out
+        max_size = opt.integer(self.options, "recvMaxSize", 1 << 20, 0)
+        subs = opt.topics(self.options) if self.protocol == "sub" else []
+        schema = arrow_schema(self.schema)
+        deadline = None if self.duration is None else time.monotonic() + self.duration
+        got = 0
+        with open_socket(self.options, self.protocol, self.mode, "nanopy-spark-read") as sock:
+            while self.count is None or got < self.count:
+                left = 0.5 if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    break
+                want = 65536 if self.count is None else min(65536, self.count - got)
+                try:
+                    msgs = sock.recv_batch(want, timeout=min(left, 0.5))
+                except Timeout:
+                    continue
+                if max_size:
+                    msgs = [m for m in msgs if len(m) <= max_size]
+                if msgs:
+                    yield make_batch(got, msgs, time.time(), subs, schema)
+                    got += len(msgs)

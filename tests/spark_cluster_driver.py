@@ -1,0 +1,119 @@
+"""Driver programs for the cluster tests (run as subprocesses by test_spark_cluster.py).
+
+    python spark_cluster_driver.py MASTER stream IN_URL OUT_URL SPOOL CHECKPOINT MAX_BATCH
+    python spark_cluster_driver.py MASTER basics PULL_URL
+    python spark_cluster_driver.py MASTER executor-kill PID_DIR ITEMS
+
+Each prints JSON lines on stdout ("started", then results); the test reads them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import nanopy.spark
+
+
+def say(**fields: object) -> None:
+    sys.stdout.write(json.dumps(fields) + "\n")
+    sys.stdout.flush()
+
+
+def session(master: str):  # type: ignore[no-untyped-def]
+    return nanopy.spark.local_session(master, "nanopy-cluster-test", **{
+        "spark.executor.memory": "512m",
+        "spark.cores.max": "2",
+        "spark.task.maxFailures": "4",
+        "spark.sql.streaming.noDataProgressEventInterval": "1000",  # idle progress every second
+        "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData",
+    })
+
+
+def stream(spark, in_url: str, out_url: str, spool: str, checkpoint: str, max_batch: str) -> None:  # type: ignore[no-untyped-def]
+    """Source -> "payload:seq" -> sink; runs until killed."""
+    query = (spark.readStream.format("nanopy").option("url", in_url)
+             .option("spoolPath", spool).option("maxRecordsPerBatch", max_batch).load()
+             .selectExpr("cast(concat(cast(payload as string), ':', cast(seq as string)) as binary) as payload")
+             .writeStream.format("nanopy").option("url", out_url)
+             .option("checkpointLocation", checkpoint)
+             .trigger(processingTime="0 seconds").start())
+    say(event="started", pid=os.getpid())
+    while query.isActive:
+        progress = query.lastProgress
+        if progress:
+            source = progress["sources"][0]
+            end, latest = source.get("endOffset"), source.get("latestOffset")
+            say(event="progress", batch=progress["batchId"], rows=progress["numInputRows"],
+                end=json.loads(end)["seq"] if end else None,
+                latest=json.loads(latest) if latest else None)
+        query.awaitTermination(0.5)
+    say(event="ended", error=str(query.exception()))
+
+
+def basics(spark, pull_url: str) -> None:  # type: ignore[no-untyped-def]
+    from nanopy.spark import Coordinator
+
+    sc = spark.sparkContext
+    driver_host = sc.getConf().get("spark.driver.host")
+    # The manual pattern: the coordinator finds the driver host by itself.
+    with Coordinator(range(3000), chunk_size=32, progress=False) as coord:
+        client = coord.client()
+        rows = sc.parallelize(range(2), 2).mapPartitions(lambda _: client.process(lambda x: x * 2)).collect()
+        coord.wait(30)
+    manual = {"url": coord.url, "ok": coord.results() == [x * 2 for x in range(3000)],
+              "duplicates": coord.duplicates, "hosts": sorted({w.split(":")[0] for w, _ in rows}),
+              "executor_pids": sorted({w.split(":")[1].split("/")[0] for w, _ in rows})}
+    # map() with a fixed port.
+    port = int(os.environ["NANOPY_TEST_COORD_PORT"])
+    fixed = Coordinator(range(1000), chunk_size=16, port=port, progress=False)
+    t0 = time.perf_counter()
+    ok = fixed.map(spark, lambda x: x + 1) == [x + 1 for x in range(1000)]
+    say(event="coordinator", driver_host=driver_host, manual=manual,
+        fixed={"url": fixed.url, "ok": ok, "seconds": time.perf_counter() - t0})
+    # The sink from executors to the test's PULL socket.
+    t0 = time.perf_counter()
+    (spark.range(20000).selectExpr("cast(concat('r', id) as binary) as payload").repartition(4)
+     .write.format("nanopy").option("url", pull_url).mode("append").save())
+    say(event="sink", rows=20000, seconds=time.perf_counter() - t0)
+
+
+def executor_kill(spark, pid_dir: str, items: str) -> None:  # type: ignore[no-untyped-def]
+    from nanopy.spark import Coordinator
+
+    def work(x: int) -> int:
+        marker = os.path.join(pid_dir, f"{os.getpid()}.pid")
+        if not os.path.exists(marker):  # the executor JVM is the pyspark daemon's parent
+            daemon = os.getppid()
+            with open(f"/proc/{daemon}/stat") as f:
+                jvm = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(marker + ".tmp", "w") as f:
+                f.write(str(jvm))
+            os.replace(marker + ".tmp", marker)
+        time.sleep(0.004)  # simulated work, so the job outlives the kill
+        return -x
+
+    n = int(items)
+    coord = Coordinator(range(n), chunk_size=8, lease_timeout=30, progress=False)
+    say(event="started", pid=os.getpid())
+    results = coord.map(spark, work, tasks=2, timeout=240)
+    say(event="done", ok=results == [-x for x in range(n)], duplicates=coord.duplicates,
+        requeued=coord.requeued, per_worker=coord.per_worker())
+
+
+def main() -> None:
+    master, scenario, *args = sys.argv[1:]
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    spark = session(master)
+    try:
+        {"stream": stream, "basics": basics, "executor-kill": executor_kill}[scenario](spark, *args)
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""The source's write-ahead spool and receiver, without a SparkSession (fast).
+
+Spools on a local path, a file:// URI and s3:// against a loopback moto server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+pytest.importorskip("pyspark")
+
+from s3_server import bucket_uri, s3_server
+
+import nanopy
+from nanopy.spark import _options as opt
+from nanopy.spark._receiver import Receiver, make_batch
+from nanopy.spark._spool import Spool, redact
+from nanopy.testing import wait_no_pipes, wait_pipes
+
+SCHEMA = pa.schema([("payload", pa.binary()), ("topic", pa.string()),
+                    ("received", pa.timestamp("us", tz="UTC")), ("seq", pa.int64())])
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with s3_server(str(tmp_path_factory.mktemp("moto"))) as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(params=["path", "file-uri", "s3"])
+def spool_uri(request: pytest.FixtureRequest, tmp_path: Any) -> str:
+    if request.param == "path":
+        return str(tmp_path / "spool")
+    if request.param == "file-uri":
+        return f"file://{tmp_path}/spool"
+    endpoint = request.getfixturevalue("s3_endpoint")
+    import re
+
+    return bucket_uri(endpoint, "spool-tests", re.sub(r"\W", "-", request.node.name) + "/spool")
+
+
+def rows(after: int, n: int) -> pa.RecordBatch:
+    return make_batch(after, [b"m%d" % i for i in range(after + 1, after + n + 1)], 1.5e9, [], SCHEMA)
+
+
+def test_spool_log_write_read_trim(spool_uri: str) -> None:
+    spool = Spool(spool_uri)
+    spool.prepare()
+    assert spool.end() == 0
+    for after, n in ((0, 5), (5, 3), (8, 10)):
+        spool.write(after, after + n, rows(after, n))
+    assert [(a, b) for a, b, _ in spool.segments()] == [(0, 5), (5, 8), (8, 18)]
+    assert spool.end() == 18
+    # A range across files, cut inside the first and the last.
+    got = pa.Table.from_batches(spool.read(3, 10, SCHEMA))
+    assert got.column("seq").to_pylist() == list(range(4, 11))
+    assert got.column("payload").to_pylist() == [b"m%d" % i for i in range(4, 11)]
+    spool.trim(8)  # files wholly at or below 8 go
+    assert [(a, b) for a, b, _ in spool.segments()] == [(8, 18)]
+    assert spool.end() == 18
+    with pytest.raises(RuntimeError, match="storage every executor can read"):
+        spool.read(3, 10, SCHEMA)
+
+
+def test_spool_uri_credentials_are_not_shown() -> None:
+    uri = "s3://AKIDEXAMPLE:s3cr3t@bucket/dir?endpoint_override=h:1&scheme=http"
+    assert redact(uri) == "s3://***@bucket/dir"
+    assert "s3cr3t" not in repr(Spool(uri))
+    assert redact("/local/path") == "/local/path"
+
+
+def test_spool_bad_uri_is_a_clear_error() -> None:
+    with pytest.raises(opt.SourceOptionError, match="spoolPath nosuchfs://x"):
+        Spool("nosuchfs://x/y").prepare()
+
+
+def test_receiver_spools_before_counting_and_restarts_after_the_log(spool_uri: str) -> None:
+    """Every message in the read-ahead is already in the spool; a new receiver
+    (a restarted runner) numbers on from the end of the log."""
+    spool = Spool(spool_uri)
+    spool.prepare()
+    n = 3000
+    with nanopy.Socket("push", bind="tcp://127.0.0.1:0") as push:
+        options = {"url": push.endpoints[0].url}
+        rx = Receiver(options, 0, spool, SCHEMA, 1_000_000)
+        try:
+            wait_pipes(push, 1, 10)
+            for i in range(n):
+                push.send(b"a%d" % i)
+            assert rx.wait_past(n - 1, 20) == n
+            # The read-ahead is never the only copy.
+            assert spool.end() == n
+            on_disk = pa.Table.from_batches(spool.read(0, n, SCHEMA))
+            assert on_disk.column("payload").to_pylist() == [b"a%d" % i for i in range(n)]
+            mem = pa.Table.from_batches(rx.slice(100, 200))
+            assert mem.column("seq").to_pylist() == list(range(101, 201))
+            done = rx.drop_upto(1000)
+            spool.trim(1000, done)
+            assert rx.memory_start() == 1000
+        finally:
+            rx.close()
+        wait_no_pipes(push, 10)  # the old receiver's pipe is gone: nothing is sent into it
+        rx2 = Receiver(options, max(1000, spool.end()), spool, SCHEMA, 1_000_000)
+        try:
+            wait_pipes(push, 1, 10)
+            push.send(b"after-restart")
+            assert rx2.wait_past(n, 20) == n + 1
+            (batch,) = rx2.slice(n, n + 1)
+            assert batch.column("payload").to_pylist() == [b"after-restart"]
+        finally:
+            rx2.close()
+    # What the first receiver read ahead (1001..3000) is still in the log.
+    assert pa.Table.from_batches(spool.read(1000, n + 1, SCHEMA)).num_rows == n + 1 - 1000
+
+
+def test_receiver_drops_oversized_messages_but_keeps_the_rest() -> None:
+    with nanopy.Socket("push", bind="tcp://127.0.0.1:0") as push:
+        rx = Receiver({"url": push.endpoints[0].url, "recvmaxsize": "100"}, 0, None, SCHEMA, 1_000_000)
+        try:
+            wait_pipes(push, 1, 10)
+            push.send(b"small-1")
+            push.send(b"x" * 5000)  # over recvMaxSize: dropped and counted, connection kept
+            for i in range(2, 200):
+                push.send(b"small-%d" % i)
+            assert rx.wait_past(198, 20) == 199
+            got = pa.Table.from_batches(rx.slice(0, 199)).column("payload").to_pylist()
+            assert got == [b"small-%d" % i for i in range(1, 200)]
+            assert rx.metrics()["oversized"] == 1
+            assert len(push.pipes) == 1
+        finally:
+            rx.close()
+
+
+def test_option_names_are_checked_with_suggestions() -> None:
+    with pytest.raises(opt.SourceOptionError, match='unknown nanopy source option "maxrecordsperbatc"; '
+                                                    'did you mean "maxRecordsPerBatch"'):
+        opt.check_names(opt.lower({"url": "tcp://h:1", "maxRecordsPerBatc": "5"}), "source")
+    with pytest.raises(opt.SourceOptionError, match='option "column" applies to the nanopy sink, not the source'):
+        opt.check_names({"column": "x"}, "source")
+    opt.check_names(opt.lower({"URL": "tcp://h:1", "SpoolPath": "/x", "checkpointLocation": "/c"}), "source")
+    assert opt.lower({"spool": "/x", "subscribe": "a"}) == {"spoolpath": "/x", "subscriptions": "a"}
+
+
+def test_unresolvable_host_fails_and_nobody_listening_warns(caplog: pytest.LogCaptureFixture) -> None:
+    with pytest.raises(opt.SourceOptionError, match="cannot resolve host 'no-such-host.invalid'"):
+        opt.check_reachable(["tcp://no-such-host.invalid:5555"], "connect", "source")
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with caplog.at_level("WARNING", logger="nanopy.spark"):
+        opt.check_reachable([f"tcp://127.0.0.1:{port}"], "connect", "sink")
+    assert f"nothing is listening at tcp://127.0.0.1:{port}" in caplog.text
