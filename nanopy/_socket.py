@@ -188,7 +188,7 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
 
     def _option_changed(self, name: str) -> None:
         """Hook for options that must reach running parts."""
-        if name in ("recv_max_size", "tcp_nodelay"):
+        if name in ("recv_max_size", "tcp_nodelay", "handshake_timeout"):
             # Listeners made their context at bind time; pipes accepted from now
             # on must see the new value (dialers build a context per dial).
             for ep in list(getattr(self, "_endpoints", ())):
@@ -330,6 +330,7 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
             protocol_name=core.name,
             peer_name=core.peer_name,
             recv_max_size=opts.recv_max_size,
+            handshake_timeout=opts.handshake_timeout,
             options={"tcp_nodelay": opts.tcp_nodelay, **ep.options},
         )
 
@@ -414,12 +415,17 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
         if actions:
             self._execute(actions)
 
-    def _note_protocol_error(self, pipe: Pipe | None, exc: BaseException) -> None:
+    def _note_protocol_error(self, pipe: Pipe | None, exc: BaseException, endpoint: Any = None) -> None:
+        """Count a misbehaving peer; its endpoint logs it (rate-limited: docs/transports.md)."""
         self._protocol_errors += 1
         if isinstance(exc, MessageTooLarge):
             self._too_large += 1
         where = f"pipe {pipe.id} ({pipe.remote_address})" if pipe else "a new connection"
-        log.warning("%s: closing %s: %s", self.name, where, exc)
+        ep = pipe.endpoint if pipe is not None else endpoint
+        if ep is not None:
+            ep._log_protocol_error(where, exc)
+        else:
+            log.warning("%s: closing %s: %s", self.name, where, exc)
 
     def _count_reconnect(self) -> None:
         self._reconnects += 1
