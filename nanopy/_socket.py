@@ -650,9 +650,19 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
         already queued, up to ``max_messages`` in all, under one lock round and
         without waiting again. Use it to drain a busy socket cheaply.
 
+        Args:
+            max_messages: the most bodies to return (at least 1).
+            timeout: seconds to wait for the first message; ``None`` waits forever,
+                ``0`` never waits. Defaults to the socket's ``recv_timeout`` option.
+
+        Returns:
+            One to ``max_messages`` message bodies, in arrival order.
+
         Raises:
-            ValueError: ``max_messages`` < 1. Timeout: nothing arrived in time.
-            Closed: the socket is closed. ProtocolError: the protocol cannot receive.
+            ValueError: ``max_messages`` < 1.
+            Timeout: nothing arrived in time.
+            Closed: the socket is closed.
+            ProtocolError: the protocol cannot receive.
         """
         if max_messages < 1:
             raise ValueError(f"recv_batch: max_messages must be >= 1, got {max_messages}")
@@ -662,7 +672,23 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
         return out
 
     async def arecv_batch(self, max_messages: int, *, timeout: float | None = _DEFAULT) -> list[bytes]:
-        """Async :meth:`recv_batch` (trio or asyncio)."""
+        """Receive up to ``max_messages`` bodies in one call, from trio or asyncio.
+
+        The async form of :meth:`recv_batch`; it is a checkpoint.
+
+        Args:
+            max_messages: the most bodies to return (at least 1).
+            timeout: seconds to wait for the first message (see :meth:`recv_batch`).
+
+        Returns:
+            One to ``max_messages`` message bodies, in arrival order.
+
+        Raises:
+            ValueError: ``max_messages`` < 1.
+            Timeout: nothing arrived in time.
+            Closed: the socket is closed.
+            ProtocolError: the protocol cannot receive.
+        """
         if max_messages < 1:
             raise ValueError(f"arecv_batch: max_messages must be >= 1, got {max_messages}")
         out = [await self.arecv(timeout=timeout)]
