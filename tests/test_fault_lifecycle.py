@@ -191,10 +191,8 @@ def test_create_use_close_cycles_leak_nothing(transport: str) -> None:
         push.close(linger=0)
         pull.close(linger=0)
 
-    # Closing a wss pipe currently waits out the 0.5 s close-handshake timeout (each
-    # end waits for the other's EOF, which TLS cannot half-close): fewer cycles there.
-    cycles = {"wss": 20}.get(transport, CYCLES)
-    for _ in range(10 if transport == "wss" else 30):  # warm up: engine, caches, allocator pools
+    cycles = CYCLES
+    for _ in range(30):  # warm up: engine, caches, allocator pools
         cycle()
     fds, threads, rss = open_fds(), threading.active_count(), rss_bytes()
     for _ in range(cycles):
