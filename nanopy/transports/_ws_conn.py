@@ -591,22 +591,45 @@ class WsConnection(Connection):
             await self._chan.aclose()
 
     async def _goodbye(self, proto: ClientProtocol | ServerProtocol) -> None:
-        """Close handshake: send CLOSE (unless done), flush, then wait for the peer's EOF."""
+        """Close handshake: send CLOSE (unless done) and flush; then the server closes
+        the connection as soon as the handshake is complete, and the client waits
+        (bounded by the caller) for the server to do so (RFC 6455 section 7.1.1).
+
+        After a complete handshake neither end waits for an EOF the other sends only
+        after its own: TLS cannot half-close, so on wss both would wait out the timeout.
+        """
         if proto.state is State.OPEN:
             proto.send_close(CloseCode.NORMAL_CLOSURE)
         await self._flush_proto()
-        if self._peer_closed and not self._client:
-            # Lingering close: stop writing, then read and discard whatever the peer
-            # still sends, so our kernel does not answer unread data with a reset
-            # that would destroy the CLOSE frame (and its code) on the way out.
-            await self._chan.send_eof()
-            while await self._chan.recv(RECV_SIZE):
+        if not self._client:
+            if proto.close_rcvd is None and self._peer_closed:
+                # We failed the connection (or the peer left): a lingering close.
+                await self._linger()
+                return
+            # Read (and discard) up to the peer's CLOSE; past it a peer sends nothing,
+            # so closing now cannot meet unread data and reset the connection.
+            while proto.close_rcvd is None and await self._receive_closing(proto):
                 pass
             return
-        while proto.state is not State.CLOSED:
-            data = await self._chan.recv(RECV_SIZE)
-            if not data:
-                break
-            proto.receive_data(data)
-            proto.events_received()
-            await self._flush_proto()
+        while proto.state is not State.CLOSED and await self._receive_closing(proto):
+            pass
+
+    async def _receive_closing(self, proto: ClientProtocol | ServerProtocol) -> bool:
+        """One read during the close handshake; False at the peer's EOF."""
+        data = await self._chan.recv(RECV_SIZE)
+        if not data:
+            proto.receive_eof()
+            return False
+        proto.receive_data(data)
+        proto.events_received()
+        await self._flush_proto()
+        return True
+
+    async def _linger(self) -> None:
+        """Stop writing, then read and discard whatever the peer still sends, so our
+        kernel does not answer unread data with a reset that would destroy our CLOSE
+        frame (and its code) on the way out. Ends at the peer's EOF (or the caller's
+        timeout: a wss peer that waits for us to close first never sends one)."""
+        await self._chan.send_eof()
+        while await self._chan.recv(RECV_SIZE):
+            pass
