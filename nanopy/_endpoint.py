@@ -26,6 +26,33 @@ log = logging.getLogger("nanopy")
 
 # A pipe that lived at least this long resets the dialer's back-off.
 HEALTHY_PIPE_SECONDS = 1.0
+# One endpoint logs at most one protocol-error WARNING per this many seconds; the
+# repeats go to DEBUG and the next WARNING says how many there were.
+LOG_INTERVAL = 10.0
+
+
+class RepeatLimiter:
+    """Rate-limits one endpoint's WARNINGs (docs/transports.md, "Errors, reconnects and logs")."""
+
+    __slots__ = ("interval", "_next", "_quiet")
+
+    def __init__(self, interval: float = LOG_INTERVAL) -> None:
+        self.interval = interval
+        self._next = 0.0
+        self._quiet = 0
+
+    def warning(self, msg: str, *args: Any) -> None:
+        now = time.monotonic()
+        if now < self._next:
+            self._quiet += 1
+            log.debug(msg, *args)
+            return
+        if self._quiet:
+            msg += " (and %d more since the last warning, logged at DEBUG)"
+            args = (*args, self._quiet)
+        self._quiet = 0
+        self._next = now + self.interval
+        log.warning(msg, *args)
 
 
 def backoff_delay(current: float) -> float:
@@ -63,6 +90,7 @@ class Endpoint:
         self._scope = trio.CancelScope()
         self._closed = False
         self._listener: Listener | None = None
+        self._warnings = RepeatLimiter()
 
     def __repr__(self) -> str:
         kind = "connect" if self.dialer else "bind"
@@ -87,6 +115,10 @@ class Endpoint:
 
     def _context(self) -> PipeContext:
         return self.socket._pipe_context(self)
+
+    def _log_protocol_error(self, where: str, exc: BaseException) -> None:
+        """Log a peer that broke the wire rules (WARNING, rate-limited per endpoint)."""
+        self._warnings.warning("%s: closing %s on %s: %s", self.socket.name, where, self.url, exc)
 
     # -- engine side -----------------------------------------------------------
     async def open_listener(self) -> str:
@@ -145,11 +177,12 @@ class Endpoint:
             with trio.fail_after(sock._options.handshake_timeout):
                 await conn.handshake()
         except trio.TooSlowError:
-            sock._note_protocol_error(None, RemoteProtocolError(f"{self.url}: SP handshake timed out"))
+            error = RemoteProtocolError(f"handshake with {conn.remote_address or 'peer'} timed out")
+            sock._note_protocol_error(None, error, self)
             await conn.aclose()
             return False
         except (RemoteProtocolError, MessageTooLarge) as exc:
-            sock._note_protocol_error(None, exc)
+            sock._note_protocol_error(None, exc, self)
             await conn.aclose()
             return False
         except (OSError, EOFError) as exc:

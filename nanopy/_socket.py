@@ -172,7 +172,7 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
 
     def _option_changed(self, name: str) -> None:
         """Hook for options that must reach running parts."""
-        if name in ("recv_max_size", "tcp_nodelay"):
+        if name in ("recv_max_size", "tcp_nodelay", "handshake_timeout"):
             # Listeners made their context at bind time; pipes accepted from now
             # on must see the new value (dialers build a context per dial).
             for ep in list(getattr(self, "_endpoints", ())):
@@ -313,6 +313,7 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
             protocol_name=core.name,
             peer_name=core.peer_name,
             recv_max_size=opts.recv_max_size,
+            handshake_timeout=opts.handshake_timeout,
             options={"tcp_nodelay": opts.tcp_nodelay, **ep.options},
         )
 
@@ -356,12 +357,17 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
                 log.exception("%s: pipe callback %r failed", self.name, cb)
         return True
 
-    def _note_protocol_error(self, pipe: Pipe | None, exc: BaseException) -> None:
+    def _note_protocol_error(self, pipe: Pipe | None, exc: BaseException, endpoint: Any = None) -> None:
+        """Count a misbehaving peer; its endpoint logs it (rate-limited: docs/transports.md)."""
         self._protocol_errors += 1
         if isinstance(exc, MessageTooLarge):
             self._too_large += 1
         where = f"pipe {pipe.id} ({pipe.remote_address})" if pipe else "a new connection"
-        log.warning("%s: closing %s: %s", self.name, where, exc)
+        ep = pipe.endpoint if pipe is not None else endpoint
+        if ep is not None:
+            ep._log_protocol_error(where, exc)
+        else:
+            log.warning("%s: closing %s: %s", self.name, where, exc)
 
     def _count_reconnect(self) -> None:
         self._reconnects += 1
@@ -477,7 +483,7 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
         without waiting again. Use it to drain a busy socket cheaply.
 
         Args:
-            max_messages: the most bodies to return (>= 1).
+            max_messages: the most bodies to return (at least 1).
             timeout: seconds to wait for the first message; ``None`` waits forever,
                 ``0`` never waits. Defaults to the socket's ``recv_timeout`` option.
 
@@ -485,8 +491,10 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
             One to ``max_messages`` message bodies, in arrival order.
 
         Raises:
-            ValueError: ``max_messages`` < 1. Timeout: nothing arrived in time.
-            Closed: the socket is closed. ProtocolError: the protocol cannot receive.
+            ValueError: ``max_messages`` < 1.
+            Timeout: nothing arrived in time.
+            Closed: the socket is closed.
+            ProtocolError: the protocol cannot receive.
         """
         if max_messages < 1:
             raise ValueError(f"recv_batch: max_messages must be >= 1, got {max_messages}")
@@ -496,14 +504,22 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
         return out
 
     async def arecv_batch(self, max_messages: int, *, timeout: float | None = _DEFAULT) -> list[bytes]:
-        """Async :meth:`recv_batch` (trio or asyncio); a checkpoint.
+        """Receive up to ``max_messages`` bodies in one call, from trio or asyncio.
+
+        The async form of :meth:`recv_batch`; it is a checkpoint.
 
         Args:
-            max_messages: the most bodies to return (>= 1).
-            timeout: seconds to wait for the first message (as :meth:`recv_batch`).
+            max_messages: the most bodies to return (at least 1).
+            timeout: seconds to wait for the first message (see :meth:`recv_batch`).
 
         Returns:
             One to ``max_messages`` message bodies, in arrival order.
+
+        Raises:
+            ValueError: ``max_messages`` < 1.
+            Timeout: nothing arrived in time.
+            Closed: the socket is closed.
+            ProtocolError: the protocol cannot receive.
         """
         if max_messages < 1:
             raise ValueError(f"arecv_batch: max_messages must be >= 1, got {max_messages}")

@@ -92,3 +92,46 @@ def no_nanopy_errors(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
     assert not errors, "nanopy logged errors:\n" + "\n".join(
         f"{r.name}: {r.getMessage()}\n{r.exc_text or ''}" for r in errors
     )
+
+
+class WsCloseTimes:
+    """Times every ``WsConnection.aclose`` (the real one runs): how long each end of a
+    ws/wss connection takes to close, and the close code it got from its peer."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.closes: list[tuple[str, float, int | None]] = []  # (side, seconds, peer's code)
+        self._cond = threading.Condition()
+
+    def record(self, side: str, seconds: float, code: int | None) -> None:
+        with self._cond:
+            self.closes.append((side, seconds, code))
+            self._cond.notify_all()
+
+    def wait(self, count: int, timeout: float = 5.0) -> list[tuple[str, float, int | None]]:
+        with self._cond:
+            assert self._cond.wait_for(lambda: len(self.closes) >= count, timeout), f"closes: {self.closes}"
+            return list(self.closes)
+
+
+@pytest.fixture
+def ws_close_times(monkeypatch: pytest.MonkeyPatch) -> WsCloseTimes:
+    import trio
+
+    from nanopy.transports._ws_conn import WsConnection
+
+    times = WsCloseTimes()
+    real_aclose = WsConnection.aclose
+
+    async def timed_aclose(self: WsConnection) -> None:
+        if self._closed:
+            return
+        start = trio.current_time()
+        await real_aclose(self)
+        rcvd = self._proto.close_rcvd if self._proto is not None else None
+        times.record("dialer" if self._client else "listener", trio.current_time() - start,
+                     rcvd.code if rcvd is not None else None)
+
+    monkeypatch.setattr(WsConnection, "aclose", timed_aclose)
+    return times

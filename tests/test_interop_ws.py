@@ -346,3 +346,33 @@ def test_nanocat_push_to_nanopy_pull(make_socket: MakeSocket, nanopy_listens_: b
     with run_tool([exe, "--push", flag, url, "--data", body]) as proc:
         assert pull.recv(timeout=15) == body.encode()
         assert wait_exit(proc) == 0
+
+
+@pytest.mark.parametrize("first", ["nanopy-closes", "nng-closes"])
+def test_wss_close_with_pynng_is_prompt_and_clean(
+    make_socket: MakeSocket, ws_close_times: object, nanopy_listens: bool, first: str
+) -> None:
+    """The close handshake with NNG completes at once over TLS: nanopy's end gets
+    NNG's CLOSE 1000 and closes well within the 0.5 s it would give a silent peer."""
+    t = tls_files()
+    role = "nanopy-listens" if nanopy_listens else "nng-listens"
+    with pynng_socket("Pull0", recv_timeout=10_000, tls_config=pynng_tls(server=not nanopy_listens)) as pull:
+        push = make_socket("push", reconnect_interval=5)
+        if nanopy_listens:
+            url = push.bind("wss://127.0.0.1:0/close", ssl_context=t.server_ctx).url
+            pynng_dial(pull, url.replace("127.0.0.1", "localhost"))
+        else:
+            url = f"wss://127.0.0.1:{free_tcp_port()}/close"
+            pull.listen(url)
+            push.connect(url, ssl_context=t.client_ctx)
+        wait_pipes(push)
+        push.send(SMALL, timeout=10)
+        assert pull.recv() == SMALL
+        if first == "nanopy-closes":
+            push.close(linger=0)
+        else:
+            pull.close()
+        ((side, seconds, code),) = ws_close_times.wait(1)  # type: ignore[attr-defined]
+    print(f"{role}, {first}: nanopy's {side} closed in {seconds * 1000:.1f} ms, peer's code {code}")
+    assert code == 1000, f"NNG's CLOSE not received ({role}, {first}): {code}"
+    assert seconds < 0.2, f"closing took {seconds:.3f} s ({role}, {first})"

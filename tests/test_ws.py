@@ -7,11 +7,13 @@ socket) plays the peer, so every frame on the wire is under the test's control.
 from __future__ import annotations
 
 import socket
+import ssl
 from typing import Any
 
 import pytest
 from conftest import wait_until
 from peers import ipv6_available
+from tls_certs import tls_files
 from websockets.client import ClientProtocol
 from websockets.frames import Frame, Opcode
 from websockets.http11 import Response
@@ -25,9 +27,13 @@ from nanopy.transports.ws import FRAGMENT_SIZE, normalize_path, parse_ws_url
 class RawClient:
     """A blocking WebSocket client that shows every frame it gets."""
 
-    def __init__(self, url: str, subprotocol: str | None, max_size: int | None = None) -> None:
+    def __init__(
+        self, url: str, subprotocol: str | None, max_size: int | None = None, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
         uri = parse_uri(url)
         self.sock = socket.create_connection((uri.host, uri.port), timeout=5)
+        if ssl_context is not None:
+            self.sock = ssl_context.wrap_socket(self.sock, server_hostname="localhost")
         self.proto = ClientProtocol(uri, subprotocols=[subprotocol] if subprotocol else None, max_size=max_size)
         self.proto.send_request(self.proto.connect())
         self.flush()
@@ -321,3 +327,49 @@ def test_dialer_close_while_upgrading_is_prompt(make_socket: Any) -> None:
             assert conn.recv(4096).startswith(b"GET /silent HTTP/1.1")
             b.close()
             assert conn.recv(4096) == b""
+
+
+# -- closing promptly, ws and wss ----------------------------------------------------------
+#: well under the 0.5 s close timeout an end waiting for the other's EOF would sit out
+PROMPT_CLOSE = 0.2
+
+
+def tls_options(scheme: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(bind options, connect options)`` for ``scheme``."""
+    if scheme == "ws":
+        return {}, {}
+    t = tls_files()
+    return {"ssl_context": t.server_ctx}, {"ssl_context": t.client_ctx}
+
+
+@pytest.mark.parametrize("first", ["dialer", "listener"])
+@pytest.mark.parametrize("scheme", ["ws", "wss"])
+def test_close_handshake_is_prompt_at_both_ends(make_socket: Any, ws_close_times: Any, scheme: str, first: str) -> None:
+    bind_opts, connect_opts = tls_options(scheme)
+    pull = make_socket("pull")
+    url = pull.bind(f"{scheme}://127.0.0.1:0/prompt", **bind_opts).url
+    push = make_socket("push", reconnect_interval=5)
+    push.connect(url.replace("127.0.0.1", "localhost"), **connect_opts)
+    push.send(b"before close", timeout=5)
+    assert pull.recv(timeout=5) == b"before close"
+    (push if first == "dialer" else pull).close(linger=0)
+    closes = ws_close_times.wait(2)
+    assert sorted(side for side, _, _ in closes) == ["dialer", "listener"]
+    for side, seconds, code in closes:
+        assert code == 1000, f"the {side} got no CLOSE 1000 from its peer: {closes}"
+        assert seconds < PROMPT_CLOSE, f"the {side} took {seconds:.3f} s to close ({scheme}, {first} first)"
+
+
+def test_failure_close_code_reaches_a_wss_peer(make_socket: Any) -> None:
+    """The lingering close keeps the 1009 intact over TLS too (no reset destroys it)."""
+    bind_opts, _ = tls_options("wss")
+    s = make_socket("pair", recv_max_size=1000)
+    ep = s.bind("wss://127.0.0.1:0/max", **bind_opts)
+    raw = RawClient(ep.url, "pair.sp.nanomsg.org", ssl_context=tls_files().client_ctx)
+    wait_pipes(s)
+    raw.proto.send_binary(b"y" * 2000)
+    raw.flush()
+    assert raw.close_code() == 1009
+    wait_no_pipes(s)
+    assert s.stats().protocol_errors == 1
+    raw.close()

@@ -28,6 +28,10 @@ class PipeContext:
         recv_max_size: largest payload to accept (0 = unlimited); larger ->
             raise :class:`nanopy.MessageTooLarge` from ``receive``.
         options: socket and endpoint options (``tcp_nodelay``, ``ssl_context``, ...).
+        handshake_timeout: seconds the engine allows ``handshake``; a transport
+            that does part of the handshake before ``accept`` returns (the ws port
+            server reads TLS and the upgrade request to route by path) keeps the
+            whole within it.
     """
 
     protocol_id: int
@@ -36,6 +40,7 @@ class PipeContext:
     peer_name: str
     recv_max_size: int = 1 << 20
     options: Mapping[str, Any] = field(default_factory=dict)
+    handshake_timeout: float = 10.0
 
 
 class Connection(abc.ABC):

@@ -12,6 +12,7 @@ socket (:class:`SocketIO`), the TLS transport from a :class:`trio.SSLStream`.
 from __future__ import annotations
 
 import errno
+import logging
 import socket
 from typing import Any
 
@@ -22,6 +23,20 @@ from .._wire import HEADER_SIZE, FrameDecoder, encode_frame, encode_frames, enco
 from ._base import Connection, Listener, PipeContext
 
 RECV_SIZE = 64 * 1024  # below glibc's mmap threshold: a bigger buffer costs an mmap per read
+#: how long a listener out of descriptors (or memory) waits before it tries again
+ACCEPT_BACKOFF = 0.1
+# accept() failed for want of a resource: back off and retry, the listener stays
+_STARVED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+# accept() failed for that one connection (Linux reports the new socket's pending
+# network errors here; accept(2) says to retry as for EAGAIN)
+_ONE_CONNECTION = frozenset(
+    getattr(errno, name)
+    for name in ("ECONNABORTED", "EPROTO", "EPERM", "ENETDOWN", "ENOPROTOOPT", "EHOSTDOWN",
+                 "ENONET", "EHOSTUNREACH", "EOPNOTSUPP", "ENETUNREACH", "ETIMEDOUT")
+    if hasattr(errno, name)
+)
+
+log = logging.getLogger("nanopy")
 
 
 def close_socket(sock: socket.socket) -> None:
@@ -111,7 +126,12 @@ class FramedConnection(Connection):
         await self._send_all(encode_header(self._ctx.protocol_id))
         header = b""
         while len(header) < HEADER_SIZE:
-            chunk = await self._recv_some(HEADER_SIZE - len(header))
+            try:
+                chunk = await self._recv_some(HEADER_SIZE - len(header))
+            except ConnectionResetError as exc:
+                if header:  # a reset cuts the header as an EOF does
+                    raise RemoteProtocolError(f"connection reset during the SP handshake: {exc}") from None
+                raise
             if not chunk:
                 if not header:  # connected and left (a port probe): not a protocol error
                     raise EOFError("peer closed before the SP handshake")
@@ -134,7 +154,12 @@ class FramedConnection(Connection):
         if self._decoder.error is not None:  # found after the frames we returned last
             raise self._decoder.error
         while True:
-            chunk = await self._recv_some(RECV_SIZE)
+            try:
+                chunk = await self._recv_some(RECV_SIZE)
+            except ConnectionResetError as exc:
+                if self._decoder.pending:  # a reset cuts a message as an EOF does
+                    raise RemoteProtocolError(f"connection reset in the middle of a message: {exc}") from None
+                raise
             if not chunk:
                 if self._decoder.pending:
                     raise RemoteProtocolError("peer closed in the middle of a message")
@@ -215,16 +240,27 @@ class StreamConnection(SocketIO, FramedConnection):
         return True
 
 
-async def accept_socket(sock: socket.socket) -> tuple[socket.socket, object]:
-    """Accept one connection on a listening non-blocking socket (riding out fd exhaustion)."""
+async def accept_socket(sock: socket.socket, describe: str = "listener") -> tuple[socket.socket, object]:
+    """Accept one connection on a listening non-blocking socket.
+
+    Out of descriptors (or memory), it backs off and retries: one INFO line per
+    episode, nothing per retry. Errors of a single incoming connection are skipped.
+    """
+    starved = False
     while True:
         try:
             return sock.accept()
         except (BlockingIOError, InterruptedError):
             await trio.lowlevel.wait_readable(sock)
         except OSError as exc:
-            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                await trio.sleep(0.1)  # out of descriptors: back off, keep listening
+            if exc.errno in _STARVED:
+                if not starved:
+                    starved = True
+                    log.info("%s: accept paused (%s); retrying every %.1f s", describe, exc, ACCEPT_BACKOFF)
+                await trio.sleep(ACCEPT_BACKOFF)
+                continue
+            if exc.errno in _ONE_CONNECTION:
+                await trio.lowlevel.checkpoint()
                 continue
             raise
 
@@ -254,7 +290,7 @@ class StreamListener(Listener):
         return StreamConnection(conn_sock, self._ctx, self._ipc, peer)
 
     async def accept(self) -> Connection:
-        conn, addr = await accept_socket(self._sock)
+        conn, addr = await accept_socket(self._sock, self.url)
         self.configure(conn)
         return self.connection(conn, self.describe_peer(addr))
 
@@ -290,8 +326,25 @@ class SocketChannel(SocketIO):
     async def start(self) -> None:
         """Nothing to negotiate on a plain socket."""
 
-    recv = SocketIO._recv_some
     send_all = SocketIO._send_all
+    _buffer: bytearray | None = None
+
+    async def recv(self, size: int) -> memoryview:
+        """Read up to ``size`` bytes into a buffer reused by every read (valid until
+        the next ``recv``): the parser copies what it keeps, and a busy connection
+        does not allocate (and fragment the heap with) a fresh 64 KiB per read."""
+        buf = self._buffer
+        if buf is None or len(buf) < size:
+            buf = self._buffer = bytearray(size)
+        sock = self._sock
+        while True:
+            try:
+                n = sock.recv_into(buf, size)
+            except (BlockingIOError, InterruptedError):
+                await trio.lowlevel.wait_readable(sock)
+                continue
+            await trio.lowlevel.checkpoint()
+            return memoryview(buf)[:n]
 
     def send_nowait(self, data: bytes | memoryview) -> int:
         """Write what the kernel takes now (any thread); returns the byte count."""

@@ -4,6 +4,12 @@ Data frames are encoded here so ``try_send`` can write from any thread; the Sans
 protocol objects of ``websockets`` parse incoming bytes, run the HTTP upgrade and
 produce control frames. The per-port HTTP server that accepts connections is in
 :mod:`nanopy.transports._ws_server`; URLs and the transport in :mod:`nanopy.transports.ws`.
+
+Hostile peers are bounded here: a partial message costs its payload and no more
+(fragments are appended to one buffer), a message cannot be cut into endless tiny
+fragments, PINGs get one coalesced PONG, and a peer that floods PINGs while it reads
+nothing is closed. Bytes that arrive together with the HTTP head of the upgrade are
+parsed by ``receive`` with the same rules as any later read.
 """
 
 from __future__ import annotations
@@ -11,14 +17,15 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import sys
 import threading
 from collections.abc import Sequence
 from typing import Any
 
 import trio
 from websockets.client import ClientProtocol
-from websockets.exceptions import PayloadTooBig
-from websockets.frames import CloseCode, Opcode
+from websockets.exceptions import InvalidStatus, PayloadTooBig
+from websockets.frames import CloseCode, Frame, Opcode
 from websockets.http11 import Request, Response
 from websockets.protocol import State
 from websockets.server import ServerProtocol
@@ -42,6 +49,20 @@ ws_log = logging.getLogger("nanopy.ws")
 FRAGMENT_SIZE = 1 << 16
 RECV_SIZE = 1 << 16
 SUBPROTOCOL_SUFFIX = ".sp.nanomsg.org"
+#: largest legal 64-bit frame length (RFC 6455: the most significant bit must be 0)
+MAX_FRAME_LENGTH = (1 << 63) - 1
+#: fragments one message may have before its average fragment size matters; past
+#: this each message must bring ``MIN_FRAGMENT_AVERAGE`` bytes per further fragment
+FREE_FRAGMENTS = 1024
+MIN_FRAGMENT_AVERAGE = 1024
+#: PINGs that may arrive while our PONG to an earlier one still waits to be written
+#: (the peer reads nothing); past this the peer is closed
+MAX_UNANSWERED_PINGS = 256
+#: incoming bytes are parsed this many at a time (one socket read; bounds the frame objects
+#: alive at once when a peer sends a long run of tiny frames)
+PARSE_SLICE = 64 * 1024
+#: largest HTTP head (request or response line plus headers) of an upgrade
+MAX_HTTP_HEAD = 64 * 1024
 
 _U16 = struct.Struct("!BBH")
 _U64 = struct.Struct("!BBQ")
@@ -57,6 +78,88 @@ def _pick(offered: Sequence[str], own: str) -> str | None:
         if name.lower() == own:
             return name
     return None
+
+
+# -- the Sans-I/O protocol objects -------------------------------------------------------
+class _SpRules:
+    """What SP changes in websockets' protocol objects (mixed into both sides).
+
+    * PINGs are not answered one by one: the latest payload waits in ``ping`` and the
+      connection writes one PONG for all that came since its last (RFC 6455 allows
+      answering only the most recent PING), so a PING flood cannot queue replies.
+    * A 64-bit length with its top bit set is a framing error (CLOSE 1002), not a
+      message that is too big (1009).
+    """
+
+    ping: bytes | None = None
+    pings = 0
+
+    def recv_frame(self, frame: Frame) -> None:
+        if frame.opcode is Opcode.PING and self.state is State.OPEN:  # type: ignore[attr-defined]
+            self.ping = bytes(frame.data)
+            self.pings += 1
+            return
+        super().recv_frame(frame)  # type: ignore[misc]
+
+    def fail(self, code: int, reason: str = "") -> None:
+        if _is_bad_length(sys.exception()):  # fail() runs inside websockets' except clause
+            code, reason = CloseCode.PROTOCOL_ERROR, "frame length has its most significant bit set"
+        super().fail(code, reason)  # type: ignore[misc]
+
+
+class SpClientProtocol(_SpRules, ClientProtocol):
+    """The dialer's protocol object."""
+
+
+class SpServerProtocol(_SpRules, ServerProtocol):
+    """The listener's protocol object (made by the port server for each request)."""
+
+
+def _is_bad_length(exc: BaseException | None) -> bool:
+    return isinstance(exc, PayloadTooBig) and (exc.size or 0) > MAX_FRAME_LENGTH
+
+
+# -- HTTP heads --------------------------------------------------------------------------
+class HeadTooLarge(RemoteProtocolError):
+    """An HTTP head over :data:`MAX_HTTP_HEAD` (a server answers 431)."""
+
+
+async def read_head(chan: SocketChannel | StreamChannel, what: str) -> tuple[bytes, bytes]:
+    """Read up to the blank line that ends an HTTP head: ``(head, bytes after it)``.
+
+    Raises EOFError if the peer left without sending a byte (a port probe),
+    RemoteProtocolError if it left in the middle, :class:`HeadTooLarge` past the limit.
+    The bytes after the head are not parsed here: they belong to the WebSocket
+    stream and go through ``receive`` like every later read.
+    """
+    buf = b""
+    while True:
+        data = await chan.recv(RECV_SIZE)
+        if not data:
+            if not buf:
+                raise EOFError(f"{what}: peer closed before sending anything")
+            raise RemoteProtocolError(f"{what}: peer closed in the middle of the HTTP head")
+        start = max(len(buf) - 3, 0)
+        buf += data
+        end = buf.find(b"\r\n\r\n", start)
+        if end >= 0:
+            return buf[: end + 4], buf[end + 4 :]
+        if len(buf) > MAX_HTTP_HEAD:
+            raise HeadTooLarge(f"{what}: HTTP head over {MAX_HTTP_HEAD} bytes")
+
+
+HTTP_REASONS = {400: "Bad Request", 404: "Not Found", 431: "Request Header Fields Too Large",
+                503: "Service Unavailable"}
+
+
+def http_error(status: int, text: str) -> bytes:
+    """A complete HTTP error response that closes the connection."""
+    body = (text + "\n").encode()
+    head = (
+        f"HTTP/1.1 {status} {HTTP_REASONS.get(status, text)}\r\nConnection: close\r\n"
+        f"Content-Type: text/plain\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
 
 
 # -- frames -------------------------------------------------------------------------
@@ -101,9 +204,10 @@ class WsConnection(Connection):
     """One WebSocket connection carrying SP messages.
 
     Data frames are encoded here (so ``try_send`` can write from any thread); the
-    ``websockets`` protocol object parses incoming bytes and produces control frames
-    (PONG, CLOSE). All writes are serialised: at most one async writer at a time,
-    and bytes a writer could not take wait in ``_pending`` for the active one.
+    ``websockets`` protocol object parses incoming bytes and produces the CLOSE
+    frames; PONGs are coalesced here. All writes are serialised: at most one async
+    writer at a time, and bytes a writer could not take wait in ``_pending`` (and
+    the one PONG owed in ``_pong``) for the active one.
     """
 
     def __init__(
@@ -115,6 +219,8 @@ class WsConnection(Connection):
         url: str | None = None,
         proto: ServerProtocol | None = None,
         request: Request | None = None,
+        early: bytes = b"",
+        deadline: float | None = None,
     ) -> None:
         self._chan = channel
         self._ctx = ctx
@@ -122,14 +228,19 @@ class WsConnection(Connection):
         self._url = url
         self._proto: ClientProtocol | ServerProtocol | None = proto
         self._request = request
+        self._deadline = deadline  # the server's handshake ends by then (TLS + upgrade together)
         self.remote_address = remote_address
-        self._parts: list[Any] = []
-        self._early: list[Any] = []  # frames read together with the handshake response
+        self._early = early  # bytes that came after the HTTP head: parsed by receive()
+        self._message: bytearray | None = None  # the fragmented message being collected
+        self._fragments = 0
+        self._error: Exception | None = None  # found after messages we returned first
         self._peer_closed = False
         self._closed = False
-        self._tlock = threading.Lock()  # guards _pending/_writing against try_send's thread
+        self._tlock = threading.Lock()  # guards _pending/_pong/_writing against try_send's thread
         self._alock = trio.Lock()  # one async writer at a time
         self._pending: list[bytes | memoryview] = []
+        self._pong: bytes | None = None  # the one PONG owed (answers the latest PING)
+        self._unanswered = 0  # PINGs that arrived while _pong waited to be written
         self._writing = False
         self._broken = False  # a write was cut short: no more frames on this stream
         self._direct = channel.send_nowait
@@ -142,6 +253,9 @@ class WsConnection(Connection):
     async def handshake(self) -> None:
         if self._client:
             await self._client_handshake()
+        elif self._deadline is not None:
+            with trio.fail_at(self._deadline):
+                await self._server_handshake()
         else:
             await self._server_handshake()
 
@@ -150,32 +264,47 @@ class WsConnection(Connection):
         ctx = self._ctx
         wanted = _subprotocol(ctx.peer_name)
         assert self._url is not None
-        proto = ClientProtocol(
-            parse_uri(self._url), subprotocols=[Subprotocol(wanted)], max_size=ctx.recv_max_size or None, logger=ws_log
+        proto = SpClientProtocol(
+            parse_uri(self._url),
+            subprotocols=[Subprotocol(wanted)],
+            max_size=ctx.recv_max_size or MAX_FRAME_LENGTH,
+            logger=ws_log,
         )
         self._proto = proto
         proto.send_request(proto.connect())
         await self._flush_proto()
-        while True:
-            data = await self._chan.recv(RECV_SIZE)
-            if data:
-                proto.receive_data(data)
-            else:
-                proto.receive_eof()
+        what = f"{self._url}: WebSocket upgrade"
+        head, rest = await read_head(self._chan, what)
+        proto.receive_data(head)
+        events = proto.events_received()
+        while not events and proto.handshake_exc is None:
+            # Only a refusal has a body (a 101 ends at its head): read it, then report.
+            proto.receive_data(rest)
             events = proto.events_received()
-            if events or not data or proto.handshake_exc is not None:
+            if events or proto.handshake_exc is not None:
                 break
-        if not events and not data:
-            raise EOFError(f"{self._url}: connection closed during the WebSocket upgrade")
-        if proto.handshake_exc is not None or not events or not isinstance(events[0], Response):
-            exc = proto.handshake_exc
-            raise RemoteProtocolError(f"{self._url}: WebSocket upgrade refused: {exc or 'connection closed'}")
+            rest = await self._chan.recv(RECV_SIZE)  # type: ignore[assignment]  # a view is parsed alike
+            if not rest:
+                raise EOFError(f"{what}: peer closed in the middle of its answer")
+        response = events[0] if events and isinstance(events[0], Response) else None
+        exc = proto.handshake_exc
+        if response is not None and response.status_code != 101:
+            status = f"HTTP {response.status_code} {response.reason_phrase}"
+            if response.status_code == 400:
+                # Our request or protocol is wrong for this server (NNG and nanopy answer
+                # 400 to a subprotocol they do not serve): a protocol error, as a wrong
+                # SP header is on tcp.
+                body = response.body.decode("utf-8", "replace").strip()
+                raise RemoteProtocolError(f"{what} refused: {status}" + (f": {body}" if body else ""))
+            # Like a refused TCP connection: the server is up but serves no SP here.
+            # The dialer retries quietly and counts a reconnect attempt.
+            raise ConnectionRefusedError(f"{what} refused: {status}")
+        if exc is not None and not isinstance(exc, InvalidStatus):
+            raise RemoteProtocolError(f"{what} failed: {exc}")
         got = proto.subprotocol
         if got is None or got.lower() != wanted:
-            raise RemoteProtocolError(
-                f"{self._url}: server answered subprotocol {got!r}, expected {wanted!r}"
-            )
-        self._early = events[1:]
+            raise RemoteProtocolError(f"{what}: server answered subprotocol {got!r}, expected {wanted!r}")
+        self._early = rest
 
     async def _server_handshake(self) -> None:
         proto = self._proto
@@ -184,7 +313,7 @@ class WsConnection(Connection):
         own = _subprotocol(self._ctx.protocol_name)
         offered = [v.strip() for v in request.headers.get_all("Sec-WebSocket-Protocol")]
         chosen = _pick(offered, own)
-        proto.max_message_size = self._ctx.recv_max_size or None
+        proto.max_message_size = self._ctx.recv_max_size or MAX_FRAME_LENGTH
         if chosen is None:
             # NNG answers 400 unless the header holds exactly our own name.
             response = proto.reject(400, f"subprotocol {own} required\n")
@@ -200,13 +329,25 @@ class WsConnection(Connection):
                 f"subprotocol {', '.join(offered) or 'none'} offered, {own} required"
             )
 
+    async def refuse(self, status: int, text: str) -> None:
+        """Answer an upgrade that was never accepted with an HTTP error (best effort)."""
+        proto = self._proto
+        if self._client or proto is None or proto.state is not State.CONNECTING:
+            return
+        with trio.move_on_after(CLOSE_TIMEOUT):
+            try:
+                await self._chan.send_all(http_error(status, text))
+                await self._chan.send_eof()
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+
     # -- writing ------------------------------------------------------------------
     def try_send(self, payload: bytes) -> bool:
         direct = self._direct
         if direct is None:
             return False
         with self._tlock:
-            if self._writing or self._pending or self._closed:
+            if self._writing or self._pending or self._pong is not None or self._closed:
                 return False
             parts: list[Any] = []
             encode_message(payload, self._client, parts)
@@ -230,13 +371,25 @@ class WsConnection(Connection):
             encode_message(payload, masked, parts)
         await self._write(b"".join(parts))
 
+    def _take_pending(self) -> list[bytes | memoryview]:
+        """Everything waiting to be written, the owed PONG last (tlock held).
+
+        Each pending item ends on a frame boundary, so the PONG goes between frames.
+        """
+        chunks = self._pending
+        self._pending = []
+        if self._pong is not None:
+            chunks.append(self._pong)
+            self._pong = None
+            self._unanswered = 0
+        self.has_pending = False
+        return chunks
+
     async def _write(self, data: bytes) -> None:
         """Write ``data`` after everything pending (engine thread; one writer at a time)."""
         async with self._alock:
             with self._tlock:
-                chunks = self._pending
-                self._pending = []
-                self.has_pending = False
+                chunks = self._take_pending()
                 self._writing = True
             try:
                 if data:
@@ -244,9 +397,7 @@ class WsConnection(Connection):
                 while chunks:
                     await self._chan.send_all(chunks[0] if len(chunks) == 1 else b"".join(chunks))
                     with self._tlock:
-                        chunks = self._pending
-                        self._pending = []
-                        self.has_pending = False
+                        chunks = self._take_pending()
                         if not chunks:
                             self._writing = False
                 if not data:
@@ -259,81 +410,162 @@ class WsConnection(Connection):
                     self._writing = False
 
     async def _flush_proto(self) -> None:
-        """Write what the protocol object produced (handshake, PONG, CLOSE, EOF)."""
+        """Write what the protocol object produced (handshake, CLOSE, EOF) and the owed PONG."""
         proto = self._proto
         assert proto is not None
         out = proto.data_to_send()
-        if not out:
+        if not out and self._pong is None:
             return
         eof = b"" in out
         data = b"".join(out)
         if self._alock.locked() and not eof:
             # A writer is busy: it takes our bytes before it lets go (the reader
             # never waits on a slow writer just to answer a PING).
-            with self._tlock:
-                self._pending.append(data)
-                self.has_pending = True
+            if data:
+                with self._tlock:
+                    self._pending.append(data)
+                    self.has_pending = True
             return
         await self._write(data)
         if eof:
             await self._chan.send_eof()
 
+    def _owe_pong(self, proto: ClientProtocol | ServerProtocol) -> None:
+        """Answer the latest PING with one PONG, replacing one not yet written."""
+        ping = proto.ping  # type: ignore[union-attr]
+        if ping is None:
+            return
+        count = proto.pings  # type: ignore[union-attr]
+        proto.ping, proto.pings = None, 0  # type: ignore[union-attr]
+        pong = Frame(Opcode.PONG, ping).serialize(mask=self._client)
+        with self._tlock:
+            if self._pong is not None:
+                self._unanswered += count  # our last PONG is still unwritten
+            self._pong = pong
+            self.has_pending = True
+            unanswered = self._unanswered
+        if unanswered > MAX_UNANSWERED_PINGS and self._error is None:
+            self._fail(CloseCode.POLICY_VIOLATION, "PING flood")
+            self._error = RemoteProtocolError(
+                f"{self.remote_address} sent {unanswered} PINGs while reading none of our frames"
+            )
+
     # -- reading --------------------------------------------------------------------
     async def receive(self) -> list[bytes]:
-        proto = self._proto
-        assert proto is not None
         if self._early:
-            early, self._early = self._early, []
-            msgs = self._collect(early)
+            # What came with the handshake, under the same rules as any read.
+            data, self._early = self._early, b""
+            msgs = await self._take(data)
             if msgs:
                 return msgs
         while True:
+            if self._error is not None:
+                raise self._error
             if self._peer_closed:
+                proto = self._proto
+                assert proto is not None
                 raise EOFError(f"peer closed the WebSocket ({proto.close_rcvd or 'no close frame'})")
-            data = await self._chan.recv(RECV_SIZE)
-            if data:
-                proto.receive_data(data)
-            else:
-                proto.receive_eof()
-                self._peer_closed = True
-            events = proto.events_received()
-            await self._flush_proto()  # PONG, CLOSE echo, failure CLOSE
-            exc = proto.parser_exc
-            if exc is not None and not isinstance(exc, EOFError):
-                self._peer_closed = True
-                if isinstance(exc, PayloadTooBig):
-                    raise MessageTooLarge(
-                        f"peer sent a message over recv_max_size ({self._ctx.recv_max_size}): {exc}"
-                    )
-                raise RemoteProtocolError(f"WebSocket protocol error from {self.remote_address}: {exc}")
-            collected = self._collect(events) if events else None
-            if collected:
-                return collected
-            if not data and self._parts:
-                raise RemoteProtocolError("peer closed in the middle of a message")
+            try:
+                data = await self._chan.recv(RECV_SIZE)  # type: ignore[assignment]  # a view is parsed alike
+            except OSError as exc:
+                if self._mid_message():  # a reset cuts a message as an EOF does
+                    raise RemoteProtocolError(f"connection reset in the middle of a message: {exc}") from None
+                raise
+            msgs = await self._take(data)
+            if msgs:
+                return msgs
+
+    def _mid_message(self) -> bool:
+        """True while a frame or a fragmented message is incomplete."""
+        proto = self._proto
+        if self._message is not None or proto is None:
+            return self._message is not None
+        if proto.reader.buffer:
+            return True
+        # Between frames the parser waits in the reader's at_eof(); within a frame, in
+        # read_exact(). Find the innermost generator it is suspended in.
+        gen = proto.parser
+        while getattr(gen, "gi_yieldfrom", None) is not None:
+            gen = gen.gi_yieldfrom  # type: ignore[attr-defined]
+        return getattr(gen, "__name__", "at_eof") != "at_eof"
+
+    async def _take(self, data: bytes) -> list[bytes]:
+        """Parse ``data`` (``b""``: end of stream); answer PINGs and CLOSEs; return the
+        complete messages. An error found after them is raised by the next receive."""
+        proto = self._proto
+        assert proto is not None
+        cut = False
+        msgs: list[bytes] = []
+        if data:
+            # In slices: websockets makes an object per frame, so a read full of
+            # tiny frames would cost ~30x its size at once if parsed in one go.
+            view = memoryview(data)
+            for start in range(0, len(data), PARSE_SLICE):
+                proto.receive_data(view[start : start + PARSE_SLICE])  # type: ignore[arg-type]
+                msgs += self._collect(proto.events_received())
+                if self._error is not None or proto.parser_exc is not None:
+                    break
+        else:
+            cut = self._mid_message()
+            proto.receive_eof()
+            self._peer_closed = True
+            msgs = self._collect(proto.events_received())
+        self._owe_pong(proto)
+        if self._error is None:
+            self._error = self._parser_error(proto, cut)
+        await self._flush_proto()  # PONG, CLOSE echo, failure CLOSE
+        if self._error is not None:
+            self._peer_closed = True
+            if not msgs:
+                raise self._error
+        return msgs
+
+    def _parser_error(self, proto: ClientProtocol | ServerProtocol, cut: bool) -> Exception | None:
+        exc = proto.parser_exc
+        if exc is not None and not isinstance(exc, EOFError):
+            if isinstance(exc, PayloadTooBig) and not _is_bad_length(exc):
+                return MessageTooLarge(f"peer sent a message over recv_max_size ({self._ctx.recv_max_size}): {exc}")
+            return RemoteProtocolError(f"WebSocket protocol error from {self.remote_address}: {exc}")
+        if cut:
+            return RemoteProtocolError("peer closed in the middle of a message")
+        return None
 
     def _collect(self, events: Sequence[Any]) -> list[bytes]:
+        """Complete messages from ``events``; fragments go into one growing buffer,
+        so a partial message costs its payload, however it is cut."""
         msgs: list[bytes] = []
-        parts = self._parts
         for frame in events:
             op = frame.opcode
-            if op is Opcode.BINARY:
+            if op is Opcode.BINARY or op is Opcode.CONT:
+                message = self._message
+                if message is None:  # BINARY (websockets refuses a CONT that starts nothing)
+                    if frame.fin:
+                        data = frame.data
+                        msgs.append(data if type(data) is bytes else bytes(data))
+                        continue
+                    message = self._message = bytearray(frame.data)
+                    self._fragments = 1
+                    continue
+                message += frame.data
                 if frame.fin:
-                    data = frame.data  # the parser may hand out a bytearray slice
-                    msgs.append(data if data.__class__ is bytes else bytes(data))
-                else:
-                    parts.append(frame.data)
-            elif op is Opcode.CONT:
-                parts.append(frame.data)
-                if frame.fin:
-                    msgs.append(b"".join(parts))
-                    parts.clear()
+                    msgs.append(bytes(message))
+                    self._message = None
+                    continue
+                self._fragments += 1
+                if self._fragments > FREE_FRAGMENTS + len(message) // MIN_FRAGMENT_AVERAGE:
+                    self._fail(CloseCode.POLICY_VIOLATION, "too many fragments for the payload")
+                    self._error = RemoteProtocolError(
+                        f"{self.remote_address} cut one message into {self._fragments} fragments "
+                        f"carrying {len(message)} bytes"
+                    )
+                    break
             elif op is Opcode.TEXT:
                 self._fail(CloseCode.UNSUPPORTED_DATA, "SP over WebSocket takes binary frames only")
-                raise RemoteProtocolError(f"{self.remote_address} sent a text frame")
+                self._error = RemoteProtocolError(f"{self.remote_address} sent a text frame")
+                break
             elif op is Opcode.CLOSE:
                 self._peer_closed = True
-            # PING is answered by the protocol object; PONG needs nothing.
+            # PINGs wait in the protocol object (see _owe_pong); a PONG needs nothing.
         return msgs
 
     def _fail(self, code: int, reason: str) -> None:
@@ -360,22 +592,45 @@ class WsConnection(Connection):
             await self._chan.aclose()
 
     async def _goodbye(self, proto: ClientProtocol | ServerProtocol) -> None:
-        """Close handshake: send CLOSE (unless done), flush, then wait for the peer's EOF."""
+        """Close handshake: send CLOSE (unless done) and flush; then the server closes
+        the connection as soon as the handshake is complete, and the client waits
+        (bounded by the caller) for the server to do so (RFC 6455 section 7.1.1).
+
+        After a complete handshake neither end waits for an EOF the other sends only
+        after its own: TLS cannot half-close, so on wss both would wait out the timeout.
+        """
         if proto.state is State.OPEN:
             proto.send_close(CloseCode.NORMAL_CLOSURE)
         await self._flush_proto()
-        if self._peer_closed and not self._client:
-            # Lingering close: stop writing, then read and discard whatever the peer
-            # still sends, so our kernel does not answer unread data with a reset
-            # that would destroy the CLOSE frame (and its code) on the way out.
-            await self._chan.send_eof()
-            while await self._chan.recv(RECV_SIZE):
+        if not self._client:
+            if proto.close_rcvd is None and self._peer_closed:
+                # We failed the connection (or the peer left): a lingering close.
+                await self._linger()
+                return
+            # Read (and discard) up to the peer's CLOSE; past it a peer sends nothing,
+            # so closing now cannot meet unread data and reset the connection.
+            while proto.close_rcvd is None and await self._receive_closing(proto):
                 pass
             return
-        while proto.state is not State.CLOSED:
-            data = await self._chan.recv(RECV_SIZE)
-            if not data:
-                break
-            proto.receive_data(data)
-            proto.events_received()
-            await self._flush_proto()
+        while proto.state is not State.CLOSED and await self._receive_closing(proto):
+            pass
+
+    async def _receive_closing(self, proto: ClientProtocol | ServerProtocol) -> bool:
+        """One read during the close handshake; False at the peer's EOF."""
+        data = await self._chan.recv(RECV_SIZE)
+        if not data:
+            proto.receive_eof()
+            return False
+        proto.receive_data(data)  # type: ignore[arg-type]  # a view is parsed alike
+        proto.events_received()
+        await self._flush_proto()
+        return True
+
+    async def _linger(self) -> None:
+        """Stop writing, then read and discard whatever the peer still sends, so our
+        kernel does not answer unread data with a reset that would destroy our CLOSE
+        frame (and its code) on the way out. Ends at the peer's EOF (or the caller's
+        timeout: a wss peer that waits for us to close first never sends one)."""
+        await self._chan.send_eof()
+        while await self._chan.recv(RECV_SIZE):
+            pass

@@ -14,20 +14,31 @@ import ssl
 from typing import Any
 
 import trio
+from websockets.exceptions import HeaderLineTooLong, RequestLineTooLong, TooManyHeaders
 from websockets.http11 import Request
 from websockets.server import ServerProtocol
 
 from .._errors import AddressInUse, RemoteProtocolError
 from ._base import Connection, Listener, PipeContext
-from ._stream import SocketChannel, close_socket
+from ._stream import SocketChannel, accept_socket, close_socket
 from ._table import ProcessTable
-from ._ws_conn import RECV_SIZE, WsConnection, ws_log
+from ._ws_conn import (
+    HTTP_REASONS,
+    MAX_FRAME_LENGTH,
+    HeadTooLarge,
+    SpServerProtocol,
+    WsConnection,
+    http_error,
+    read_head,
+    ws_log,
+)
 from .tcp import bind_tcp_socket, format_host_port, peer_text, set_nodelay
-from .tls import StreamChannel, tls_server
+from .tls import CLOSE_TIMEOUT, StreamChannel, tls_server
 
 log = logging.getLogger("nanopy")
 
-#: a new HTTP connection must send its upgrade request (and finish TLS) within this time
+#: time for TLS and the upgrade request when no listener says otherwise (each
+#: socket's handshake_timeout applies; the shortest on a shared port wins)
 REQUEST_TIMEOUT = 10.0
 #: accepted upgrades waiting for Listener.accept() before new ones are refused (503)
 BACKLOG = 128
@@ -68,25 +79,22 @@ class PortServer:
         self._scope.cancel()
         close_socket(self.sock)
 
+    def handshake_timeout(self) -> float:
+        """Time a new connection has for TLS and its upgrade request: the shortest
+        ``handshake_timeout`` of the sockets bound on this port."""
+        return min((lst.ctx.handshake_timeout for lst in self.routes.values()), default=REQUEST_TIMEOUT)
+
     async def _serve(self) -> None:
         try:
             with self._scope:
                 async with trio.open_nursery() as nursery:
                     while True:
                         try:
-                            conn, addr = self.sock.accept()
-                        except (BlockingIOError, InterruptedError):
-                            try:
-                                await trio.lowlevel.wait_readable(self.sock)
-                            except trio.ClosedResourceError:
-                                return  # close() from the last listener
-                            continue
-                        except OSError as exc:
-                            if self._closed:
-                                return
-                            log.warning("ws server %s: accept failed: %s", self.key[1:], exc)
-                            await trio.sleep(0.1)
-                            continue
+                            conn, addr = await accept_socket(self.sock, f"ws server {self.key[1:]}")
+                        except (OSError, trio.ClosedResourceError) as exc:
+                            if not self._closed:
+                                log.warning("ws server %s: accept failed: %s", self.key[1:], exc)
+                            return
                         nursery.start_soon(self._route, conn, addr)
         except Exception:  # a system task must never raise
             log.exception("ws server %s failed", self.key[1:])
@@ -94,29 +102,50 @@ class PortServer:
             self.close()
 
     async def _route(self, sock: socket.socket, addr: Any) -> None:
-        """Read the upgrade request, then hand the connection to the listener of its path."""
+        """Read the upgrade request, then hand the connection to the listener of its path.
+
+        TLS and the request share the sockets' ``handshake_timeout`` with the rest of
+        the handshake. A connection that fails before it has a path (TLS rejected,
+        garbage, an oversized head, a stall) is answered when HTTP allows it and
+        reported to every listener on the port, whose sockets count it as a
+        protocol error; a port probe (no byte sent) is not counted.
+        """
         peer = peer_text(addr)
         chan: SocketChannel | StreamChannel
         chan = tls_server(sock, self.ssl_ctx, peer) if self.secure else SocketChannel(sock)  # type: ignore[arg-type]
-        proto = ServerProtocol(max_size=None, logger=ws_log)
+        proto = SpServerProtocol(max_size=MAX_FRAME_LENGTH, logger=ws_log)
         handed_over = False
+        deadline = trio.current_time() + self.handshake_timeout()
         try:
-            with trio.move_on_after(REQUEST_TIMEOUT):
-                await chan.start()
-                request = await _read_request(chan, proto)
-                if request is None:
-                    return
-                listener = self.routes.get(normalize_path(request.path))
-                if listener is None:
-                    await _answer(chan, proto, 404, "Not Found")
-                    return
-                set_nodelay(sock, listener.ctx)
-                conn = WsConnection(chan, listener.ctx, peer, proto=proto, request=request)
-                if listener.offer(conn):
-                    handed_over = True
-                else:
-                    await _answer(chan, proto, 503, "Service Unavailable")
-        except (OSError, EOFError, RemoteProtocolError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            try:
+                with trio.fail_at(deadline):
+                    await chan.start()
+                    request, early = await _read_request(chan, proto, peer)
+            except trio.TooSlowError:
+                raise RemoteProtocolError(f"WebSocket handshake from {peer} timed out") from None
+            listener = self.routes.get(normalize_path(request.path))
+            if listener is None:
+                # Like a refused TCP port: the client asked for nothing served here.
+                await _answer(chan, 404, "Not Found")
+                return
+            set_nodelay(sock, listener.ctx)
+            conn = WsConnection(
+                chan, listener.ctx, peer, proto=proto, request=request, early=early, deadline=deadline
+            )
+            if listener.offer(conn):
+                handed_over = True
+            else:
+                await _answer(chan, 503, "Service Unavailable")
+        except RemoteProtocolError as exc:
+            self._report(exc, peer)
+            status = 431 if isinstance(exc, HeadTooLarge) else getattr(exc, "http_status", None)
+            if status is not None:
+                with trio.move_on_after(CLOSE_TIMEOUT):
+                    try:
+                        await _answer(chan, status, HTTP_REASONS[status])
+                    except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+                        pass
+        except (OSError, EOFError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             log.debug("ws server %s: connection from %s dropped: %s", self.key[1:], peer, exc)
         except Exception:  # one bad request must not take the port's server down
             log.exception("ws server %s: connection from %s failed", self.key[1:], peer)
@@ -125,26 +154,61 @@ class PortServer:
                 with trio.CancelScope(shield=True):
                     await chan.aclose()
 
-
-async def _read_request(chan: SocketChannel | StreamChannel, proto: ServerProtocol) -> Request | None:
-    while True:
-        data = await chan.recv(RECV_SIZE)
-        if data:
-            proto.receive_data(data)
-        else:
-            proto.receive_eof()
-        for event in proto.events_received():
-            if isinstance(event, Request):
-                return event
-        if proto.handshake_exc is not None or not data:
-            return None
+    def _report(self, exc: RemoteProtocolError, peer: str) -> None:
+        """Let every socket listening on this port count a connection that failed
+        before its request named a path."""
+        for listener in list(self.routes.values()):
+            listener.offer(FailedConnection(exc, peer))
 
 
-async def _answer(chan: SocketChannel | StreamChannel, proto: ServerProtocol, status: int, text: str) -> None:
-    proto.send_response(proto.reject(status, text + "\n"))
-    data = b"".join(proto.data_to_send())
-    await chan.send_all(data)
+class BadRequest(RemoteProtocolError):
+    """An upgrade request HTTP cannot parse (answered 400, or 431 for oversized lines)."""
+
+    def __init__(self, message: str, http_status: int = 400) -> None:
+        super().__init__(message)
+        self.http_status = http_status
+
+
+async def _read_request(
+    chan: SocketChannel | StreamChannel, proto: ServerProtocol, peer: str
+) -> tuple[Request, bytes]:
+    """The upgrade request and the bytes that followed its head (left unparsed: the
+    listener's limits are not known yet)."""
+    head, early = await read_head(chan, f"WebSocket upgrade request from {peer}")
+    proto.receive_data(head)
+    for event in proto.events_received():
+        if isinstance(event, Request):
+            return event, early
+    exc = proto.handshake_exc
+    oversized = isinstance(exc, (HeaderLineTooLong, TooManyHeaders, RequestLineTooLong))
+    cause = exc.__cause__ if exc is not None and exc.__cause__ is not None else exc
+    raise BadRequest(f"bad WebSocket upgrade request from {peer}: {cause}", 431 if oversized else 400)
+
+
+async def _answer(chan: SocketChannel | StreamChannel, status: int, text: str) -> None:
+    await chan.send_all(http_error(status, text))
     await chan.send_eof()
+
+
+class FailedConnection(Connection):
+    """A connection the port server already dropped: its ``handshake`` raises the
+    reason, so the listener's socket counts and logs it like any failed handshake."""
+
+    def __init__(self, exc: RemoteProtocolError, remote_address: str) -> None:
+        self._exc = exc
+        self.remote_address = remote_address
+
+    async def handshake(self) -> None:
+        raise self._exc
+
+    async def send(self, payloads: list[bytes]) -> None:
+        raise EOFError("connection already closed")
+
+    async def receive(self) -> list[bytes]:
+        raise EOFError("connection already closed")
+
+    async def aclose(self) -> None:
+        pass
 
 
 #: the process's ws servers by (trio run, host, port)
@@ -164,10 +228,13 @@ class WsListener(Listener):
         self.path = path
         self.url = url
         self.ctx = ctx
-        self._send, self._recv = trio.open_memory_channel[WsConnection](BACKLOG)
+        self._send, self._recv = trio.open_memory_channel[Connection](BACKLOG)
         self._closed = False
 
-    def offer(self, conn: WsConnection) -> bool:
+    def update_context(self, ctx: PipeContext) -> None:
+        self.ctx = ctx  # recv_max_size, handshake_timeout... for requests routed from now on
+
+    def offer(self, conn: Connection) -> bool:
         try:
             self._send.send_nowait(conn)
         except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
@@ -196,6 +263,9 @@ class WsListener(Listener):
                     conn = self._recv.receive_nowait()
                 except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                     break
+                if isinstance(conn, WsConnection):
+                    # Routed here while we closed: its path is no longer served.
+                    await conn.refuse(404, "Not Found")
                 await conn.aclose()
             self._recv.close()
 

@@ -33,29 +33,75 @@ CLOSE_TIMEOUT = 0.5
 
 
 # -- the TLS byte channel ----------------------------------------------------------
+def _tls_failure(exc: trio.BrokenResourceError) -> ssl.SSLError | None:
+    """The TLS-level reason a stream broke (bad certificate, an alert from the peer,
+    a corrupt record), or None if the connection itself went away (EOF, reset)."""
+    cause = exc.__cause__
+    if isinstance(cause, ssl.SSLError) and not isinstance(cause, (ssl.SSLEOFError, ssl.SSLZeroReturnError)):
+        return cause
+    return None
+
+
 class StreamChannel:
-    """A trio stream (here a :class:`trio.SSLStream`) behind the channel interface."""
+    """A trio stream (here a :class:`trio.SSLStream`) behind the channel interface.
+
+    Failures are reported by the rules of docs/transports.md: a TLS-level failure
+    (verification, an alert, a corrupt record) is a RemoteProtocolError; a peer that
+    connected and left without sending a byte is an EOFError (a port probe); a
+    connection cut in the middle of the TLS handshake is a RemoteProtocolError.
+    """
 
     secure = True
     send_nowait = None  # no thread-safe direct writes on a TLS stream (ws checks this)
 
-    def __init__(self, stream: trio.SSLStream[Any], describe: str) -> None:
+    def __init__(self, stream: trio.SSLStream[Any], describe: str, server_side: bool = False) -> None:
         self.stream = stream
         self.closed = False
         self._describe = describe
+        self._server_side = server_side
 
     async def start(self) -> None:
         """Run the TLS handshake; a verification failure becomes RemoteProtocolError."""
+        if self._server_side:
+            await self._wait_first_byte()
         try:
             await self.stream.do_handshake()
         except trio.BrokenResourceError as exc:
-            cause = exc.__cause__ or exc
-            raise RemoteProtocolError(f"TLS handshake with {self._describe} failed: {cause}") from None
+            failure = _tls_failure(exc)
+            if failure is None and not self._server_side:
+                # The server hung up (or reset) without a word: a dial failure, retried.
+                raise ConnectionResetError(f"{self._describe} closed the connection during TLS") from None
+            if failure is None:
+                raise RemoteProtocolError(f"{self._describe} left in the middle of the TLS handshake") from None
+            if self._server_side:
+                await self._send_alert()
+            raise RemoteProtocolError(f"TLS handshake with {self._describe} failed: {failure}") from None
+
+    async def _wait_first_byte(self) -> None:
+        """EOFError for a client that connects and leaves without a byte (a probe)."""
+        sock = self.stream.transport_stream.socket
+        if not await sock.recv(1, socket.MSG_PEEK):
+            raise EOFError(f"{self._describe} closed before the TLS handshake")
+
+    async def _send_alert(self) -> None:
+        """Send the alert that says why we refused (trio leaves it unsent on failure),
+        so the client's socket can count a refusal rather than a reset."""
+        outgoing = getattr(self.stream, "_outgoing", None)
+        data = outgoing.read() if outgoing is not None else b""
+        if data:
+            with trio.move_on_after(CLOSE_TIMEOUT):
+                try:
+                    await self.stream.transport_stream.send_all(data)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    pass
 
     async def recv(self, size: int) -> bytes:
         try:
             return bytes(await self.stream.receive_some(size))
         except trio.BrokenResourceError as exc:
+            failure = _tls_failure(exc)
+            if failure is not None:  # e.g. the server's alert refusing our certificate (TLS 1.3)
+                raise RemoteProtocolError(f"TLS error from {self._describe}: {failure}") from None
             raise ConnectionResetError(f"TLS stream broken: {exc.__cause__ or exc}") from None
 
     async def send_all(self, data: bytes | memoryview) -> None:
@@ -119,7 +165,7 @@ def tls_server(sock: socket.socket, ctx: ssl.SSLContext, describe: str) -> Strea
     """Wrap an accepted socket as the TLS server side (handshake in ``start()``)."""
     stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
     tls = trio.SSLStream(stream, ctx, server_side=True, https_compatible=True)
-    return StreamChannel(tls, describe)
+    return StreamChannel(tls, describe, server_side=True)
 
 
 # -- tls+tcp ------------------------------------------------------------------------
