@@ -208,6 +208,11 @@ class StreamConnection(SocketIO, FramedConnection):
         except (BlockingIOError, InterruptedError):
             self.read_more = False
             return None
+        except ConnectionResetError as exc:
+            self._eof = True
+            if decoder.pending:  # a reset cuts a message as an EOF does
+                raise RemoteProtocolError(f"connection reset in the middle of a message: {exc}") from None
+            raise
         if not chunk:
             self._eof = True
             if decoder.pending:
