@@ -32,6 +32,9 @@ def client_then_interrupt(url: str) -> None:
 
 
 def main() -> int:
+    # Python turns SIGINT into KeyboardInterrupt only if SIGINT was not ignored when it
+    # started (a shell's background job starts with it ignored): install it ourselves.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, on_sigterm)
     server = nanopy.Socket("rep", bind="tcp://127.0.0.1:0")
     url = server.endpoints[0].url

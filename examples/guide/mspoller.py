@@ -45,12 +45,15 @@ def main() -> None:
         try:
             while tasks < WANTED or updates < WANTED:
                 for sock, _flags in poller.poll(timeout=10.0):
+                    sock.recv(timeout=0)
                     if sock is receiver:
-                        receiver.recv(timeout=0)
                         tasks += 1
+                        done = tasks == WANTED
                     else:
-                        subscriber.recv(timeout=0)
                         updates += 1
+                        done = updates == WANTED
+                    if done:  # this socket has given enough: stop watching it
+                        poller.unregister(sock)
         finally:
             stop.set()
             feeder.join()
