@@ -87,7 +87,7 @@ def _nanopy_transport(transport: str, n: int, rows: list[tuple[str, float, float
 
         def core_pops() -> None:
             pop = core.recv_body
-            with pull._lock:
+            with pull._driver.lock:
                 for _ in range(n):
                     pop()
                 core.actions.clear()
@@ -95,16 +95,15 @@ def _nanopy_transport(transport: str, n: int, rows: list[tuple[str, float, float
         timed("  part: core.recv_body() (FairQueue.pop + PrioList)", n, core_pops, rows)
 
         def locks() -> None:
-            lock = pull._lock
+            lock = pull._driver.lock
             for _ in range(n):
                 with lock:
                     pass
 
-        timed("  part: with socket._lock: pass", n, locks, rows)
+        timed("  part: with the socket lock: pass", n, locks, rows)
 
         for label, fn in (
-            ("  part: _take_actions() (no actions)", pull._take_actions),
-            ("  part: _wake() (no waiters)", pull._wake),
+            ("  part: SocketDriver._drain() (no actions, no waiters)", pull._driver._drain),
             ("  part: time.monotonic() (PipeDriver.transmit calls it per message)", time.monotonic),
         ):
             timed(label, n, _calls(fn, n), rows)
@@ -137,7 +136,7 @@ def _nanopy_transport(transport: str, n: int, rows: list[tuple[str, float, float
 
         def core_sends() -> None:
             send = pcore.send
-            with push._lock:
+            with push._driver.lock:
                 for _ in range(n):
                     send(msg)
                 pcore.actions.clear()

@@ -51,7 +51,9 @@ def report(path: str, messages: int, top: int) -> str:
     for thread, _, n in stacks:
         per_thread[thread] += n
     total = sum(per_thread.values())
-    us = lambda n: n / RATE / messages * 1e6
+
+    def us(n: float) -> float:
+        return n / RATE / messages * 1e6
 
     lines.append("threads: " + ", ".join(f"{t} {us(n):.2f} us/msg ({n / total:.0%})" for t, n in per_thread.most_common()))
     self_time = collections.Counter()

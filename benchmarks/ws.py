@@ -91,7 +91,7 @@ def echo(lib: str, url: str, ready: Any, stop: Any) -> None:
     while not stop.is_set():
         try:
             data = sock.recv(timeout=0.2) if lib == "nanopy" else sock.recv()
-        except Exception:  # a timeout: look at the stop flag again
+        except Exception:  # noqa: BLE001 - a timeout (each library its own): look at the stop flag again
             continue
         sock.send(data)
     sock.close()

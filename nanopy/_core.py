@@ -17,6 +17,7 @@ Outputs: after *any* input the engine drains ``core.actions`` (a list of tuples)
     (RESUME_READ, pid)          the pipe's inbound queue drained: read from it again
     (ARM_TIMER, key, delay)     call ``timer_fired(key)`` after ``delay`` seconds
     (CANCEL_TIMER, key)         forget that timer
+    (READY, key)                request/survey ``key`` changed state: wake its caller
 
 Flow control is by credits: a pipe added with ``credit`` n may be handed n
 TRANSMITs; the engine returns credits with ``pipe_credit`` as data leaves.
@@ -30,6 +31,7 @@ cores at the end of this module (:class:`LoadBalancing`, :class:`Distributing`,
 
 from __future__ import annotations
 
+import enum
 from collections import deque
 from typing import Any, ClassVar
 
@@ -37,13 +39,27 @@ from ._errors import ProtocolError, WouldBlock
 from ._message import Message
 from ._priolist import PrioList
 
-TRANSMIT = 1
-CLOSE_PIPE = 2
-RESUME_READ = 3
-ARM_TIMER = 4
-CANCEL_TIMER = 5
 
-Action = tuple
+class ActionKind(enum.IntEnum):
+    """The first element of every action tuple a core emits."""
+
+    TRANSMIT = 1
+    CLOSE_PIPE = 2
+    RESUME_READ = 3
+    ARM_TIMER = 4
+    CANCEL_TIMER = 5
+    READY = 6
+
+
+TRANSMIT = ActionKind.TRANSMIT
+CLOSE_PIPE = ActionKind.CLOSE_PIPE
+RESUME_READ = ActionKind.RESUME_READ
+ARM_TIMER = ActionKind.ARM_TIMER
+CANCEL_TIMER = ActionKind.CANCEL_TIMER
+READY = ActionKind.READY
+
+#: ``(ActionKind, ...)``: see the module docstring for each kind's fields.
+Action = tuple[Any, ...]
 
 
 class PipeInfo:
@@ -73,6 +89,11 @@ class Core:
     peer_name: ClassVar[str]
     sends: ClassVar[bool] = True
     receives: ClassVar[bool] = True
+    #: True if ``pipe_credit`` only records credit (no actions, nothing but
+    #: ``can_send`` changes): the engine may then fold returned credit into the
+    #: next input instead of a round of its own. None: decided from the class
+    #: (the building blocks' own ``pipe_credit`` qualifies).
+    credit_only: ClassVar[bool | None] = None
     #: values of the ``overflow`` option this protocol honours (PUB/SUB add more)
     overflow_modes: ClassVar[tuple[str, ...]] = ("drop",)
 
@@ -156,8 +177,8 @@ class FairQueue:
     __slots__ = ("_actions", "_options", "_paused", "_priority", "_queues", "_ready", "last_pid")
 
     def __init__(self, actions: list[Action], options: Any) -> None:
-        self._queues: dict[int, deque[Message]] = {}
-        self._ready = PrioList()
+        self._queues: dict[int, deque[Any]] = {}
+        self._ready: PrioList[int] = PrioList()
         self._paused: set[int] = set()
         self._actions = actions
         self._options = options
@@ -210,7 +231,7 @@ class FairQueue:
         pid = self._ready.current()
         if pid is None:
             raise WouldBlock
-        self.last_pid = pid  # type: ignore[assignment]
+        self.last_pid = pid
         q = self._queues[pid]
         msg = q.popleft()
         if q:
@@ -238,7 +259,7 @@ class LoadBalancer:
 
     def __init__(self) -> None:
         self._credit: dict[int, int] = {}
-        self._ready = PrioList()
+        self._ready: PrioList[int] = PrioList()
         self._priority: dict[int, int] = {}
 
     def add(self, pid: int, priority: int, credit: int) -> None:
@@ -269,7 +290,7 @@ class LoadBalancer:
         self._credit[pid] = c
         if c <= 0:
             self._ready.deactivate(pid)
-        return pid  # type: ignore[return-value]
+        return pid
 
     def take_pipe(self, pid: int) -> bool:
         """Consume one credit of a specific pipe; False if it cannot send now."""
@@ -282,7 +303,7 @@ class LoadBalancer:
         return True
 
     def ready(self) -> list[int]:
-        return self._ready.active()  # type: ignore[return-value]
+        return self._ready.active()
 
     def __bool__(self) -> bool:
         return bool(self._ready)
@@ -400,7 +421,8 @@ class FairQueuing(Core):
         self.retire_pipe(pid, self._fq)
 
     def recv(self) -> Message:
-        return self._fq.pop()
+        msg: Message = self._fq.pop()
+        return msg
 
     def can_recv(self) -> bool:
         return bool(self._fq)
@@ -421,4 +443,5 @@ class BodyQueuing(FairQueuing):
         return Message(body, self.pipes[self._fq.last_pid].token)
 
     def recv_body(self) -> bytes:
-        return self._fq.pop()
+        body: bytes = self._fq.pop()
+        return body

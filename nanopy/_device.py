@@ -154,7 +154,7 @@ def device(a: Socket, b: Socket) -> None:
         try:
             with scope:
                 await _run_trio(pumps)
-        except BaseException as exc:  # handed to the waiting thread
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
             failure.append(exc)
         finally:
             finished.set()

@@ -79,7 +79,7 @@ class Engine:
         async def runner() -> None:
             try:
                 result = await afn(*args)
-            except BaseException as exc:  # handed to the caller
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
                 future.set_exception(exc)
             else:
                 future.set_result(result)

@@ -49,8 +49,8 @@ class Message:
         self.body = body
         self.header = header
         self.pipe = pipe
-        # (socket, reply routing token) for protocols that can answer a message
-        self._reply_to: tuple[Socket, Any] | None = None
+        # the reply route (pipe id, backtrace) for protocols that can answer a message
+        self._reply_to: tuple[int, bytes] | None = None
 
     def __bytes__(self) -> bytes:
         return self.body
@@ -92,12 +92,14 @@ class Message:
         sock, token = self._replier()
         await sock._areply(token, data)
 
-    def _replier(self) -> tuple[Socket, Any]:
+    def _replier(self) -> tuple[Socket, tuple[int, bytes]]:
         from ._errors import ProtocolError
 
-        if self._reply_to is None:
+        route = self._reply_to
+        sock = getattr(getattr(self.pipe, "endpoint", None), "socket", None)
+        if route is None or sock is None:
             raise ProtocolError(
                 "this message cannot be replied to: only messages received on a "
                 "cooked REP or RESPONDENT socket carry a return route"
             )
-        return self._reply_to
+        return sock, route

@@ -35,18 +35,15 @@ _ALL = POLLIN | POLLOUT
 class Pollable:
     """Mixed into :class:`nanopy.Socket`: the readiness/notification hook pollers use.
 
-    The socket calls :meth:`_notify_watchers` (lock held) from its wake pass and
-    from ``close``; everything else here runs on the polling caller's thread.
+    The socket driver wakes the blocked polls (``SocketDriver.watchers``) from its
+    wake pass and when the socket closes; everything else here runs on the
+    polling caller's thread.
     """
 
-    _watchers: list[Any]  # one-shot waiters of blocked polls (set in Socket.__init__)
 
-    def _notify_watchers(self) -> None:
+    def _notify_watchers(self: Socket) -> None:  # type: ignore[misc]
         """Wake every blocked poll on this socket (lock held); each re-registers."""
-        watchers = self._watchers
-        for waiter in watchers:
-            waiter.wake()
-        watchers.clear()
+        self._driver.notify_watchers()
 
     def _poll_flags(self: Socket, flags: int, waiter: Any = None) -> int:  # type: ignore[misc]
         """Which of ``flags`` hold now; with ``waiter``, also watch for a change.
@@ -54,25 +51,31 @@ class Pollable:
         Checking and registering under one lock round means a change that
         happens after the check always reaches the waiter.
         """
-        with self._lock:
-            if self._closed:
-                raise self._closed_error()
-            core = self._core
+        driver = self._driver
+        core = driver.core
+
+        def check() -> int:
             ready = 0
             if flags & POLLIN and core.can_recv():
                 ready |= POLLIN
             if flags & POLLOUT and core.can_send():
                 ready |= POLLOUT
             if waiter is not None and not ready:
-                self._watchers.append(waiter)
+                driver.watchers.append(waiter)
             return ready
 
+        return driver.inspect(check)
+
     def _unwatch(self: Socket, waiter: Any) -> None:  # type: ignore[misc]
-        with self._lock:
+        driver = self._driver
+
+        def unwatch() -> None:
             try:
-                self._watchers.remove(waiter)
+                driver.watchers.remove(waiter)
             except ValueError:
                 pass  # already woken (and dropped)
+
+        driver.inspect(unwatch, check_open=False)
 
 
 def _check_flags(flags: Any) -> int:

@@ -12,31 +12,34 @@ Pure data structure: no I/O, no locks.
 
 from __future__ import annotations
 
-from typing import Hashable
+from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
 
 NUM_PRIORITIES = 16
 DEFAULT_PRIORITY = 8
 
 
-class PrioList:
+class PrioList(Generic[K]):
     __slots__ = ("_slots", "_cursor", "_where", "_best")
 
     def __init__(self) -> None:
-        self._slots: list[list[Hashable]] = [[] for _ in range(NUM_PRIORITIES + 1)]
+        self._slots: list[list[K]] = [[] for _ in range(NUM_PRIORITIES + 1)]
         self._cursor = [0] * (NUM_PRIORITIES + 1)
-        self._where: dict[Hashable, int] = {}  # active pipe -> its priority
+        self._where: dict[K, int] = {}  # active pipe -> its priority
         self._best = 0  # most preferred non-empty priority; 0 = none active
 
     def __len__(self) -> int:
         return len(self._where)
 
-    def __contains__(self, pid: Hashable) -> bool:
+    def __contains__(self, pid: K) -> bool:
         return pid in self._where
 
     def __bool__(self) -> bool:
         return self._best != 0
 
-    def activate(self, pid: Hashable, priority: int) -> None:
+    def activate(self, pid: K, priority: int) -> None:
         """Make ``pid`` eligible (no-op if it already is)."""
         if pid in self._where:
             return
@@ -52,7 +55,7 @@ class PrioList:
         if self._best == 0 or priority < self._best:
             self._best = priority
 
-    def deactivate(self, pid: Hashable) -> None:
+    def deactivate(self, pid: K) -> None:
         """Make ``pid`` ineligible (no-op if it is not active)."""
         priority = self._where.pop(pid, None)
         if priority is None:
@@ -69,14 +72,14 @@ class PrioList:
         if not slot and priority == self._best:
             self._best = self._next_best(priority)
 
-    def current(self) -> Hashable | None:
+    def current(self) -> K | None:
         """The pipe to use now, or ``None`` when no pipe is active."""
         best = self._best
         if not best:
             return None
         return self._slots[best][self._cursor[best]]
 
-    def take(self) -> Hashable | None:
+    def take(self) -> K | None:
         """``current()`` then ``advance()`` in one call (the load balancer's hot path)."""
         best = self._best
         if not best:
@@ -97,7 +100,7 @@ class PrioList:
             c = self._cursor[best] + 1
             self._cursor[best] = c if c < n else 0
 
-    def active(self) -> list[Hashable]:
+    def active(self) -> list[K]:
         return list(self._where)
 
     def _next_best(self, after: int) -> int:

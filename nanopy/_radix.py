@@ -26,14 +26,15 @@ caches, a memory access or two):
   dict maps the branch byte straight to the leaf's remaining ``bytes``. Most
   subscriptions are such leaves, so they cost one bytes object and one dict slot.
 
-Invariants kept by ``add``/``remove`` (below the root): a node has ``count >= 1`` or at least two children (single-child, unsubscribed
-nodes are merged into their child), and a node with ``count == 1`` and no
-children is stored as a bytes leaf.
+Invariants kept by ``add``/``remove`` (below the root): a node has ``count >= 1``
+or at least two children (single-child, unsubscribed nodes are merged into their
+child), and a node with ``count == 1`` and no children is stored as a bytes leaf.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 __all__ = ["RadixTree"]
 
@@ -58,7 +59,7 @@ class _Table(list):  # type: ignore[type-arg]
     def __delitem__(self, key: int) -> None:  # type: ignore[override]
         self[key] = None
 
-    def items(self) -> Iterator[tuple[int, _Node | bytes]]:  # type: ignore[override]
+    def items(self) -> Iterator[tuple[int, _Node | bytes]]:
         return ((k, v) for k, v in enumerate(self) if v is not None)
 
 
@@ -121,13 +122,13 @@ class RadixTree:
         pos = 2
         while child is not None:
             if child.__class__ is bytes:
-                return message.startswith(child, pos)  # type: ignore[arg-type]
+                return message.startswith(child, pos)
             prefix = child.prefix  # type: ignore[union-attr]
             if prefix:
                 if not message.startswith(prefix, pos):
                     return False
                 pos += len(prefix)
-            if child.count:  # type: ignore[union-attr]
+            if child.count:
                 return True
             if pos >= len(message):
                 return False
@@ -151,7 +152,8 @@ class RadixTree:
                 return 0
             pos += len(prefix)
             if pos == end:
-                return child.count  # type: ignore[union-attr]
+                count: int = child.count  # type: ignore[assignment]
+                return count
             child = child.get(topic[pos])  # type: ignore[union-attr]
             pos += 1
         return 0
@@ -165,7 +167,7 @@ class RadixTree:
         while stack:
             path, node = stack.pop()
             if node.__class__ is bytes:
-                yield path + node  # type: ignore[operator]
+                yield path + node
                 continue
             assert isinstance(node, _Node)
             path += node.prefix
@@ -208,10 +210,10 @@ class RadixTree:
                 return True
             if child.__class__ is bytes:
                 if topic[pos:] == child:
-                    parent[key] = _Node(child, 2)  # type: ignore[arg-type]
+                    parent[key] = _Node(child, 2)
                     return False
                 # Unfold the leaf into a node and split it below.
-                child = parent[key] = _Node(child, 1)  # type: ignore[arg-type]
+                child = parent[key] = _Node(child, 1)
             assert isinstance(child, _Node)
             prefix = child.prefix
             common = _common(prefix, topic, pos)
@@ -262,7 +264,7 @@ class RadixTree:
                 return True
             self._short[topic] = n - 1
             return False
-        path: list[tuple[dict, int]] = []  # (parent, key) pairs leading to child
+        path: list[tuple[dict[int, Any], int]] = []  # (parent, key) pairs leading to child
         parent: dict[int, _Node | bytes] = self._root  # type: ignore[assignment]
         key = topic[0] << 8 | topic[1]
         pos = 2
@@ -301,7 +303,7 @@ class RadixTree:
         return last
 
     @staticmethod
-    def _tidy(node: _Node, path: list[tuple[dict, int]]) -> None:
+    def _tidy(node: _Node, path: list[tuple[dict[int, Any], int]]) -> None:
         """Restore the invariants at ``node`` (and its parent) after a removal."""
         while path:
             parent, key = path.pop()

@@ -67,7 +67,7 @@ class Registry:
     def _entry_points(self, name: str) -> list[Any]:
         try:
             return [ep for ep in entry_points(group=self.group) if ep.name == name]
-        except Exception:  # pragma: no cover - broken metadata must not break lookups
+        except Exception:  # noqa: BLE001  # pragma: no cover - broken metadata must not break lookups
             return []
 
     def unregister(self, name: str) -> None:
@@ -79,7 +79,7 @@ class Registry:
         found = set(self._builtins) | set(self._registered)
         try:
             found |= {ep.name for ep in entry_points(group=self.group)}
-        except Exception:  # pragma: no cover - broken metadata must not break lookups
+        except Exception:  # noqa: BLE001  # pragma: no cover - broken metadata must not break lookups
             pass
         return sorted(found)
 

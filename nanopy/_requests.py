@@ -1,8 +1,9 @@
 """REQ/REP and SURVEYOR/RESPONDENT conveniences of :class:`nanopy.Socket`.
 
 ``request()`` and ``survey()`` may run from many threads and tasks at once on one
-socket: each request (survey) has its own id, its own :class:`WaitQueue`, and the
-:class:`_IdRouter` wakes exactly the caller whose reply (answer) arrived.
+socket: each request (survey) has its own id and its own wait queue in the
+socket driver, and the core's ``(READY, id)`` action wakes exactly the caller
+whose reply (answer) arrived.
 """
 
 from __future__ import annotations
@@ -10,60 +11,34 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ._core import Core
+from ._driver import checkpoint_after, checkpoint_before
 from ._errors import ProtocolError
 from ._message import Message
-from ._util import ASYNC_YIELD_EVERY, DEFAULT, as_bytes, yield_to_loop
-from ._waiters import WaitQueue
+from ._util import DEFAULT, as_bytes
 
 if TYPE_CHECKING:
-    from ._socket import Socket
-
-class _IdRouter:
-    """Wakes the waiter of each request/survey id whose state changed (lock held).
-
-    Sits in ``Socket._wait_queues`` like a WaitQueue: the core lists ids in
-    ``core.replied``; ``wake_one`` routes each to that id's own WaitQueue, so a
-    reply wakes exactly its caller however many requests are in flight.
-    """
-
-    __slots__ = ("_core", "queues")
-
-    def __init__(self, core: Core) -> None:
-        self._core = core
-        core.replied = []  # type: ignore[attr-defined]  # the core starts listing ids
-        self.queues: dict[int, WaitQueue] = {}
-
-    @property
-    def waiters(self) -> list[int]:
-        return self._core.replied  # type: ignore[attr-defined]
-
-    def wake_one(self) -> None:
-        replied = self._core.replied  # type: ignore[attr-defined]
-        queues = self.queues
-        for key in replied:
-            queue = queues.get(key)
-            if queue is not None and queue.waiters:
-                queue.wake_one()
-        replied.clear()
-
-    def wake_all(self) -> None:
-        for queue in list(self.queues.values()):
-            queue.wake_all()
+    from ._driver import SocketDriver
+    from ._waiters import WaitQueue
 
 
 class RequestMethods:
-    """Mixed into :class:`nanopy.Socket`; uses its lock, core and blocking machinery."""
+    """Mixed into :class:`nanopy.Socket`; everything goes through its driver.
 
-    _router: _IdRouter | None = None  # created on first request()/survey()
+    Each request (survey) id gets its own wait queue in the driver; the core's
+    ``(READY, id)`` action wakes exactly that id's caller.
+    """
 
-    def _id_router(self: Socket) -> _IdRouter:
-        """The per-id waiter router (lock held); registered as a wait queue once."""
-        router = self._router
-        if router is None:
-            router = self._router = _IdRouter(self._core)
-            self._wait_queues.append(router)  # type: ignore[arg-type]
-        return router
+    _driver: SocketDriver
+    _options: Any
+    raw: bool
+    name: Any
+
+    if TYPE_CHECKING:
+
+        def _core_method(self, name: str, what: str) -> Callable[..., Any]: ...
+
+        @staticmethod
+        def _timeout(timeout: Any, default: float | None) -> float | None: ...
 
     def _cooked_method(self, name: str, what: str) -> Callable[..., Any]:
         if self.raw:
@@ -71,40 +46,19 @@ class RequestMethods:
         return self._core_method(name, what)
 
     def _start_request(self, data: bytes) -> tuple[int, WaitQueue]:
-        core = self._core
-        with self._lock:
-            self._check_open()
-            rid = self._cooked_method("start_request", "request()")(data)
-            self._sent += 1
-            self._bytes_sent += len(data)
-            queue = WaitQueue(lambda: core.reply_ready(rid))  # type: ignore[attr-defined]
-            self._id_router().queues[rid] = queue
-            actions = self._take_actions()
-            self._wake()
-        if actions:
-            self._execute(actions)
-        return rid, queue
+        driver = self._driver
+        start = self._cooked_method("start_request", "request()")
+        core: Any = driver.core
+        rid = driver.start_id(lambda: start(data), core.reply_ready, len(data))
+        return rid, driver.id_queues[rid]
 
-    def _take_reply_attempt(self, rid: int) -> Callable[[], Message]:
-        core = self._core
-
-        def attempt() -> Message:
-            msg = core.take_reply(rid)  # type: ignore[attr-defined]
-            self._received += 1
-            self._bytes_received += len(msg.body)
-            self._router.queues.pop(rid, None)  # type: ignore[union-attr]
-            return msg
-
-        return attempt
+    def _take_reply_attempt(self, rid: int) -> Callable[[], Message | None]:
+        core: Any = self._driver.core
+        return self._driver.take_attempt(rid, core.take_reply, one_shot=True)
 
     def _forget_request(self, rid: int) -> None:
-        with self._lock:
-            if self._router is not None:
-                self._router.queues.pop(rid, None)
-            self._core.cancel_request(rid)  # type: ignore[attr-defined]
-            actions = self._take_actions()
-        if actions:
-            self._execute(actions)
+        core: Any = self._driver.core
+        self._driver.forget_id(rid, core.cancel_request)
 
     def request(self, data: Any, *, timeout: float | None = DEFAULT) -> bytes:
         """REQ: send ``data`` as a new request and return the reply to it.
@@ -132,7 +86,9 @@ class RequestMethods:
         timeout = self._timeout(timeout, self._options.recv_timeout)
         rid, queue = self._start_request(data)
         try:
-            return self._call(self._take_reply_attempt(rid), queue, timeout, "request").body
+            msg = self._driver.call(self._take_reply_attempt(rid), queue, timeout, "request")
+            assert msg is not None
+            return msg.body
         except BaseException:
             self._forget_request(rid)
             raise
@@ -154,9 +110,12 @@ class RequestMethods:
         """
         data = as_bytes(data)
         timeout = self._timeout(timeout, self._options.recv_timeout)
+        await checkpoint_before()  # cancelled: nothing is sent
         rid, queue = self._start_request(data)
         try:
-            return (await self._acall(self._take_reply_attempt(rid), queue, timeout, "request")).body
+            msg = await self._driver.acall(self._take_reply_attempt(rid), queue, timeout, "request")
+            assert msg is not None
+            return msg.body
         except BaseException:
             self._forget_request(rid)
             raise
@@ -169,57 +128,35 @@ class RequestMethods:
         """
         if data.__class__ is not bytes:
             data = as_bytes(data)
-        with self._lock:
-            self._check_open()
-            self._core.reply(route, data)  # type: ignore[attr-defined]
-            self._sent += 1
-            self._bytes_sent += len(data)
-            actions = self._take_actions()
-            self._wake()
-        if actions:
-            self._execute(actions)
+        driver = self._driver
+        core: Any = driver.core
+
+        def reply() -> None:
+            core.reply(route, data)
+            driver.sent += 1
+            driver.bytes_sent += len(data)
+
+        driver.feed(reply)
 
     async def _areply(self, route: Any, data: Any) -> None:
+        trio_task = await checkpoint_before()
         self._reply(route, data)
-        self._async_calls += 1
-        if self._async_calls % ASYNC_YIELD_EVERY == 0:
-            await yield_to_loop()
+        await checkpoint_after(trio_task)
 
     def _start_survey(self, data: Any) -> tuple[int, WaitQueue]:
         data = as_bytes(data)
-        core = self._core
-        with self._lock:
-            self._check_open()
-            sid = self._cooked_method("start_survey", "survey()")(data)
-            self._sent += 1
-            self._bytes_sent += len(data)
-            queue = WaitQueue(lambda: core.answer_ready(sid))  # type: ignore[attr-defined]
-            self._id_router().queues[sid] = queue
-            actions = self._take_actions()
-            self._wake()
-        if actions:
-            self._execute(actions)
-        return sid, queue
+        driver = self._driver
+        start = self._cooked_method("start_survey", "survey()")
+        core: Any = driver.core
+        sid = driver.start_id(lambda: start(data), core.answer_ready, len(data))
+        return sid, driver.id_queues[sid]
 
     def _take_answer_attempt(self, sid: int) -> Callable[[], Message | None]:
-        core = self._core
-
-        def attempt() -> Message | None:
-            msg = core.take_answer(sid)  # type: ignore[attr-defined]
-            if msg is None:
-                self._router.queues.pop(sid, None)  # type: ignore[union-attr]
-            else:
-                self._received += 1
-                self._bytes_received += len(msg.body)
-            return msg
-
-        return attempt
+        core: Any = self._driver.core
+        return self._driver.take_attempt(sid, core.take_answer, one_shot=False)
 
     def _end_survey(self, sid: int) -> None:
-        # No lock: this may run from a generator finalizer (GC) on a thread that
-        # already holds it; a single dict.pop is atomic anyway.
-        if self._router is not None:
-            self._router.queues.pop(sid, None)
+        self._driver.forget_id(sid)
 
     def survey(self, data: Any) -> Iterator[bytes]:
         """SURVEYOR: send a survey now; iterate over the answers until its deadline.
@@ -244,7 +181,7 @@ class RequestMethods:
         attempt = self._take_answer_attempt(sid)
         try:
             while True:
-                msg = self._call(attempt, queue, None, "survey")
+                msg = self._driver.call(attempt, queue, None, "survey")
                 if msg is None:
                     return
                 yield msg.body
@@ -273,7 +210,7 @@ class RequestMethods:
         attempt = self._take_answer_attempt(sid)
         try:
             while True:
-                msg = await self._acall(attempt, queue, None, "survey")
+                msg = await self._driver.acall(attempt, queue, None, "survey")
                 if msg is None:
                     return
                 yield msg.body

@@ -1,10 +1,11 @@
 """The public :class:`Socket`: thread-safe and context-free.
 
-Concurrency model: all protocol state lives in the socket's Sans-I/O core, which is
-touched only under ``self._lock`` -- by user threads and tasks (``send``/``recv``)
-and by the engine thread (pipes, timers). Calls that can complete do so on the
+Concurrency model: all protocol state lives in the socket's Sans-I/O core, owned
+by its :class:`~nanopy._driver.SocketDriver` -- the only code that takes the socket
+lock. User threads and tasks (``send``/``recv``) and the engine thread (pipes,
+timers) feed the core through the driver. Calls that can complete do so on the
 caller's thread without any trio hop; calls that cannot park a waiter (a plain lock
-for a thread, an event for a trio or asyncio task) that the engine wakes. Actions
+for a thread, an event for a trio or asyncio task) that the driver wakes. Actions
 the core emits are carried out after the lock is released, so two sockets never
 hold each other's locks.
 """
@@ -19,19 +20,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import trio
+from trio.lowlevel import cancel_shielded_checkpoint
 
 from . import _engine
-from ._blocking import BLOCKED, BlockingCalls, no_park
-from ._callers import CallerWaitQueue
-from ._core import (
-    ARM_TIMER,
-    CANCEL_TIMER,
-    CLOSE_PIPE,
-    RESUME_READ,
-    TRANSMIT,
-    Core,
-    PipeInfo,
-)
+from ._core import Core, PipeInfo
+from ._driver import SocketDriver, _Blocked, checkpoint_after, checkpoint_before
 from ._endpoint import Endpoint
 from ._errors import AddressError, Closed, MessageTooLarge, ProtocolError, WouldBlock
 from ._message import Message, Pipe
@@ -42,10 +35,9 @@ from ._registry import protocols as _protocols
 from ._registry import transports as _transports
 from ._requests import RequestMethods
 from ._stats import SocketStats
-from ._timers import Timers
 from ._util import DEFAULT as _DEFAULT
-from ._util import as_bytes, run_in_worker_thread
-from ._waiters import WaitQueue
+from ._util import as_bytes
+from ._waiters import WaitQueue, async_waiter
 from .transports._base import Connection, PipeContext
 
 log = logging.getLogger("nanopy")
@@ -68,7 +60,7 @@ def _as_list(value: str | Iterable[str] | None) -> list[str]:
     return list(value)
 
 
-class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
+class Socket(RequestMethods, Pollable, OptionAttributes):
     """A scalability-protocols socket.
 
     Args:
@@ -89,7 +81,6 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
     work from trio and asyncio tasks.
     """
 
-    _core: Core
 
     def __init__(
         self,
@@ -105,22 +96,14 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
         core_cls = _protocols.get(protocol)
         self._core_cls = core_cls  # options check protocol-specific values against it (overflow)
         self._options = new_options(protocol)
-        self._lock = threading.Lock()
-        self._closed = False
-        self._fork_closed = False
         self._engine_obj: _engine.Engine | None = None
-        self._pipes: dict[int, PipeDriver] = {}
         self._endpoints: list[Endpoint] = []
         self._endpoint_tasks: list[trio.Event] = []
-        self._timers: Timers | None = None
         self._added_callbacks: list[Callable[[Pipe], Any]] = []
         self._removed_callbacks: list[Callable[[Pipe], Any]] = []
-        self._async_calls = 0
         self._pipes_changed = threading.Condition(threading.Lock())  # for nanopy.testing
-        self._watchers: list[Any] = []  # blocked polls to wake on any change (nanopy._poller)
-        # counters (stats)
-        self._sent = self._received = self._bytes_sent = self._bytes_received = 0
-        self._dropped = self._connects = self._disconnects = 0
+        # counters (stats) kept outside the core's rounds
+        self._connects = self._disconnects = 0
         self._reconnects = self._protocol_errors = self._too_large = 0
         for key, value in options.items():
             if key not in _OPTION_NAMES:
@@ -128,19 +111,8 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
                     f"unknown socket option {key!r}; options are: {', '.join(sorted(_OPTION_NAMES))}"
                 )
             setattr(self, key, value)
-        self._core = core_cls(self._options, raw=raw)
-        if hasattr(self._core, "owner"):
-            self._core.owner = self  # REP/RESPONDENT stamp it into messages for msg.reply()
+        self._driver = SocketDriver(core_cls(self._options, raw=raw), self._get_name, lambda: self._engine)
         self.raw = raw
-        self._send_q = WaitQueue(self._core.can_send)
-        # Per-caller classic calls: a cooked REQ's recv() waits for *its caller's* reply,
-        # so its waiters are keyed by caller (nanopy._callers.CallerWaitQueue).
-        ready_callers = getattr(self._core, "ready_callers", None)
-        if ready_callers is not None:
-            self._recv_q: Any = CallerWaitQueue(ready_callers)
-        else:
-            self._recv_q = WaitQueue(self._core.can_recv)
-        self._wait_queues: list[WaitQueue] = [self._send_q, self._recv_q]
         self._closing_q: WaitQueue | None = None  # made by the first _await_closed
         _engine.track_socket(self)
         try:
@@ -153,6 +125,18 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
             raise
 
     # -- identity --------------------------------------------------------------
+    def _get_name(self) -> str:
+        return str(self.name)
+
+    @property
+    def _core(self) -> Core:
+        """The protocol core (for tests and introspection; only the driver feeds it)."""
+        return self._driver.core
+
+    @property
+    def _pipes(self) -> dict[int, PipeDriver]:
+        return self._driver.pipes
+
     @property
     def protocol(self) -> str:
         """The protocol name (``"req"``, ...)."""
@@ -161,7 +145,7 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
     @property
     def closed(self) -> bool:
         """True once :meth:`close` ran (or the socket was inherited across a fork)."""
-        return self._closed
+        return self._driver.closed
 
     @property
     def endpoints(self) -> list[Endpoint]:
@@ -174,7 +158,7 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
         return [d.pipe for d in list(self._pipes.values())]
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else f"{len(self._pipes)} pipes"
+        state = "closed" if self._driver.closed else f"{len(self._pipes)} pipes"
         return f"<nanopy.Socket {self.name!r} ({self._core.name}{' raw' if self.raw else ''}), {state}>"
 
     def __reduce__(self) -> Any:
@@ -280,10 +264,7 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
         # this bind to settle (``done``), and the listener is closed here, so no
         # address outlives close().
         done = trio.Event()
-        with self._lock:
-            if self._closed:
-                raise self._closed_error()
-            self._endpoint_tasks.append(done)
+        self._driver.feed(self._endpoint_tasks.append, done)  # Closed if closed already
         try:
             await ep.open_listener()
             self._add_endpoint(ep, done)
@@ -293,20 +274,20 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
                 with trio.CancelScope(shield=True):
                     await listener.aclose()
             done.set()
-            with self._lock:
-                self._endpoint_tasks.remove(done)
+            self._driver.feed(self._endpoint_tasks.remove, done, check_open=False)
             raise
         self._engine.spawn(self._run_endpoint, ep, ep.run_listener)
 
     def _add_endpoint(self, ep: Endpoint, done: trio.Event | None = None) -> None:
-        with self._lock:
-            if self._closed:
-                raise self._closed_error()
+        def add() -> None:
+            nonlocal done
             self._endpoints.append(ep)
             if done is None:
                 done = trio.Event()
                 self._endpoint_tasks.append(done)
             ep._done = done  # type: ignore[attr-defined]
+
+        self._driver.feed(add)
 
     async def _run_endpoint(self, ep: Endpoint, body: Callable[[], Any]) -> None:
         try:
@@ -317,9 +298,11 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
             ep._done.set()  # type: ignore[attr-defined]
 
     def _forget_endpoint(self, ep: Endpoint) -> None:
-        with self._lock:
+        def forget() -> None:
             if ep in self._endpoints:
                 self._endpoints.remove(ep)
+
+        self._driver.feed(forget, check_open=False)
 
     def _pipe_context(self, ep: Endpoint) -> PipeContext:
         core = self._core
@@ -337,7 +320,7 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
     # -- pipes (engine thread) -----------------------------------------------------
     async def _run_pipe(self, conn: Connection, ep: Endpoint) -> None:
         pipe = Pipe(_new_pipe_id(), conn.remote_address, ep)
-        driver = PipeDriver(self, conn, pipe, self._engine)
+        driver = PipeDriver(self._driver, self.name, conn, pipe, self._engine, self._note_protocol_error)
         try:
             if not self._call_pipe_callbacks(self._added_callbacks, pipe, accept=True):
                 log.info(
@@ -345,29 +328,16 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
                     self.name, pipe.id, pipe.remote_address or ep.url,
                 )
                 return
-            with self._lock:
-                if self._closed:
-                    return
-                self._pipes[pipe.id] = driver
-                self._connects += 1
-                info = PipeInfo(pipe.id, pipe, ep.priority, ep.recv_priority)
-                self._core.add_pipe(info, self._options.send_buffer)
-                actions = self._take_actions()
-                self._wake()
-            if actions:
-                self._execute(actions)
+            info = PipeInfo(pipe.id, pipe, ep.priority, ep.recv_priority)
+            if not self._driver.add_pipe(driver, info, self._options.send_buffer):
+                return
+            self._connects += 1
             self._notify_pipes_changed()
             try:
                 await driver.run()
             finally:
-                with self._lock:
-                    del self._pipes[pipe.id]
-                    self._disconnects += 1
-                    self._core.remove_pipe(pipe.id)
-                    actions = self._take_actions()
-                    self._wake()
-                if actions:
-                    self._execute(actions)
+                self._disconnects += 1
+                self._driver.remove_pipe(pipe.id)
                 self._notify_pipes_changed()
                 self._call_pipe_callbacks(self._removed_callbacks, pipe, accept=False)
         finally:
@@ -387,34 +357,6 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
                 log.exception("%s: pipe callback %r failed", self.name, cb)
         return True
 
-    def _deliver(self, pid: int, payloads: list[bytes]) -> bool:
-        """Payloads read from pipe ``pid``; False = stop reading it for now."""
-        with self._lock:
-            keep = self._core.messages_received(pid, payloads)
-            actions = self._take_actions()
-            self._wake()
-        if actions:
-            self._execute(actions)
-        return keep
-
-    def _pipe_credit(self, pid: int, n: int) -> None:
-        with self._lock:
-            self._core.pipe_credit(pid, n)
-            actions = self._take_actions()
-            self._wake()
-        if actions:
-            self._execute(actions)
-
-    def _timer_fired(self, key: Any) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._core.timer_fired(key)
-            actions = self._take_actions()
-            self._wake()
-        if actions:
-            self._execute(actions)
-
     def _note_protocol_error(self, pipe: Pipe | None, exc: BaseException, endpoint: Any = None) -> None:
         """Count a misbehaving peer; its endpoint logs it (rate-limited: docs/transports.md)."""
         self._protocol_errors += 1
@@ -430,102 +372,26 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
     def _count_reconnect(self) -> None:
         self._reconnects += 1
 
-    # -- core plumbing -------------------------------------------------------------
-    def _take_actions(self) -> list[tuple] | None:
-        """Drain the core's actions (lock held)."""
-        actions = self._core.actions
-        if not actions:
-            return None
-        out = actions.copy()
-        actions.clear()
-        return out
-
-    def _wake(self) -> None:
-        """Wake one waiter of each condition that now holds (lock held)."""
-        for queue in self._wait_queues:
-            if queue.waiters:
-                queue.wake_one()
-        if self._watchers:  # Poller hook: blocked polls look again after any change
-            self._notify_watchers()
-
-    def _execute(self, actions: list[tuple]) -> None:
-        """Carry out core actions (lock *not* held)."""
-        credits: dict[int, int] | None = None
-        pipes = self._pipes
-        for action in actions:
-            kind = action[0]
-            if kind == TRANSMIT:
-                driver = pipes.get(action[1])
-                if driver is None:
-                    self._dropped += 1
-                else:
-                    done = driver.transmit(action[2])
-                    if done:
-                        if credits is None:
-                            credits = {}
-                        credits[action[1]] = credits.get(action[1], 0) + done
-            elif kind == RESUME_READ:
-                driver = pipes.get(action[1])
-                if driver is not None:
-                    driver.resume_read()
-            elif kind == CLOSE_PIPE:
-                driver = pipes.get(action[1])
-                if driver is not None:
-                    log.info("%s: closing pipe %d: %s", self.name, action[1], action[2])
-                    driver.close_soon()
-            elif kind == ARM_TIMER:
-                if self._timers is None:
-                    self._timers = Timers(self._engine, self._timer_fired)
-                self._timers.arm(action[1], action[2])
-            elif kind == CANCEL_TIMER:
-                if self._timers is not None:
-                    self._timers.cancel(action[1])
-        if credits:
-            for pid, n in credits.items():
-                self._pipe_credit(pid, n)
-
     # -- state checks ---------------------------------------------------------------
     def _check_open(self) -> None:
-        if self._closed:
-            raise self._closed_error()
-
-    def _closed_error(self) -> Closed:
-        if self._fork_closed:
-            return Closed(
-                f"{self.name}: this socket was created before os.fork(); "
-                "create a new socket in the child process"
-            )
-        return Closed(f"{self.name}: socket is closed")
+        self._driver.check_open()
 
     def _forked(self) -> None:
         """Called in a child process: the engine serving this socket is gone."""
-        self._closed = True
-        self._fork_closed = True
-        self._lock = threading.Lock()
+        self._driver.forked()
+
+    @staticmethod
+    def _timeout(timeout: Any, default: float | None) -> float | None:
+        if timeout is _DEFAULT:
+            return default
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+                raise TypeError(f"timeout must be a number of seconds or None, not {type(timeout).__name__}")
+            if timeout < 0:
+                raise ValueError(f"timeout must be >= 0, got {timeout}")
+        return float(timeout) if timeout is not None else None
 
     # -- sending and receiving -------------------------------------------------------
-    def _send_attempt(self, data: bytes, header: bytes = b"") -> Callable[[], None]:
-        core = self._core
-
-        def attempt() -> None:
-            core.send(data, header)
-            self._sent += 1
-            self._bytes_sent += len(data)
-
-        return attempt
-
-    def _recv_body_attempt(self) -> bytes:
-        body = self._core.recv_body()
-        self._received += 1
-        self._bytes_received += len(body)
-        return body
-
-    def _recv_attempt(self) -> Message:
-        msg = self._core.recv()
-        self._received += 1
-        self._bytes_received += len(msg.body)
-        return msg
-
     def send(self, data: Any, *, timeout: float | None = _DEFAULT) -> None:
         """Send a message; returns once it is queued on a pipe.
 
@@ -545,36 +411,18 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
         """
         if data.__class__ is not bytes:
             data = as_bytes(data)
+        if timeout is _DEFAULT and self._driver.try_send(data, b""):
+            return  # the fast path: one round, no waiting
         self._send(data, b"", timeout)
 
     def _send(self, body: bytes, header: bytes, timeout: Any) -> None:
         if timeout is not _DEFAULT:
             self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
-        # Fast path: one lock round, no waiter, no engine hop. (acquire/release
-        # rather than ``with``: measurably cheaper on the hottest lock.)
-        lock = self._lock
-        lock.acquire()
-        try:
-            if self._closed:
-                raise self._closed_error()
-            try:
-                self._core.send(body, header)
-            except WouldBlock:
-                sent = False
-            else:
-                sent = True
-                self._sent += 1
-                self._bytes_sent += len(body)
-                actions = self._take_actions()
-                self._wake()
-        finally:
-            lock.release()
-        if sent:
-            if actions:
-                self._execute(actions)
+        driver = self._driver
+        if driver.try_send(body, header):
             return
         timeout = self._timeout(timeout, self._options.send_timeout)
-        self._call(self._send_attempt(body, header), self._send_q, timeout, "send")
+        driver.call(driver.send_attempt(body, header), driver.send_q, timeout, "send")
 
     def recv(self, *, timeout: float | None = _DEFAULT) -> bytes:
         """Receive the next message body.
@@ -595,29 +443,12 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
         """
         if timeout is not _DEFAULT:
             self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
-        # Fast path written out (the hottest call in nanopy): one lock round.
-        lock = self._lock
-        lock.acquire()
-        try:
-            if self._closed:
-                raise self._closed_error()
-            try:
-                body = self._core.recv_body()
-            except WouldBlock:
-                body = None
-            else:
-                self._received += 1
-                self._bytes_received += len(body)
-                actions = self._take_actions()
-                self._wake()
-        finally:
-            lock.release()
-        if body is not None:
-            if actions:
-                self._execute(actions)
-            return body
-        timeout = self._timeout(timeout, self._options.recv_timeout)
-        return self._call(self._recv_body_attempt, self._recv_q, timeout, "recv")
+        driver = self._driver
+        body = driver.try_recv_body()
+        if body is None:
+            timeout = self._timeout(timeout, self._options.recv_timeout)
+            body = driver.call(driver.recv_body_attempt, driver.recv_q, timeout, "recv")
+        return body
 
     def recv_msg(self, *, timeout: float | None = _DEFAULT) -> Message:
         """Receive the next message with its pipe (and header, on raw sockets).
@@ -637,11 +468,12 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
         """
         if timeout is not _DEFAULT:
             self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
-        msg, _ = self._attempt(self._recv_attempt, no_park)
-        if msg is not BLOCKED:
+        driver = self._driver
+        msg = driver.try_once(driver.recv_attempt)
+        if not isinstance(msg, _Blocked):
             return msg
         timeout = self._timeout(timeout, self._options.recv_timeout)
-        return self._call(self._recv_attempt, self._recv_q, timeout, "recv")
+        return driver.call(driver.recv_attempt, driver.recv_q, timeout, "recv")
 
     def recv_batch(self, max_messages: int, *, timeout: float | None = _DEFAULT) -> list[bytes]:
         """Receive up to ``max_messages`` message bodies in one call.
@@ -697,28 +529,16 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
         return out
 
     def _recv_ready(self, out: list[bytes], limit: int) -> None:
-        """Append up to ``limit`` queued bodies to ``out`` without waiting (one lock round)."""
-        pop = self._core.recv_body
-        append = out.append
-        before = len(out)
-        with self._lock:
-            if self._closed:
-                return  # the caller keeps what it already has
-            try:
-                for _ in range(limit):
-                    append(pop())
-            except (WouldBlock, ProtocolError):  # nothing more queued, or not now (REQ)
-                pass
-            taken = out[before:]
-            self._received += len(taken)
-            self._bytes_received += sum(map(len, taken))
-            actions = self._take_actions()
-            self._wake()
-        if actions:
-            self._execute(actions)
+        """Append up to ``limit`` queued bodies to ``out`` without waiting (one round)."""
+        if self._driver.closed:
+            return  # the caller keeps what it already has
+        try:
+            out.extend(self._driver.recv_bodies(limit))
+        except Closed:
+            pass
 
     async def asend(self, data: Any, *, timeout: float | None = _DEFAULT) -> None:
-        """Async :meth:`send` (trio or asyncio); cancelling it sends nothing.
+        """Async :meth:`send` (trio or asyncio); a checkpoint: if cancelled, it sends nothing.
 
         Args:
             data: bytes-like.
@@ -732,15 +552,21 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
         """
         if data.__class__ is not bytes:
             data = as_bytes(data)
-        if timeout is not _DEFAULT:
-            self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
-        if self._try_now(self._send_attempt(data)):
-            return
+        await self._asend(data, b"", timeout)
+
+    async def _asend(self, body: bytes, header: bytes, timeout: Any) -> None:
         timeout = self._timeout(timeout, self._options.send_timeout)
-        await self._acall(self._send_attempt(data), self._send_q, timeout, "send")
+        driver = self._driver
+        # Fast path: the cancellation point, one round, the schedule point.
+        trio_task = await checkpoint_before()
+        if driver.try_send(body, header):
+            if trio_task:
+                await cancel_shielded_checkpoint()
+            return
+        await driver.acall(driver.send_attempt(body, header), driver.send_q, timeout, "send")
 
     async def arecv(self, *, timeout: float | None = _DEFAULT) -> bytes:
-        """Async :meth:`recv` (trio or asyncio); cancelling it loses nothing.
+        """Async :meth:`recv` (trio or asyncio); a checkpoint: if cancelled, it takes nothing.
 
         Args:
             timeout: seconds to wait; ``None`` waits forever, ``0`` never waits.
@@ -754,10 +580,19 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
             Closed: the socket is closed.
             ProtocolError: the protocol cannot receive.
         """
-        return await self._arecv(self._recv_body_attempt, timeout)
+        timeout = self._timeout(timeout, self._options.recv_timeout)
+        driver = self._driver
+        # Fast path: the cancellation point, one round, the schedule point.
+        trio_task = await checkpoint_before()
+        body = driver.try_recv_body()
+        if body is not None:
+            if trio_task:
+                await cancel_shielded_checkpoint()
+            return body
+        return await driver.acall(driver.recv_body_attempt, driver.recv_q, timeout, "recv")
 
     async def arecv_msg(self, *, timeout: float | None = _DEFAULT) -> Message:
-        """Async :meth:`recv_msg` (trio or asyncio); cancelling it loses nothing.
+        """Async :meth:`recv_msg` (trio or asyncio); a checkpoint: if cancelled, it takes nothing.
 
         Args:
             timeout: seconds to wait; ``None`` waits forever, ``0`` never waits.
@@ -771,22 +606,15 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
             Closed: the socket is closed.
             ProtocolError: the protocol cannot receive.
         """
-        return await self._arecv(self._recv_attempt, timeout)
-
-    async def _arecv(self, attempt: Callable[[], Any], timeout: Any) -> Any:
-        if timeout is not _DEFAULT:
-            self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
-        result = self._try_now(attempt)
-        if result is not None:
-            return result
         timeout = self._timeout(timeout, self._options.recv_timeout)
-        return await self._acall(attempt, self._recv_q, timeout, "recv")
+        driver = self._driver
+        return await driver.acall(driver.recv_attempt, driver.recv_q, timeout, "recv")
 
     # -- protocol conveniences ----------------------------------------------------------
     # Each delegates to an optional core method; a protocol without it raises
     # ProtocolError. REQ/REP and SURVEYOR methods live below (issue: protocols).
     def _core_method(self, name: str, what: str) -> Callable[..., Any]:
-        method = getattr(self._core, name, None)
+        method: Callable[..., Any] | None = getattr(self._core, name, None)
         if method is None:
             raise ProtocolError(f"{self.name}: {what} is not available on {self._core.name} sockets")
         return method
@@ -803,9 +631,7 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
             Closed: the socket is closed.
         """
         topic = topic.encode() if isinstance(topic, str) else as_bytes(topic)
-        with self._lock:
-            self._check_open()
-            self._core_method("subscribe", "subscribe()")(topic)
+        self._driver.feed(self._core_method("subscribe", "subscribe()"), topic)
 
     def unsubscribe(self, topic: bytes | str) -> None:
         """SUB: drop one subscription to ``topic``.
@@ -819,9 +645,7 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
             Closed: the socket is closed.
         """
         topic = topic.encode() if isinstance(topic, str) else as_bytes(topic)
-        with self._lock:
-            self._check_open()
-            self._core_method("unsubscribe", "unsubscribe()")(topic)
+        self._driver.feed(self._core_method("unsubscribe", "unsubscribe()"), topic)
 
     def send_msg(self, msg: Message, *, timeout: float | None = _DEFAULT) -> None:
         """Send a :class:`Message`, header included: how devices forward on raw sockets.
@@ -853,12 +677,7 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
             Closed: the socket is closed.
         """
         body = msg.body if msg.body.__class__ is bytes else as_bytes(msg.body)
-        header = msg.header if self.raw else b""
-        attempt = self._send_attempt(body, header)
-        if self._try_now(attempt):
-            return
-        timeout = self._timeout(timeout, self._options.send_timeout)
-        await self._acall(attempt, self._send_q, timeout, "send")
+        await self._asend(body, msg.header if self.raw else b"", timeout)
 
     async def _await_closed(self) -> None:
         """Wait (trio or asyncio) until this socket closes; raises :class:`Closed` then.
@@ -866,16 +685,19 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
         Devices watch both of their sockets with it, so a pump blocked on one
         socket ends when the *other* one closes. ``close`` wakes every wait queue.
         """
-        with self._lock:
+        driver = self._driver
+
+        def closing_queue() -> WaitQueue:
             queue = self._closing_q
             if queue is None:
                 queue = self._closing_q = WaitQueue(_never)
-                self._wait_queues.append(queue)
+                driver.queues.append(queue)
+            return queue
 
         def attempt() -> None:
             raise WouldBlock
 
-        await self._acall(attempt, queue, None, "wait for close")
+        await driver.acall(attempt, driver.feed(closing_queue), None, "wait for close")
 
     # -- observability -------------------------------------------------------------------
     def stats(self) -> SocketStats:
@@ -884,14 +706,15 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
         Returns:
             A frozen :class:`SocketStats`.
         """
-        core = self._core
+        driver = self._driver
+        core = driver.core
         return SocketStats(
-            messages_sent=self._sent,
-            messages_received=self._received,
-            bytes_sent=self._bytes_sent,
-            bytes_received=self._bytes_received,
-            messages_dropped=self._dropped + core.dropped,
-            pipes=len(self._pipes),
+            messages_sent=driver.sent,
+            messages_received=driver.received,
+            bytes_sent=driver.bytes_sent,
+            bytes_received=driver.bytes_received,
+            messages_dropped=driver.dropped + core.dropped,
+            pipes=len(driver.pipes),
             connects=self._connects,
             disconnects=self._disconnects,
             reconnect_attempts=self._reconnects,
@@ -928,54 +751,86 @@ class Socket(BlockingCalls, RequestMethods, Pollable, OptionAttributes):
             linger: seconds queued sends get to be written first; defaults to
                 the ``linger`` option, ``0`` closes at once.
         """
-        if self._fork_closed or self._closed:
+        driver = self._driver
+        if driver.closed:
             return
         if linger is None:
             linger = self._options.linger
         engine = self._engine_obj
         off_engine = engine is not None and not engine.in_engine_thread()
-        if linger > 0 and off_engine and self._pipes:
+        if linger > 0 and off_engine and driver.pipes:
             try:
                 engine.run(self._flush, linger)  # type: ignore[union-attr]
             except Exception:
                 log.debug("%s: linger flush failed", self.name, exc_info=True)
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            self._core.close()
-            endpoints = list(self._endpoints)
-            for queue in self._wait_queues:
-                queue.wake_all()
-            self._notify_watchers()  # a blocked poll raises Closed
-        for ep in endpoints:
-            ep.close()
-        for driver in list(self._pipes.values()):
-            driver.close_soon()
-        if self._timers is not None:
-            self._timers.stop()
+        if not self._close_now():
+            return
         if off_engine and self._endpoint_tasks:
             try:
                 engine.run(self._wait_endpoints, timeout=5.0)  # type: ignore[union-attr]
             except Exception:
                 log.debug("%s: endpoints slow to stop", self.name, exc_info=True)
 
+    def _close_now(self) -> bool:
+        """The synchronous half of closing: mark closed, close the core, wake every
+        waiter, stop endpoints and pipes. False if the socket was closed already."""
+        driver = self._driver
+        if not driver.close_core():
+            return False
+        for ep in list(self._endpoints):
+            ep.close()
+        for pipe in driver.pipe_drivers():
+            pipe.close_soon()
+        return True
+
+    async def _in_engine(self, timeout: float, afn: Callable[..., Any], *args: Any) -> None:
+        """Run ``afn(*args)`` in the engine and wait up to ``timeout`` for it in the
+        caller's own event loop (trio or asyncio; no worker thread)."""
+        engine = self._engine_obj
+        if engine is None or engine.in_engine_thread():
+            return
+        waiter = async_waiter()
+
+        async def runner() -> None:
+            try:
+                await afn(*args)
+            except Exception:
+                log.debug("%s: %s failed while closing", self.name, afn.__name__, exc_info=True)
+            finally:
+                waiter.wake()
+
+        engine.spawn(runner)
+        await waiter.wait(timeout)
+
     async def _flush(self, linger: float) -> None:
         with trio.move_on_after(linger):
-            for driver in list(self._pipes.values()):
-                await driver.wait_flushed()
+            for pipe in self._driver.pipe_drivers():
+                await pipe.wait_flushed()
 
     async def _wait_endpoints(self) -> None:
         for done in list(self._endpoint_tasks):
             await done.wait()
 
     async def aclose(self, linger: float | None = None) -> None:
-        """Async :meth:`close` (the linger wait does not block the event loop).
+        """Async :meth:`close`: the linger and shutdown waits happen in the caller's
+        event loop, without a worker thread. Cancelling it still closes the socket.
 
         Args:
             linger: as for :meth:`close`.
         """
-        await run_in_worker_thread(self.close, linger)
+        driver = self._driver
+        if driver.closed:
+            await checkpoint_after(await checkpoint_before())
+            return
+        if linger is None:
+            linger = self._options.linger
+        try:
+            if linger > 0 and driver.pipes:
+                await self._in_engine(linger, self._flush, linger)
+        finally:
+            closed_now = self._close_now()
+        if closed_now and self._endpoint_tasks:
+            await self._in_engine(5.0, self._wait_endpoints)
 
     def __enter__(self) -> Socket:
         return self

@@ -95,7 +95,7 @@ class AsyncioWaiter:
 
         try:
             await asyncio.wait_for(asyncio.shield(self._future), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         return True
 

@@ -45,7 +45,7 @@ def parse_header(data: bytes, peer_id: int) -> int:
         raise RemoteProtocolError(
             f"incompatible peer protocol 0x{proto:x} (expected 0x{peer_id:x})"
         )
-    return proto
+    return int(proto)
 
 
 def encode_frames(payloads: list[bytes], ipc: bool = False) -> bytes:

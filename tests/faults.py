@@ -184,7 +184,8 @@ class FaultProxy:
                 r, _, _ = select.select([client, server], [], [], 0.05)
                 for src in r:
                     limit = 65536
-                    if src is client and fault.kind in ("rst", "fin", "stall", "half-close") and forwarded < fault.after:
+                    cuts = fault.kind in ("rst", "fin", "stall", "half-close")
+                    if src is client and cuts and forwarded < fault.after:
                         limit = fault.after - forwarded  # stop exactly at the fault point
                     data = src.recv(limit)
                     if not data:

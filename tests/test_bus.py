@@ -6,11 +6,10 @@ import threading
 from collections.abc import Callable
 
 import pytest
+from conftest import bind_url
 
 import nanopy
 from nanopy.testing import wait_pipes
-
-from conftest import bind_url
 
 MakeSocket = Callable[..., nanopy.Socket]
 

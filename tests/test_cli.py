@@ -446,7 +446,9 @@ def test_nanopy_command_dispatch() -> None:
     assert main(["--version"]) == 0
     assert main(["no-such-command"]) == 1
     assert main(["--help"]) == 0
-    done = subprocess.run([sys.executable, "-m", "nanopy", "cat", "--help"], check=False, capture_output=True, timeout=30)
+    done = subprocess.run(
+        [sys.executable, "-m", "nanopy", "cat", "--help"], check=False, capture_output=True, timeout=30
+    )
     assert done.returncode == 0 and done.stdout.startswith(b"Usage: nanopy cat")
 
 

@@ -15,13 +15,12 @@ from typing import Any
 
 import pytest
 import trio
+from tls_certs import tls_files
 
 import nanopy
 import nanopy.transports
 from nanopy.testing import inproc_url, ipc_url, wait_no_pipes, wait_pipes
 from nanopy.transports import PipeContext
-
-from tls_certs import tls_files
 
 EXAMPLE_SRC = Path(__file__).resolve().parent.parent / "examples" / "plugins" / "src"
 if "tcp+zlib" not in nanopy.transports.schemes():

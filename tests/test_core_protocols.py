@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from nanopy import ProtocolError, Timeout
-from nanopy._core import ARM_TIMER, CANCEL_TIMER, CLOSE_PIPE, TRANSMIT, PipeInfo
+from nanopy._core import ARM_TIMER, CANCEL_TIMER, CLOSE_PIPE, READY, TRANSMIT, PipeInfo
 from nanopy._errors import WouldBlock
 from nanopy._options import new_options
 from nanopy.protocols._common import (
@@ -123,10 +123,9 @@ def test_req_reply_matching_and_drops() -> None:
     a = req.start_request(b"a")
     b = req.start_request(b"b")
     take(req)
-    req.replied = []
     assert req.messages_received(1, [w(b) + b"B", w(0x80000000 | 12345) + b"?"])
     assert req.dropped == 1  # unknown id
-    assert req.replied == [b]
+    assert take(req) == [(READY, b)]  # readiness is an action: the caller of b is woken
     assert not req.reply_ready(a) and req.reply_ready(b)
     with pytest.raises(WouldBlock):
         req.take_reply(a)
@@ -273,9 +272,9 @@ def test_replier_classic(cls) -> None:
     with pytest.raises(ProtocolError):
         rep.send(b"again")
     # q1 can still be answered through its own route.
-    rep.reply(m1._reply_to[1], b"a1")
+    rep.reply(m1._reply_to, b"a1")
     assert transmits(take(rep)) == [(4, w(9, 0x80000001) + b"a1")]
-    assert m2._reply_to[0] is None  # no socket owner in a bare core
+    assert m2._reply_to == (4, w(0x80000002))  # the route only: the core knows no socket
 
 
 @pytest.mark.parametrize("cls", [Rep0, Respondent0])
@@ -284,7 +283,7 @@ def test_replier_reply_via_route_clears_pending(cls) -> None:
     add(rep, 1)
     rep.messages_received(1, [w(0x80000001) + b"q"])
     msg = rep.recv()
-    rep.reply(msg._reply_to[1], b"a")
+    rep.reply(msg._reply_to, b"a")
     with pytest.raises(ProtocolError):
         rep.send(b"twice")
 
@@ -309,12 +308,12 @@ def test_replier_drops_replies_it_cannot_send(cls) -> None:
     add(rep, 1, credit=1)
     rep.messages_received(1, [w(0x80000001) + b"a", w(0x80000002) + b"b"])
     m1, m2 = rep.recv(), rep.recv()
-    rep.reply(m1._reply_to[1], b"1")
-    rep.reply(m2._reply_to[1], b"2")  # no credit left: dropped
+    rep.reply(m1._reply_to, b"1")
+    rep.reply(m2._reply_to, b"2")  # no credit left: dropped
     assert len(transmits(take(rep))) == 1 and rep.dropped == 1
     rep.remove_pipe(1)
     rep.pipe_credit(1, 5)
-    rep.reply(m2._reply_to[1], b"2")  # pipe gone: dropped
+    rep.reply(m2._reply_to, b"2")  # pipe gone: dropped
     assert rep.dropped == 2 and transmits(take(rep)) == []
 
 
@@ -347,7 +346,6 @@ def test_surveyor_broadcast_and_deadline() -> None:
     add(sv, 1)
     add(sv, 2)
     add(sv, 3, credit=0)  # busy: misses the survey
-    sv.replied = []
     sid = sv.start_survey(b"who")
     assert sid & 0x80000000
     actions = take(sv)
@@ -356,8 +354,9 @@ def test_surveyor_broadcast_and_deadline() -> None:
     with pytest.raises(WouldBlock):
         sv.recv()
     sv.messages_received(1, [w(sid) + b"me", w(sid ^ 1) + b"other"])
-    assert sv.dropped == 1 and sv.replied == [sid]
+    assert sv.dropped == 1 and take(sv) == [(READY, sid)]
     sv.timer_fired(sid)
+    assert take(sv) == [(READY, sid)]  # the deadline ends the survey's iterators
     sv.messages_received(2, [w(sid) + b"late"])
     assert sv.dropped == 2
     assert sv.can_recv()
@@ -371,15 +370,14 @@ def test_surveyor_broadcast_and_deadline() -> None:
 def test_surveyor_new_survey_cancels_old() -> None:
     sv = make(Surveyor0)
     add(sv, 1)
-    sv.replied = []
     old = sv.start_survey(b"1")
     sv.messages_received(1, [w(old) + b"a"])
     take(sv)
-    sv.replied.clear()
     new = sv.start_survey(b"2")
     assert new != old
-    assert (CANCEL_TIMER, old) in take(sv)
-    assert sv.replied == [old]  # the old iterator is told to finish
+    actions = take(sv)
+    assert (CANCEL_TIMER, old) in actions
+    assert (READY, old) in actions  # the old iterator is told to finish
     assert sv.take_answer(old) is None
     assert sv.answer_ready(old)
     assert sv.dropped == 1  # the unread answer to the old survey
@@ -489,7 +487,6 @@ class ReqChurn(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.req = make(Req0, resend_interval=1.0)
-        self.req.replied = []
         self.credit: dict[int, int] = {}
         self.next_pid = 1
         self.on_wire: dict[int, list[bytes]] = {}  # pid -> payloads the peer has not answered

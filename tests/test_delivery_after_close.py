@@ -11,11 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from conftest import bind_url
 
 import nanopy
 from nanopy.testing import wait_no_pipes, wait_pipes
-
-from conftest import bind_url
 
 MakeSocket = Callable[..., nanopy.Socket]
 BODIES = [b"", b"x", b"three", b"a longer message" * 100]

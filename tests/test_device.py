@@ -8,12 +8,11 @@ from collections.abc import Callable
 
 import pytest
 import trio
+from conftest import bind_url, wait_until
+from peers import pynng_socket
 
 import nanopy
 from nanopy.testing import wait_pipes
-
-from conftest import bind_url, wait_until
-from peers import pynng_socket
 
 MakeSocket = Callable[..., nanopy.Socket]
 

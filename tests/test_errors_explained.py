@@ -9,11 +9,10 @@ import textwrap
 from collections.abc import Callable
 
 import pytest
+from conftest import bind_url, wait_until
 
 import nanopy
 from nanopy.testing import wait_pipes
-
-from conftest import bind_url, wait_until
 
 MakeSocket = Callable[..., nanopy.Socket]
 

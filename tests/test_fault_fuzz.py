@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
+from faults import frame, raw_sp_client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import nanopy
 from nanopy.testing import wait_no_pipes, wait_pipes
-
-from faults import frame, raw_sp_client
 
 pytestmark = [pytest.mark.fault, pytest.mark.usefixtures("no_nanopy_errors")]
 

@@ -17,12 +17,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
+from faults import serve_replies, tagged, untag
+from peers import free_tcp_port
 
 import nanopy
 from nanopy.testing import ipc_url, wait_no_pipes, wait_pipes
-
-from faults import serve_replies, tagged, untag
-from peers import free_tcp_port
 
 pytestmark = [pytest.mark.fault, pytest.mark.usefixtures("no_nanopy_errors")]
 

@@ -12,14 +12,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-
-import nanopy
-from nanopy.testing import wait_pipes
-
 from conftest import bind_url
 from faults import open_fds, rss_bytes, tagged, untag
 from peers import free_tcp_port
 from tls_certs import tls_files
+
+import nanopy
+from nanopy.testing import wait_pipes
 
 pytestmark = [pytest.mark.fault, pytest.mark.usefixtures("no_nanopy_errors")]
 
@@ -175,7 +174,8 @@ def _endpoint(transport: str) -> tuple[str, dict[str, Any], Callable[[str], str]
         return f"ws://127.0.0.1:{free_tcp_port()}/cycle", {}, lambda u: u, {}
     t = tls_files()
     url = f"wss://127.0.0.1:{free_tcp_port()}/cycle" if transport == "wss" else "tls+tcp://127.0.0.1:0"
-    return url, {"ssl_context": t.server_ctx}, lambda u: u.replace("127.0.0.1", "localhost"), {"ssl_context": t.client_ctx}
+    client = {"ssl_context": t.client_ctx}
+    return url, {"ssl_context": t.server_ctx}, lambda u: u.replace("127.0.0.1", "localhost"), client
 
 
 @pytest.mark.parametrize("transport", ["tcp", "ipc", "inproc", "ws", "wss", "tls+tcp"])

@@ -12,11 +12,10 @@ import threading
 from collections.abc import Callable
 
 import pytest
+from faults import Fault, FaultProxy, assert_in_order_no_duplicates, serve_replies, tagged, untag
 
 import nanopy
 from nanopy.testing import wait_pipes
-
-from faults import Fault, FaultProxy, assert_in_order_no_duplicates, serve_replies, tagged, untag
 
 pytestmark = [pytest.mark.fault, pytest.mark.usefixtures("no_nanopy_errors")]
 

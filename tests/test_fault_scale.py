@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import socket
 import subprocess
 import sys
@@ -12,11 +11,10 @@ from collections import defaultdict
 from collections.abc import Callable
 
 import pytest
+from faults import open_fds
 
 import nanopy
 from nanopy.testing import wait_no_pipes, wait_pipes
-
-from faults import open_fds
 
 pytestmark = [pytest.mark.fault, pytest.mark.usefixtures("no_nanopy_errors")]
 

@@ -13,11 +13,10 @@ import threading
 from collections.abc import Callable
 
 import pytest
+from faults import assert_in_order_no_duplicates, frame, raw_sp_client, rss_bytes, tagged, untag
 
 import nanopy
 from nanopy.testing import wait_pipes
-
-from faults import assert_in_order_no_duplicates, frame, raw_sp_client, rss_bytes, tagged, untag
 
 pytestmark = [pytest.mark.fault, pytest.mark.usefixtures("no_nanopy_errors")]
 

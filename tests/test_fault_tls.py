@@ -7,13 +7,12 @@ import ssl
 from collections.abc import Callable
 
 import pytest
-
-import nanopy
-from nanopy.testing import wait_pipes
-
 from conftest import wait_until
 from faults import sp_header
 from tls_certs import tls_files
+
+import nanopy
+from nanopy.testing import wait_pipes
 
 pytestmark = [pytest.mark.fault, pytest.mark.usefixtures("no_nanopy_errors")]
 

@@ -23,16 +23,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from conftest import wait_until
+from tls_certs import tls_files
 from websockets.client import ClientProtocol
-from websockets.http11 import Response
 from websockets.uri import parse_uri
 
 import nanopy
 from nanopy._wire import encode_header
 from nanopy.testing import ipc_url, wait_pipes
-
-from conftest import wait_until
-from tls_certs import tls_files
 
 SCHEMES = ("tcp", "ipc", "tls+tcp", "ws", "wss")
 TLS = ("tls+tcp", "wss")

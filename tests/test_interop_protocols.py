@@ -11,12 +11,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from conftest import bind_url
+from peers import free_tcp_url, need_tool, pynng_socket, read_exactly, run_tool, wait_exit
 
 import nanopy
 from nanopy.testing import ipc_url, wait_pipes
-
-from conftest import bind_url
-from peers import free_tcp_url, need_tool, pynng_socket, read_exactly, run_tool, wait_exit
 
 pytestmark = pytest.mark.interop
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from conftest import wait_until
+from peers import need_tool, pynng_dial, pynng_socket, read_exactly, run_tool
 
 import nanopy
 from nanopy.testing import ipc_url, wait_pipes
-
-from conftest import wait_until
-from peers import need_tool, pynng_dial, pynng_socket, read_exactly, run_tool
 
 pytestmark = pytest.mark.interop
 

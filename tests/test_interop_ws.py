@@ -14,13 +14,12 @@ import subprocess
 from collections.abc import Callable
 
 import pytest
-
-import nanopy
-from nanopy.testing import wait_pipes
-
 from conftest import wait_until
 from peers import body_of, free_tcp_port, need_tool, pynng_dial, pynng_socket, read_exactly, run_tool, wait_exit
 from tls_certs import tls_files
+
+import nanopy
+from nanopy.testing import wait_pipes
 
 pytestmark = pytest.mark.interop
 

@@ -12,14 +12,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from conftest import bind_url, wait_until
+from peers import free_tcp_port, pynng_dial, pynng_socket
+from tls_certs import tls_files
 
 import nanopy
 from nanopy.testing import wait_pipes
 from nanopy.transports import _stream, _ws_conn, inproc
-
-from conftest import bind_url, wait_until
-from peers import free_tcp_port, pynng_dial, pynng_socket
-from tls_certs import tls_files
 
 MakeSocket = Callable[..., nanopy.Socket]
 ALL_TRANSPORTS = ["tcp", "ipc", "inproc", "ws", "wss", "tls+tcp"]
@@ -42,6 +41,27 @@ def payload_classes(monkeypatch: pytest.MonkeyPatch) -> Iterator[set[type]]:
             return payloads
 
         monkeypatch.setattr(cls, "receive", receive)
+    # The engine reads streams with read_nowait (the read role) and inproc hands
+    # payloads to a sink from the sender's thread: watch those paths too.
+    read_nowait = _stream.StreamConnection.read_nowait
+
+    def seeing_read(self: Any, _original: Any = read_nowait) -> list[bytes] | None:
+        payloads = _original(self)
+        if payloads:
+            seen.update(p.__class__ for p in payloads)
+        return payloads  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(_stream.StreamConnection, "read_nowait", seeing_read)
+    attach_sink = inproc.InprocConnection.attach_sink
+
+    def seeing_attach(self: Any, sink: Any, paused: Any, _original: Any = attach_sink) -> None:
+        def seeing_sink(payloads: list[bytes]) -> Any:
+            seen.update(p.__class__ for p in payloads)
+            return sink(payloads)
+
+        _original(self, seeing_sink, paused)
+
+    monkeypatch.setattr(inproc.InprocConnection, "attach_sink", seeing_attach)
     yield seen
 
 
@@ -72,7 +92,9 @@ def any_transport(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
-@pytest.mark.parametrize(("sender", "receiver"), [("push", "pull"), ("pair", "pair"), ("pair1", "pair1"), ("bus", "bus")])
+@pytest.mark.parametrize(
+    ("sender", "receiver"), [("push", "pull"), ("pair", "pair"), ("pair1", "pair1"), ("bus", "bus")]
+)
 def test_one_way_and_symmetric_protocols(
     make_socket: MakeSocket, any_transport: str, sender: str, receiver: str, payload_classes: set[type]
 ) -> None:

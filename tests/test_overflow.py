@@ -7,12 +7,11 @@ import time
 from collections.abc import Callable
 
 import pytest
+from conftest import bind_url, wait_until
 
 import nanopy
 from nanopy.protocols.pubsub import Pub0, Sub0
 from nanopy.testing import wait_pipes
-
-from conftest import bind_url, wait_until
 
 MakeSocket = Callable[..., nanopy.Socket]
 COUNT = 20_000
@@ -165,7 +164,7 @@ def test_block_publisher_goes_on_when_the_stalled_subscriber_leaves(make_socket:
     outcome: list[object] = []
     t = threading.Thread(target=lambda: outcome.append(pub.send(b"last", timeout=10)), daemon=True)
     t.start()
-    wait_until(lambda: bool(pub._send_q.waiters), what="the blocked send")
+    wait_until(lambda: bool(pub._driver.send_q.waiters), what="the blocked send")
     sub.close(linger=0)
     t.join(10)
     assert outcome == [None]

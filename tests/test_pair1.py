@@ -6,11 +6,10 @@ import struct
 from collections.abc import Callable
 
 import pytest
+from conftest import bind_url, wait_until
 
 import nanopy
 from nanopy.testing import connect_pair, wait_pipes
-
-from conftest import bind_url, wait_until
 
 MakeSocket = Callable[..., nanopy.Socket]
 

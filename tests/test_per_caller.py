@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 import trio
+import trio.lowlevel
+from conftest import bind_url, wait_until
+from peers import pynng_socket
 
 import nanopy
 from nanopy.testing import connect_pair, wait_pipes
-
-from conftest import bind_url, wait_until
-from peers import pynng_socket
 
 MakeSocket = Callable[..., nanopy.Socket]
 CALLERS = 8
@@ -122,7 +122,7 @@ def test_trio_tasks_share_rep_and_req(make_socket: MakeSocket) -> None:
     async def server(i: int) -> None:
         while True:
             request = await rep.arecv()
-            await trio.sleep(0)  # let the other servers interleave
+            await trio.lowlevel.checkpoint()  # let the other servers interleave
             await rep.asend(b"re:" + request + b" by %d" % i)
 
     async def client(i: int) -> None:
@@ -269,7 +269,7 @@ def test_close_wakes_classic_req_waiters(make_socket: MakeSocket) -> None:
     t = threading.Thread(target=lambda: out.update(run_threads(wait_reply, count=4)), daemon=True)
     t.start()
     # Every caller parks (no peer); close must wake all of them.
-    wait_until(lambda: len(req._recv_q._parked) == 4, what="4 parked callers")
+    wait_until(lambda: len(req._driver.recv_q._parked) == 4, what="4 parked callers")
     req.close(linger=0)
     t.join(10)
     assert out == {i: nanopy.Closed for i in range(4)}
@@ -341,7 +341,7 @@ def test_trio_tasks_share_nanopy_rep_with_pynng_clients(
     async def server(i: int) -> None:
         while True:
             request = await rep.arecv()
-            await trio.sleep(0)
+            await trio.lowlevel.checkpoint()
             await rep.asend(b"re:" + request + b" by task %d" % i)
 
     async def main() -> None:

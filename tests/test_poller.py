@@ -9,12 +9,11 @@ from collections.abc import Callable
 
 import pytest
 import trio
+from conftest import bind_url, wait_until
 
 import nanopy
 from nanopy import POLLIN, POLLOUT
 from nanopy.testing import connect_pair, wait_pipes
-
-from conftest import bind_url, wait_until
 
 MakeSocket = Callable[..., nanopy.Socket]
 
@@ -168,7 +167,7 @@ def test_closing_a_registered_socket_wakes_a_blocked_poll(make_socket: MakeSocke
 
     t = threading.Thread(target=blocked, daemon=True)
     t.start()
-    wait_until(lambda: bool(pull._watchers), what="the poll to block")
+    wait_until(lambda: bool(pull._driver.watchers), what="the poll to block")
     pull.close(linger=0)
     t.join(5)
     assert not t.is_alive()
@@ -197,7 +196,7 @@ def test_apoll_with_trio(make_socket: MakeSocket) -> None:
         # Cancelling a blocked apoll leaves nothing behind.
         with trio.move_on_after(0.05):
             await poller.apoll()
-        assert pull._watchers == []
+        assert pull._driver.watchers == []
 
     trio.run(main)
 

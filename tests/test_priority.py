@@ -20,11 +20,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from conftest import wait_until
 
 import nanopy
 from nanopy.testing import ipc_url, wait_pipes
-
-from conftest import wait_until
 
 MakeSocket = Callable[..., nanopy.Socket]
 
@@ -229,8 +228,8 @@ def test_back_pressure_spills_to_the_next_priority(make_socket: MakeSocket) -> N
     push = make_socket("push", send_buffer=4)
     preferred = make_socket("pull", recv_buffer=4)
     spare = make_socket("pull", recv_timeout=5.0)
-    push.connect(preferred.bind("inproc://prio-spill-1-%d" % id(push)).url, priority=1)
-    push.connect(spare.bind("inproc://prio-spill-2-%d" % id(push)).url, priority=2)
+    push.connect(preferred.bind(f"inproc://prio-spill-1-{id(push)}").url, priority=1)
+    push.connect(spare.bind(f"inproc://prio-spill-2-{id(push)}").url, priority=2)
     wait_pipes(push, 2)
     for i in range(200):
         push.send(b"%d" % i, timeout=5)

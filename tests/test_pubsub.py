@@ -8,14 +8,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from conftest import bind_url, wait_until
 
 import nanopy
 from nanopy._core import TRANSMIT, PipeInfo
 from nanopy._options import new_options
 from nanopy.protocols.pubsub import Pub0, Sub0
 from nanopy.testing import wait_pipes
-
-from conftest import bind_url, wait_until
 
 MakeSocket = Callable[..., nanopy.Socket]
 

@@ -11,11 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import trio
+from conftest import bind_url, wait_until
 
 import nanopy
 from nanopy.testing import connect_pair, wait_no_pipes, wait_pipes
-
-from conftest import bind_url, wait_until
 
 MakeSocket = Callable[..., nanopy.Socket]
 

@@ -1117,7 +1117,9 @@ def test_close_is_idempotent_and_wakes_everyone(make_socket: Factory) -> None:
     for t in threads:
         t.start()
     started.wait()
-    wait_until(lambda: len(pull._recv_q.waiters) == 2 and len(push._send_q.waiters) == 2, what="4 waiters")
+    wait_until(
+        lambda: len(pull._driver.recv_q.waiters) == 2 and len(push._driver.send_q.waiters) == 2, what="4 waiters"
+    )
     t0 = time.monotonic()
     closers = [threading.Thread(target=s.close) for s in (pull, push, pull)]
     for t in closers:
@@ -1146,7 +1148,7 @@ def test_close_from_another_thread_wakes_blocked_recv(make_socket: Factory, kind
     t = threading.Thread(target=receiver)
     t.start()
     ready.wait()
-    wait_until(lambda: len(pull._recv_q.waiters) == 1, what="receiver parked")
+    wait_until(lambda: len(pull._driver.recv_q.waiters) == 1, what="receiver parked")
     t0 = time.monotonic()
     threading.Thread(target=pull.close).start()
     t.join(2)
@@ -1171,7 +1173,7 @@ async def test_close_wakes_blocked_arecv_in_trio() -> None:
 
 
 def _close_later(sock: nanopy.Socket) -> None:
-    wait_until(lambda: len(sock._recv_q.waiters) == 1, what="arecv parked")
+    wait_until(lambda: len(sock._driver.recv_q.waiters) == 1, what="arecv parked")
     sock.close()
 
 
@@ -1369,6 +1371,6 @@ def test_keyboard_interrupt_reaches_a_blocked_call(
         timer.cancel()
     assert time.monotonic() - t0 < 1.5
     # The interrupted call took nothing and left no waiter behind.
-    assert not pull._recv_q.waiters
+    assert not pull._driver.recv_q.waiters
     push.send(b"after ^C")
     assert pull.recv(timeout=5) == b"after ^C"

@@ -10,11 +10,10 @@ from collections.abc import Callable
 
 import pytest
 import trio
+from conftest import bind_url, wait_until
 
 import nanopy
 from nanopy.testing import wait_pipes
-
-from conftest import bind_url, wait_until
 
 MakeSocket = Callable[..., nanopy.Socket]
 

@@ -7,12 +7,11 @@ import ssl
 from typing import Any
 
 import pytest
+from conftest import wait_until
+from tls_certs import tls_files
 
 import nanopy
 from nanopy.testing import wait_pipes
-
-from conftest import wait_until
-from tls_certs import tls_files
 
 URLS = {"tls+tcp": "tls+tcp://127.0.0.1:0", "wss": "wss://127.0.0.1:0/secure"}
 

@@ -11,6 +11,9 @@ import ssl
 from typing import Any
 
 import pytest
+from conftest import wait_until
+from peers import ipv6_available
+from tls_certs import tls_files
 from websockets.client import ClientProtocol
 from websockets.frames import Frame, Opcode
 from websockets.http11 import Response
@@ -19,10 +22,6 @@ from websockets.uri import parse_uri
 import nanopy
 from nanopy.testing import wait_no_pipes, wait_pipes
 from nanopy.transports.ws import FRAGMENT_SIZE, normalize_path, parse_ws_url
-
-from conftest import wait_until
-from peers import ipv6_available
-from tls_certs import tls_files
 
 
 class RawClient:

@@ -25,17 +25,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import wait_until
+from peers import read_exactly, run_tool
 from websockets.client import ClientProtocol
-from websockets.frames import Close, Frame, Opcode
+from websockets.frames import Opcode
 from websockets.http11 import Response
 from websockets.uri import parse_uri
 
 import nanopy
-from nanopy.testing import wait_no_pipes, wait_pipes
+from nanopy.testing import wait_pipes
 from nanopy.transports._ws_conn import FREE_FRAGMENTS, MAX_HTTP_HEAD, MAX_UNANSWERED_PINGS
-
-from conftest import wait_until
-from peers import read_exactly, run_tool
 
 HERE = Path(__file__).resolve().parent
 MIB = 1 << 20

@@ -71,7 +71,7 @@ def main() -> int:
     try:
         disco = Proc("discovery", "discovery.py", "--interval", "0.25", "--misses", "2")
         procs.append(disco)
-        _, survey_url, resolver_url = disco.expect(lambda l: l.startswith("ready "), "ready").split()
+        _, survey_url, resolver_url = disco.expect(lambda text: text.startswith("ready "), "ready").split()
         say(f"discovery surveys at {survey_url}, resolver at {resolver_url}")
 
         services: dict[str, Proc] = {}
@@ -80,15 +80,15 @@ def main() -> int:
             services[name] = Proc(name, "service.py", name, "--discovery", survey_url)
             procs.append(services[name])
         for name, proc in services.items():
-            addresses[name] = proc.expect(lambda l: l.startswith("ready "), "ready").split()[2]
+            addresses[name] = proc.expect(lambda text: text.startswith("ready "), "ready").split()[2]
         for _ in services:
-            line = disco.expect(lambda l: l.startswith("+ "), "a discovered service")
+            line = disco.expect(lambda text: text.startswith("+ "), "a discovered service")
             say(f"discovered {line[2:]}")
 
         client = Proc("client", "client.py", "--resolver", resolver_url)
         procs.append(client)
         for name in services:
-            client.expect(lambda l, n=name: l.startswith(f"using {n} "), f"a call to {name}")
+            client.expect(lambda text, n=name: text.startswith(f"using {n} "), f"a call to {name}")
         say("client is calling all three services")
         time.sleep(0.5)  # let it make a few rounds of calls
 
@@ -96,24 +96,24 @@ def main() -> int:
         services["upper"].kill()
         killed = time.monotonic()
         say(f"killed upper (pid {services['upper'].popen.pid}) at {old}")
-        disco.expect(lambda l: l == f"- upper {old}", "upper being dropped")
+        disco.expect(lambda text: text == f"- upper {old}", "upper being dropped")
         lost = time.monotonic()
         say(f"discovery dropped upper after {lost - killed:.2f}s")
 
         services["upper"] = Proc("upper", "service.py", "upper", "--discovery", survey_url)
         procs.append(services["upper"])
-        new = services["upper"].expect(lambda l: l.startswith("ready "), "ready").split()[2]
+        new = services["upper"].expect(lambda text: text.startswith("ready "), "ready").split()[2]
         say(f"restarted upper at {new}")
-        disco.expect(lambda l: l == f"+ upper {new}", "upper being found again")
+        disco.expect(lambda text: text == f"+ upper {new}", "upper being found again")
         found = time.monotonic()
         say(f"discovery found upper again after {found - lost:.2f}s")
-        client.expect(lambda l: l == f"using upper at {new}", "a call to the new upper")
+        client.expect(lambda text: text == f"using upper at {new}", "a call to the new upper")
         say("client switched to the new upper")
         time.sleep(0.5)
 
         assert client.popen.stdin is not None
         client.popen.stdin.close()
-        summary = json.loads(client.expect(lambda l: l.startswith("SUMMARY "), "its summary")[8:])
+        summary = json.loads(client.expect(lambda text: text.startswith("SUMMARY "), "its summary")[8:])
         client.popen.wait(timeout=15)
     finally:
         for proc in procs:

@@ -21,7 +21,6 @@ from collections.abc import Sequence
 
 import nanopy
 
-
 COMPARE_HINT = (
     "nanopy alone. To compare with pyzmq and pynng in the same run: pip install 'nanopy[bench]' "
     "(pynng, pyzmq, matplotlib), then from a source checkout: python benchmarks/run.py --plot chart.png"
@@ -63,7 +62,10 @@ def _start_peer(transport: str, role: str, url: str, size: int, seconds: float) 
         t = threading.Thread(target=_peer, args=(role, url, size, seconds), daemon=True)
         t.start()
         return t
-    code = "from nanopy._cli.bench import _peer; import sys; _peer(sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))"
+    code = (
+        "from nanopy._cli.bench import _peer; import sys; "
+        "_peer(sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))"
+    )
     return subprocess.Popen([sys.executable, "-c", code, role, url, str(size), str(seconds)])
 
 

@@ -201,7 +201,8 @@ PARSER = Parser(PROG, FLAGS, required=SOCK | ENDPOINT)
 
 def parse(argv: Sequence[str]) -> CatConfig:
     """Parse a ``nanopy cat`` command line (raises UsageError / HelpRequested)."""
-    return PARSER.parse(argv, CatConfig())
+    config: CatConfig = PARSER.parse(argv, CatConfig())
+    return config
 
 
 # -- running ---------------------------------------------------------------------------------

@@ -12,17 +12,47 @@ from __future__ import annotations
 
 from .._core import (
     ARM_TIMER as ARM_TIMER,
+)
+from .._core import (
     CANCEL_TIMER as CANCEL_TIMER,
+)
+from .._core import (
     CLOSE_PIPE as CLOSE_PIPE,
+)
+from .._core import (
+    READY as READY,
+)
+from .._core import (
     RESUME_READ as RESUME_READ,
+)
+from .._core import (
     TRANSMIT as TRANSMIT,
+)
+from .._core import (
+    ActionKind as ActionKind,
+)
+from .._core import (
     BodyQueuing as BodyQueuing,
+)
+from .._core import (
     Core as Core,
+)
+from .._core import (
     Distributing as Distributing,
+)
+from .._core import (
     FairQueue as FairQueue,
+)
+from .._core import (
     FairQueuing as FairQueuing,
+)
+from .._core import (
     LoadBalancer as LoadBalancer,
+)
+from .._core import (
     LoadBalancing as LoadBalancing,
+)
+from .._core import (
     PipeInfo as PipeInfo,
 )
 from .._registry import protocols as _registry
@@ -35,4 +65,5 @@ def register(name: str, core: type[Core], *, override: bool = False) -> None:
 
 def get(name: str) -> type[Core]:
     """The core class registered as ``name`` (raises ``ValueError`` naming the known ones)."""
-    return _registry.get(name)
+    core: type[Core] = _registry.get(name)
+    return core

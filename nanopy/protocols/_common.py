@@ -19,8 +19,9 @@ BodyQueuing) live in :mod:`nanopy._core`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, ClassVar
+import enum
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar, Generic, TypeVar
 
 from .._callers import PerCaller, current_caller
 from .._core import CLOSE_PIPE, Core, FairQueuing, LoadBalancing, PipeInfo
@@ -34,36 +35,44 @@ MALFORMED = "malformed"  # split_backtrace outcomes that are not (header, body)
 TOO_MANY_HOPS = "too-many-hops"
 
 
-class StateTable:
-    """An explicit state machine: only the listed transitions are legal."""
+S = TypeVar("S", bound=str)
+E = TypeVar("E", bound=str)
+
+
+class StateTable(Generic[S, E]):
+    """An explicit state machine: only the listed transitions are legal.
+
+    States and events are string enums (a plain string of the same value looks
+    up the same entry); every state change of a core goes through ``step``.
+    """
 
     __slots__ = ("messages", "name", "transitions")
 
     def __init__(
         self,
         name: str,
-        transitions: dict[tuple[str, str], str],
-        messages: dict[tuple[str, str], str] | None = None,
+        transitions: Mapping[tuple[S, E], S],
+        messages: Mapping[tuple[S, E], str] | None = None,
     ) -> None:
         self.name = name
-        self.transitions = transitions
-        self.messages = messages or {}  # friendly errors for user-visible misuse
+        self.transitions = dict(transitions)
+        self.messages = dict(messages or {})  # friendly errors for user-visible misuse
 
-    def step(self, state: str, event: str) -> str:
+    def step(self, state: S, event: E) -> S:
         """The state after ``event`` in ``state``; ProtocolError if illegal."""
         try:
             return self.transitions[(state, event)]
         except KeyError:
             msg = self.messages.get((state, event))
-            raise ProtocolError(msg or f"{self.name}: {event!r} is illegal in state {state!r}") from None
+            raise ProtocolError(msg or f"{self.name}: '{event}' is illegal in state '{state}'") from None
 
-    def states(self) -> set[str]:
+    def states(self) -> set[S]:
         return {s for s, _ in self.transitions} | set(self.transitions.values())
 
-    def events(self) -> set[str]:
+    def events(self) -> set[E]:
         return {e for _, e in self.transitions}
 
-    def illegal(self) -> Iterable[tuple[str, str]]:
+    def illegal(self) -> Iterable[tuple[S, E]]:
         """Every (state, event) pair that is not a legal transition."""
         for state in sorted(self.states()):
             for event in sorted(self.events()):
@@ -146,15 +155,14 @@ class BacktraceQueuing(FairQueuing):
 
     Each payload's stack is split off (:func:`split_backtrace`): a stack over the
     hop limit drops the message (counted), a malformed one closes the pipe. A
-    cooked core keeps the stack as the message's reply route ``(owner, (pid,
-    stack))`` for ``msg.reply()``; a raw one exposes it in ``Message.header``,
+    cooked core keeps the stack as the message's reply route ``(pid, stack)``
+    for ``msg.reply()`` (which finds the socket through the message's pipe); a raw one exposes it in ``Message.header``,
     after the incoming pipe's id when ``push_hop`` is set (raw REP/RESPONDENT).
     """
 
     hop_limit: ClassVar[int | None] = None  # None: options.max_ttl
     push_hop: ClassVar[bool] = False
     malformed: ClassVar[str] = "{name}: malformed backtrace from peer"
-    owner: Any = None  # cooked: the Socket, stamped into messages for msg.reply()
 
     def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
         pipe = self.pipes.get(pid)
@@ -163,25 +171,24 @@ class BacktraceQueuing(FairQueuing):
         token = pipe.token
         ttl = self.hop_limit or self.options.max_ttl
         raw = self.raw
-        owner = self.owner
         hop = pid.to_bytes(4, "big") if self.push_hop else b""
-        msgs = []
+        msgs: list[Message] = []
         ok = True
         for payload in payloads:
             split = split_backtrace(payload, ttl)
-            if split.__class__ is str:
+            if isinstance(split, str):
                 if split is TOO_MANY_HOPS:
                     self.dropped += 1
                     continue
                 self.protocol_violation(pid, self.malformed.format(name=self.name))
                 ok = False
                 break
-            header, body = split  # type: ignore[misc]
+            header, body = split
             if raw:
                 msgs.append(Message(body, token, hop + header))
             else:
                 msg = Message(body, token)
-                msg._reply_to = (owner, (pid, header))
+                msg._reply_to = (pid, header)
                 msgs.append(msg)
         if msgs:
             ok = self._fq.push(pid, msgs) and ok
@@ -193,20 +200,38 @@ class BacktraceQueuing(FairQueuing):
 # nanopy._callers): a cooked REP (or RESPONDENT) remembers the route of the last
 # request each caller received with recv(); that caller's send() answers it.
 # Replies made through Message.reply() carry their own route and bypass this table.
+class ReplierState(enum.StrEnum):
+    """States of one caller's classic send/recv pair on a cooked REP/RESPONDENT."""
+
+    IDLE = "idle"
+    PENDING = "pending"
+
+
+class ReplierEvent(enum.StrEnum):
+    RECV = "recv"
+    SEND = "send"
+    ANSWERED = "answered"  # the pending request was answered through msg.reply()
+
+
 REPLIER_TABLE = StateTable(
     "replier",
     {
-        ("idle", "recv"): "pending",
-        ("pending", "recv"): "pending",  # nanomsg: a new recv abandons the old request
-        ("pending", "send"): "idle",
+        (ReplierState.IDLE, ReplierEvent.RECV): ReplierState.PENDING,
+        (ReplierState.PENDING, ReplierEvent.RECV): ReplierState.PENDING,  # nanomsg: a new recv abandons the old one
+        (ReplierState.PENDING, ReplierEvent.SEND): ReplierState.IDLE,
+        (ReplierState.PENDING, ReplierEvent.ANSWERED): ReplierState.IDLE,
     },
     {
-        ("idle", "send"): (
+        (ReplierState.IDLE, ReplierEvent.SEND): (
             "send() without a pending request: call recv() first in this thread or task "
             "(or reply via msg.reply())"
         )
     },
 )
+
+
+def _replier_state(route: tuple[int, bytes] | None) -> ReplierState:
+    return ReplierState.IDLE if route is None else ReplierState.PENDING
 
 
 class Replier(LoadBalancing, BacktraceQueuing):
@@ -221,26 +246,25 @@ class Replier(LoadBalancing, BacktraceQueuing):
     def __init__(self, options: Any, raw: bool = False) -> None:
         super().__init__(options, raw)
         self._pending: PerCaller[tuple[int, bytes]] = PerCaller()
-        self.owner = None
 
     @property
-    def state(self) -> str:
+    def state(self) -> ReplierState:
         """The calling thread's (task's) classic state: "idle" or "pending"."""
-        return "idle" if self._pending.get() is None else "pending"
+        return _replier_state(self._pending.get())
 
     def recv(self) -> Message:
-        msg = self._fq.pop()
+        msg: Message = self._fq.pop()
         caller = current_caller()
         pending = self._pending
-        REPLIER_TABLE.step("idle" if pending.get(caller) is None else "pending", "recv")
-        pending.set(msg._reply_to[1], caller)  # type: ignore[index]
+        REPLIER_TABLE.step(_replier_state(pending.get(caller)), ReplierEvent.RECV)
+        pending.set(msg._reply_to, caller)  # type: ignore[arg-type]
         return msg
 
     def send(self, body: bytes, header: bytes = b"") -> None:
         route = self._pending.pop()
-        if route is None:
-            REPLIER_TABLE.step("idle", "send")  # raises the friendly ProtocolError
-        pid, stack = route  # type: ignore[misc]
+        REPLIER_TABLE.step(_replier_state(route), ReplierEvent.SEND)  # idle: the friendly ProtocolError
+        assert route is not None
+        pid, stack = route
         self.send_to(pid, stack + body)
 
     def can_send(self) -> bool:
@@ -254,6 +278,7 @@ class Replier(LoadBalancing, BacktraceQueuing):
         if len(pending):
             # Answered through the message: a classic send has nothing left to do.
             if pending.get() is route:
+                REPLIER_TABLE.step(ReplierState.PENDING, ReplierEvent.ANSWERED)
                 pending.pop()
             else:
                 pending.discard_value(route)

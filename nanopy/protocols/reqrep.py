@@ -54,32 +54,59 @@ request state, timers or resends.
 
 from __future__ import annotations
 
+import enum
 import random
 import weakref
 from collections import deque
 from typing import Any
 
 from .._callers import PerCaller, current_caller
-from .._core import ARM_TIMER, CANCEL_TIMER, TRANSMIT, LoadBalancing, PipeInfo
+from .._core import ARM_TIMER, CANCEL_TIMER, READY, TRANSMIT, LoadBalancing, PipeInfo
 from .._errors import WouldBlock
 from .._message import Message
 from ._common import END_BIT, ID_MASK, BacktraceQueuing, RawReplier, RawVariant, Replier, StateTable
 
+
+class RequestState(enum.StrEnum):
+    """States of one request."""
+
+    IDLE = "idle"
+    QUEUED = "queued"
+    SENT = "sent"
+    DONE = "done"
+
+
+class RequestEvent(enum.StrEnum):
+    """Events of one request."""
+
+    SEND = "send"
+    TRANSMIT = "transmit"
+    REPLY = "reply"
+    CANCEL = "cancel"
+    PIPE_LOST = "pipe_lost"
+    RESEND = "resend"
+    TAKE = "take"
+
+
 REQUEST_TABLE = StateTable(
     "req",
     {
-        ("idle", "send"): "queued",
-        ("queued", "transmit"): "sent",
-        ("queued", "reply"): "done",
-        ("queued", "cancel"): "idle",
-        ("sent", "reply"): "done",
-        ("sent", "pipe_lost"): "queued",
-        ("sent", "resend"): "queued",
-        ("sent", "cancel"): "idle",
-        ("done", "take"): "idle",
-        ("done", "cancel"): "idle",
+        (RequestState.IDLE, RequestEvent.SEND): RequestState.QUEUED,
+        (RequestState.QUEUED, RequestEvent.TRANSMIT): RequestState.SENT,
+        (RequestState.QUEUED, RequestEvent.REPLY): RequestState.DONE,
+        (RequestState.QUEUED, RequestEvent.CANCEL): RequestState.IDLE,
+        (RequestState.SENT, RequestEvent.REPLY): RequestState.DONE,
+        (RequestState.SENT, RequestEvent.PIPE_LOST): RequestState.QUEUED,
+        (RequestState.SENT, RequestEvent.RESEND): RequestState.QUEUED,
+        (RequestState.SENT, RequestEvent.CANCEL): RequestState.IDLE,
+        (RequestState.DONE, RequestEvent.TAKE): RequestState.IDLE,
+        (RequestState.DONE, RequestEvent.CANCEL): RequestState.IDLE,
     },
-    {("idle", "take"): "recv() without a request: send() a request first (in this thread or task)"},
+    {
+        (RequestState.IDLE, RequestEvent.TAKE): (
+            "recv() without a request: send() a request first (in this thread or task)"
+        )
+    },
 )
 
 RESEND_TICKS = 4  # tick timer period = resend_interval / RESEND_TICKS
@@ -92,7 +119,7 @@ class _Request:
     def __init__(self, rid: int, payload: bytes) -> None:
         self.id = rid
         self.payload = payload
-        self.state = "idle"
+        self.state = RequestState.IDLE
         self.pid: int | None = None  # the pipe of the latest transmission
         self.stamp = 0  # resend tick count at the latest transmission
         self.reply: Message | None = None
@@ -144,9 +171,6 @@ class Req0(RawVariant, LoadBalancing):
         self.ready_callers: list[Any] = []  # callers whose classic reply arrived
         self._tick = 0
         self._ticking = False
-        # Ids whose waiters should look again (reply arrived), drained by the
-        # socket; None until the socket routes per-request waiters (request()).
-        self.replied: list[int] | None = None
 
     # -- pipes ---------------------------------------------------------------------
     def add_pipe(self, pipe: PipeInfo, credit: int) -> None:
@@ -161,8 +185,8 @@ class Req0(RawVariant, LoadBalancing):
         requests = self._requests
         for rid in sorted(lost):
             req = requests.get(rid)
-            if req is not None and req.state == "sent":
-                req.state = REQUEST_TABLE.step("sent", "pipe_lost")
+            if req is not None and req.state is RequestState.SENT:
+                req.state = REQUEST_TABLE.step(RequestState.SENT, RequestEvent.PIPE_LOST)
                 self._sent.pop(rid, None)
                 self._queue.append(rid)
         if self._queue:
@@ -185,7 +209,7 @@ class Req0(RawVariant, LoadBalancing):
                 break
         self._next = nxt
         req = _Request(rid, rid.to_bytes(4, "big") + body)
-        req.state = REQUEST_TABLE.step("idle", "send")
+        req.state = REQUEST_TABLE.step(RequestState.IDLE, RequestEvent.SEND)
         requests[rid] = req
         pid = self._lb.take() if not self._queue else None
         if pid is None:
@@ -196,16 +220,17 @@ class Req0(RawVariant, LoadBalancing):
 
     def reply_ready(self, rid: int) -> bool:
         req = self._requests.get(rid)
-        return req is None or req.state == "done"
+        return req is None or req.state is RequestState.DONE
 
     def take_reply(self, rid: int) -> Message:
         """The reply to request ``rid``; WouldBlock while it is outstanding."""
         req = self._requests.get(rid)
         if req is None:
-            REQUEST_TABLE.step("idle", "take")  # raises ProtocolError
-        if req.state != "done":
+            REQUEST_TABLE.step(RequestState.IDLE, RequestEvent.TAKE)  # raises ProtocolError
+            raise AssertionError("unreachable")
+        if req.state is not RequestState.DONE:
             raise WouldBlock
-        req.state = REQUEST_TABLE.step(req.state, "take")
+        req.state = REQUEST_TABLE.step(req.state, RequestEvent.TAKE)
         del self._requests[rid]
         self._classic_owner.pop(rid, None)
         return req.reply  # type: ignore[return-value]
@@ -216,7 +241,7 @@ class Req0(RawVariant, LoadBalancing):
         if req is None:
             return
         self._classic_owner.pop(rid, None)
-        req.state = REQUEST_TABLE.step(req.state, "cancel")
+        req.state = REQUEST_TABLE.step(req.state, RequestEvent.CANCEL)
         self._sent.pop(rid, None)
         if req.pid is not None:
             inflight = self._inflight.get(req.pid)
@@ -225,7 +250,7 @@ class Req0(RawVariant, LoadBalancing):
         # A queued id is skipped lazily by _flush.
 
     def _transmit(self, req: _Request, pid: int) -> None:
-        req.state = REQUEST_TABLE.step(req.state, "transmit")
+        req.state = REQUEST_TABLE.step(req.state, RequestEvent.TRANSMIT)
         req.pid = pid
         req.stamp = self._tick
         self._inflight[pid].add(req.id)
@@ -245,7 +270,7 @@ class Req0(RawVariant, LoadBalancing):
         while queue and lb:
             rid = queue.popleft()
             req = requests.get(rid)
-            if req is None or req.state != "queued":
+            if req is None or req.state is not RequestState.QUEUED:
                 continue  # cancelled or answered meanwhile
             pid = lb.take()
             self._transmit(req, pid)  # type: ignore[arg-type]
@@ -263,7 +288,7 @@ class Req0(RawVariant, LoadBalancing):
             due.append(rid)
         for rid in due:
             req = requests[rid]
-            req.state = REQUEST_TABLE.step(req.state, "resend")
+            req.state = REQUEST_TABLE.step(req.state, RequestEvent.RESEND)
             del self._sent[rid]
             inflight = self._inflight.get(req.pid)  # type: ignore[arg-type]
             if inflight is not None:
@@ -288,10 +313,10 @@ class Req0(RawVariant, LoadBalancing):
                 return False
             rid = int.from_bytes(payload[:4], "big")
             req = requests.get(rid)
-            if req is None or req.state not in ("sent", "queued"):
+            if req is None or req.state is not RequestState.SENT and req.state is not RequestState.QUEUED:
                 self.dropped += 1  # stale, duplicate or unknown
                 continue
-            req.state = REQUEST_TABLE.step(req.state, "reply")
+            req.state = REQUEST_TABLE.step(req.state, RequestEvent.REPLY)
             req.reply = Message(payload[4:], self.pipes[pid].token)
             req.payload = b""
             self._sent.pop(rid, None)
@@ -299,13 +324,12 @@ class Req0(RawVariant, LoadBalancing):
                 inflight = self._inflight.get(req.pid)
                 if inflight is not None:
                     inflight.discard(rid)
-            if self.replied is not None:
-                self.replied.append(rid)
+            self.actions.append((READY, rid))  # wakes request()'s caller of this id
             owner = self._classic_owner.get(rid)
             if owner is not None:
                 caller = owner()
                 if caller is not None:
-                    self.ready_callers.append(caller)
+                    self.ready_callers.append(caller)  # wakes that caller's classic recv()
         return True
 
     # -- classic send/recv (per caller) --------------------------------------------------
@@ -333,7 +357,7 @@ class Req0(RawVariant, LoadBalancing):
         caller = current_caller()
         rid = self._classic.get(caller)
         if rid is None:
-            REQUEST_TABLE.step("idle", "take")  # raises the friendly ProtocolError
+            REQUEST_TABLE.step(RequestState.IDLE, RequestEvent.TAKE)  # raises the friendly ProtocolError
         msg = self.take_reply(rid)  # type: ignore[arg-type]
         self._classic.pop(caller)
         return msg
@@ -344,7 +368,7 @@ class Req0(RawVariant, LoadBalancing):
         if rid is None:
             return False
         req = self._requests.get(rid)
-        return req is not None and req.state == "done"
+        return req is not None and req.state is RequestState.DONE
 
     def close(self) -> None:
         super().close()
@@ -357,7 +381,7 @@ class Req0(RawVariant, LoadBalancing):
     # -- introspection (tests, stats) ---------------------------------------------------
     def request_state(self, rid: int) -> str:
         req = self._requests.get(rid)
-        return "idle" if req is None else req.state
+        return RequestState.IDLE if req is None else req.state
 
     @property
     def outstanding(self) -> int:

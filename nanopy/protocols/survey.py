@@ -44,27 +44,44 @@ exposes each answer's stack) or :class:`XRespondent0` (pipe id + backtrace in
 
 from __future__ import annotations
 
+import enum
 import random
 from collections import deque
 from typing import Any
 
-from .._core import ARM_TIMER, CANCEL_TIMER, Distributing
+from .._core import ARM_TIMER, CANCEL_TIMER, READY, Distributing
 from .._errors import Timeout, WouldBlock
 from .._message import Message
 from ._common import END_BIT, ID_MASK, BacktraceQueuing, RawReplier, RawVariant, Replier, StateTable
 
+
+class Survey(enum.StrEnum):
+    """States of a cooked SURVEYOR."""
+
+    IDLE = "idle"
+    ACTIVE = "active"
+    EXPIRED = "expired"
+
+
+class SurveyEvent(enum.StrEnum):
+    SEND = "send"
+    ANSWER = "answer"
+    RECV = "recv"
+    DEADLINE = "deadline"
+
+
 SURVEY_TABLE = StateTable(
     "surveyor",
     {
-        ("idle", "send"): "active",
-        ("active", "send"): "active",
-        ("expired", "send"): "active",
-        ("active", "answer"): "active",
-        ("active", "recv"): "active",
-        ("active", "deadline"): "expired",
-        ("expired", "recv"): "idle",
+        (Survey.IDLE, SurveyEvent.SEND): Survey.ACTIVE,
+        (Survey.ACTIVE, SurveyEvent.SEND): Survey.ACTIVE,
+        (Survey.EXPIRED, SurveyEvent.SEND): Survey.ACTIVE,
+        (Survey.ACTIVE, SurveyEvent.ANSWER): Survey.ACTIVE,
+        (Survey.ACTIVE, SurveyEvent.RECV): Survey.ACTIVE,
+        (Survey.ACTIVE, SurveyEvent.DEADLINE): Survey.EXPIRED,
+        (Survey.EXPIRED, SurveyEvent.RECV): Survey.IDLE,
     },
-    {("idle", "recv"): "recv() with no survey open: send() a survey first"},
+    {(Survey.IDLE, SurveyEvent.RECV): "recv() with no survey open: send() a survey first"},
 )
 
 
@@ -96,23 +113,19 @@ class Surveyor0(RawVariant, Distributing):
 
     def __init__(self, options: Any, raw: bool = False) -> None:
         super().__init__(options, False)
-        self.state = "idle"
+        self.state = Survey.IDLE
         self.survey_id: int | None = None
         self._answers: deque[Message] = deque()
         self._next = random.getrandbits(31)
-        # Survey ids whose iterators should look again, drained by the socket;
-        # None until the socket routes per-survey waiters (survey()).
-        self.replied: list[int] | None = None
 
     # -- surveys ---------------------------------------------------------------------
     def start_survey(self, body: bytes) -> int:
         """Open a new survey (abandoning any open one) and broadcast it."""
-        self.state = SURVEY_TABLE.step(self.state, "send")
+        self.state = SURVEY_TABLE.step(self.state, SurveyEvent.SEND)
         old = self.survey_id
         if old is not None:
             self.actions.append((CANCEL_TIMER, old))
-            if self.replied is not None:
-                self.replied.append(old)  # its iterator ends
+            self.actions.append((READY, old))  # its iterator ends
             self.dropped += len(self._answers)
             self._answers.clear()
         self._next = (self._next + 1) & ID_MASK
@@ -122,7 +135,7 @@ class Surveyor0(RawVariant, Distributing):
         return sid
 
     def answer_ready(self, sid: int) -> bool:
-        return sid != self.survey_id or self.state != "active" or bool(self._answers)
+        return sid != self.survey_id or self.state is not Survey.ACTIVE or bool(self._answers)
 
     def take_answer(self, sid: int) -> Message | None:
         """The next answer to survey ``sid``; None once it is over; WouldBlock meanwhile."""
@@ -130,35 +143,36 @@ class Surveyor0(RawVariant, Distributing):
             return None
         if self._answers:
             return self._answers.popleft()
-        if self.state == "expired":
-            self.state = SURVEY_TABLE.step(self.state, "recv")
+        if self.state is Survey.EXPIRED:
+            self.state = SURVEY_TABLE.step(self.state, SurveyEvent.RECV)
             self.survey_id = None
             return None
         raise WouldBlock
 
     def timer_fired(self, key: Any) -> None:
-        if key != self.survey_id or self.state != "active":
+        if key != self.survey_id or self.state is not Survey.ACTIVE:
             return  # a stale deadline of an abandoned survey
-        self.state = SURVEY_TABLE.step(self.state, "deadline")
-        if self.replied is not None:
-            self.replied.append(key)
+        self.state = SURVEY_TABLE.step(self.state, SurveyEvent.DEADLINE)
+        self.actions.append((READY, key))
 
     def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
         sid = self.survey_id
+        answered = False
         for payload in payloads:
             if len(payload) < 4 or not payload[0] & 0x80:
                 self.protocol_violation(pid, "surveyor: answer without a survey id word")
                 return False
-            if self.state != "active" or int.from_bytes(payload[:4], "big") != sid:
+            if self.state is not Survey.ACTIVE or int.from_bytes(payload[:4], "big") != sid:
                 self.dropped += 1  # late, or for an abandoned survey
                 continue
             if len(self._answers) >= self.options.recv_buffer:
                 self.dropped += 1
                 continue
-            self.state = SURVEY_TABLE.step(self.state, "answer")
+            self.state = SURVEY_TABLE.step(self.state, SurveyEvent.ANSWER)
             self._answers.append(Message(payload[4:], self.pipes[pid].token))
-            if self.replied is not None:
-                self.replied.append(sid)  # type: ignore[arg-type]
+            answered = True
+        if answered:
+            self.actions.append((READY, sid))
         return True
 
     # -- classic send/recv -------------------------------------------------------------
@@ -169,15 +183,15 @@ class Surveyor0(RawVariant, Distributing):
         if self._answers:
             return self._answers.popleft()
         state = self.state
-        if state == "active":
-            SURVEY_TABLE.step(state, "recv")
+        if state is Survey.ACTIVE:
+            SURVEY_TABLE.step(state, SurveyEvent.RECV)
             raise WouldBlock
-        self.state = SURVEY_TABLE.step(state, "recv")  # idle: ProtocolError
+        self.state = SURVEY_TABLE.step(state, SurveyEvent.RECV)  # idle: ProtocolError
         self.survey_id = None
         raise Timeout("surveyor: the survey deadline passed")
 
     def can_recv(self) -> bool:
-        return bool(self._answers) or self.state == "expired"
+        return bool(self._answers) or self.state is Survey.EXPIRED
 
     def close(self) -> None:
         super().close()

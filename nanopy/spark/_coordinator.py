@@ -378,7 +378,7 @@ class Coordinator:
         deadline = now + self.lease_timeout
         for item_id in leases:  # any contact renews the connection's leases
             leases[item_id] = deadline
-        chunk = []
+        chunk: list[tuple[int, Any]] = []
         pending = self._pending
         items = self._items
         owner = self._owner
@@ -390,6 +390,7 @@ class Coordinator:
             owner[item_id] = pid
             leases[item_id] = deadline
             chunk.append((item_id, items[item_id]))
+        reply: tuple[Any, str, Any]
         if chunk:
             reply = (rid, "items", chunk)
         elif len(results_map) == self.total:

@@ -12,6 +12,7 @@ practice, and a vanished task needs no answer.
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
 from .._core import RESUME_READ, TRANSMIT, Core, PipeInfo
 from .._errors import WouldBlock
@@ -27,7 +28,7 @@ class Hub(Core):
     name = "pair"
     peer_name = "pair"
 
-    def __init__(self, options, raw: bool = False) -> None:
+    def __init__(self, options: Any, raw: bool = False) -> None:
         super().__init__(options, raw)
         self._credit: dict[int, int] = {}
         self._queued: dict[int, int] = {}

@@ -35,7 +35,7 @@ except ImportError:  # pragma: no cover - older PySpark: rows
 
 log = logging.getLogger("nanopy.spark")
 
-_cache: dict[tuple, Any] = {}
+_cache: dict[tuple[Any, ...], Any] = {}
 _cache_pid = 0
 _cache_lock = threading.Lock()
 
@@ -54,7 +54,7 @@ def _payload_column(schema: StructType, column: str | None) -> str:
                 f"column {column!r} is {kinds[column].simpleString()}; the nanopy sink sends binary "
                 f"or string columns: cast it first, e.g. .selectExpr(\"cast({column} as string) as payload\")")
         return column
-    found = next((c for c in ("payload", "value", "data") if c in names
+    found: str | None = next((c for c in ("payload", "value", "data") if c in names
                   and isinstance(kinds[c], (BinaryType, StringType))), None)
     if found is None:
         found = next((f.name for f in schema.fields if isinstance(f.dataType, (BinaryType, StringType))), None)
@@ -214,7 +214,7 @@ def _total(messages: list[Any]) -> int:
     return sum(m.count for m in messages if isinstance(m, NanopyCommit))
 
 
-class NanopyBatchWriter(_Writer, _BatchBase):  # type: ignore[misc, valid-type]
+class NanopyBatchWriter(_Writer, _BatchBase):
     """``df.write.format("nanopy")``: batch id -1 in the tags."""
 
     def write(self, iterator: Iterator[Any]) -> NanopyCommit:
@@ -227,7 +227,7 @@ class NanopyBatchWriter(_Writer, _BatchBase):  # type: ignore[misc, valid-type]
         log.info("nanopy sink: write aborted after %d rows were sent", _total(messages))
 
 
-class NanopyStreamWriter(_Writer, _StreamBase):  # type: ignore[misc, valid-type]
+class NanopyStreamWriter(_Writer, _StreamBase):
     """``df.writeStream.format("nanopy")``: the micro-batch id goes into the tags."""
 
     def write(self, iterator: Iterator[Any]) -> NanopyCommit:

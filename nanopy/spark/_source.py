@@ -137,7 +137,17 @@ def _ipc(batches: list[pa.RecordBatch], schema: pa.Schema) -> bytes:
     with pa.ipc.new_stream(sink, schema) as writer:
         for batch in batches:
             writer.write_batch(batch)
-    return sink.getvalue().to_pybytes()
+    return bytes(sink.getvalue().to_pybytes())
+
+
+class _ReaderOptions:
+    """The plain values :func:`_check_reader` keeps on a reader (for type checkers)."""
+
+    options: dict[str, str]
+    schema: StructType
+    urls: list[str]
+    protocol: str
+    mode: str
 
 
 def _check_reader(reader: Any, options: dict[str, str], schema: StructType, role: str) -> None:
@@ -152,11 +162,11 @@ def _check_reader(reader: Any, options: dict[str, str], schema: StructType, role
     reader.mode = opt.choice(options, "mode", ("connect", "bind"), "connect")
 
 
-_receivers: dict[tuple, Receiver] = {}
+_receivers: dict[tuple[Any, ...], Receiver] = {}
 _receivers_lock = threading.Lock()
 
 
-class NanopyStreamReader(DataSourceStreamReader):
+class NanopyStreamReader(_ReaderOptions, DataSourceStreamReader):
     """Micro-batches from a nanopy PULL or SUB socket, through a write-ahead spool.
 
     Offsets are ``{"seq": N}``: positions in the log of received messages
@@ -190,7 +200,7 @@ class NanopyStreamReader(DataSourceStreamReader):
                                                 arrow_schema(self.schema), self.max_buffered)
         return rx
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         if not self._checked:  # a bad spool or address shows up when the query starts
             self._checked = True
             opt.check_reachable(self.urls, self.mode, "source")
@@ -203,7 +213,7 @@ class NanopyStreamReader(DataSourceStreamReader):
 
         return ReadMaxRows(self.max_per_trigger) if self.max_per_trigger else ReadAllAvailable()
 
-    def latestOffset(self, start: dict, limit: Any = None) -> dict:
+    def latestOffset(self, start: dict[str, Any], limit: Any = None) -> dict[str, Any]:
         first = int(start["seq"])
         rx = self._receiver(first)
         assert rx is not None
@@ -214,7 +224,7 @@ class NanopyStreamReader(DataSourceStreamReader):
         end = min(rx.wait_past(first, self.wait), first + cap)
         return {"seq": end} if end > first else start
 
-    def reportLatestOffset(self) -> dict | None:
+    def reportLatestOffset(self) -> dict[str, Any] | None:
         rx = self._receiver(None)
         if rx is None:
             return None
@@ -223,7 +233,7 @@ class NanopyStreamReader(DataSourceStreamReader):
         out["skippedMessages"] = self.skipped_messages
         return out
 
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         after, last = int(start["seq"]), int(end["seq"])
         if last <= after:
             return []
@@ -249,7 +259,7 @@ class NanopyStreamReader(DataSourceStreamReader):
                 parts.append(RowsPartition(a, b, _ipc(rx.slice(a, b), schema)))
         return parts
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         last = int(end["seq"])
         rx = self._receiver(None)
         if rx is not None:
@@ -269,7 +279,7 @@ class NanopyStreamReader(DataSourceStreamReader):
         yield from Spool(partition.uri).read(after, last, arrow_schema(self.schema))
 
 
-class NanopyBatchReader(DataSourceReader):
+class NanopyBatchReader(_ReaderOptions, DataSourceReader):
     """``spark.read.format("nanopy")``: receive until ``count`` messages or ``duration`` s.
 
     One task on an executor opens the socket, receives, and returns the rows.

@@ -30,7 +30,7 @@ class Tag(NamedTuple):
     run_id: int
     batch_id: int
     partition: int
-    index: int
+    index: int  # type: ignore[assignment]  # a field named like tuple.index, on purpose
 
 
 def make_tag(run_id: int, batch_id: int, partition: int, index: int) -> bytes:

@@ -39,7 +39,8 @@ def unregister(scheme: str) -> None:
 
 def get(scheme: str) -> Transport:
     """The transport for ``scheme`` (raises :class:`nanopy.AddressError` naming the known ones)."""
-    return _registry.get(scheme)
+    transport: Transport = _registry.get(scheme)
+    return transport
 
 
 def schemes() -> list[str]:

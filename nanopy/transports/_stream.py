@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import logging
 import socket
+from typing import Any
 
 import trio
 
@@ -42,7 +43,7 @@ def close_socket(sock: socket.socket) -> None:
     """Wake trio tasks waiting on ``sock``, then close it."""
     try:
         trio.lowlevel.notify_closing(sock)
-    except Exception:
+    except Exception:  # noqa: BLE001 - outside trio or already closed: nobody to wake
         pass
     sock.close()
 
@@ -174,6 +175,51 @@ class StreamConnection(SocketIO, FramedConnection):
     def __init__(self, sock: socket.socket, ctx: PipeContext, ipc: bool, remote_address: str) -> None:
         SocketIO.__init__(self, sock)
         FramedConnection.__init__(self, ctx, ipc, remote_address)
+        self._eof = False
+        #: the last read_nowait filled its buffer: more is probably waiting
+        self.read_more = False
+
+    # -- direct reads: whoever holds the pipe's read role calls these (nanopy/_pipe.py) --
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    @property
+    def failed(self) -> bool:
+        """An error or the end was already found: the next read_nowait raises it."""
+        return self._eof or self._decoder.error is not None
+
+    async def wait_readable(self) -> None:
+        await trio.lowlevel.wait_readable(self._sock)
+
+    def read_nowait(self) -> list[bytes] | None:
+        """Read and parse what the kernel holds now, from any thread, never blocking.
+
+        Returns the complete payloads (possibly none: a partial frame), or None if
+        nothing was there. Raises EOFError / RemoteProtocolError / MessageTooLarge
+        as ``receive`` does.
+        """
+        decoder = self._decoder
+        if decoder.error is not None:  # found after the frames returned last time
+            raise decoder.error
+        if self._eof:
+            raise EOFError("peer closed the connection")
+        try:
+            chunk = self._sock.recv(RECV_SIZE)
+        except (BlockingIOError, InterruptedError):
+            self.read_more = False
+            return None
+        except ConnectionResetError as exc:
+            self._eof = True
+            if decoder.pending:  # a reset cuts a message as an EOF does
+                raise RemoteProtocolError(f"connection reset in the middle of a message: {exc}") from None
+            raise
+        if not chunk:
+            self._eof = True
+            if decoder.pending:
+                raise RemoteProtocolError("peer closed in the middle of a message")
+            raise EOFError("peer closed the connection")
+        self.read_more = len(chunk) == RECV_SIZE
+        return decoder.feed(chunk)
 
     def try_send(self, payload: bytes) -> bool:
         if self._pending is not None or self._closed:
@@ -260,7 +306,7 @@ class StreamListener(Listener):
         close_socket(self._sock)
 
 
-async def connect_socket(sock: socket.socket, address: object) -> None:
+async def connect_socket(sock: socket.socket, address: Any) -> None:
     """Non-blocking connect on a stdlib socket; raises OSError on failure."""
     sock.setblocking(False)
     try:
@@ -269,7 +315,7 @@ async def connect_socket(sock: socket.socket, address: object) -> None:
         await trio.lowlevel.wait_writable(sock)
         err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
         if err:
-            raise OSError(err, f"connect to {address}: {errno.errorcode.get(err, err)}")
+            raise OSError(err, f"connect to {address}: {errno.errorcode.get(err, err)}") from None
 
 
 class SocketChannel(SocketIO):

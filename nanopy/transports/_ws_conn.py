@@ -29,6 +29,7 @@ from websockets.frames import CloseCode, Frame, Opcode
 from websockets.http11 import Request, Response
 from websockets.protocol import State
 from websockets.server import ServerProtocol
+from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
 
 try:
@@ -171,7 +172,7 @@ def _header(first: int, size: int, masked: bool) -> bytes:
     return _U64.pack(first, bit | 127, size)
 
 
-def encode_message(payload: bytes, masked: bool, out: list) -> None:
+def encode_message(payload: bytes, masked: bool, out: list[Any]) -> None:
     """Append the frames of one binary message to ``out`` (fragmented at 64 KiB)."""
     size = len(payload)
     if size <= FRAGMENT_SIZE:
@@ -265,7 +266,7 @@ class WsConnection(Connection):
         assert self._url is not None
         proto = SpClientProtocol(
             parse_uri(self._url),
-            subprotocols=[wanted],
+            subprotocols=[Subprotocol(wanted)],
             max_size=ctx.recv_max_size or MAX_FRAME_LENGTH,
             logger=ws_log,
         )
@@ -282,7 +283,7 @@ class WsConnection(Connection):
             events = proto.events_received()
             if events or proto.handshake_exc is not None:
                 break
-            rest = await self._chan.recv(RECV_SIZE)
+            rest = await self._chan.recv(RECV_SIZE)  # type: ignore[assignment]  # a view is parsed alike
             if not rest:
                 raise EOFError(f"{what}: peer closed in the middle of its answer")
         response = events[0] if events and isinstance(events[0], Response) else None
@@ -317,8 +318,8 @@ class WsConnection(Connection):
             # NNG answers 400 unless the header holds exactly our own name.
             response = proto.reject(400, f"subprotocol {own} required\n")
         else:
-            proto.available_subprotocols = [chosen]
-            proto.select_subprotocol = lambda offered: chosen  # type: ignore[method-assign]
+            proto.available_subprotocols = [Subprotocol(chosen)]
+            proto.select_subprotocol = lambda offered: Subprotocol(chosen)  # type: ignore[method-assign,assignment]
             response = proto.accept(request)
         proto.send_response(response)
         await self._flush_proto()
@@ -348,7 +349,7 @@ class WsConnection(Connection):
         with self._tlock:
             if self._writing or self._pending or self._pong is not None or self._closed:
                 return False
-            parts: list = []
+            parts: list[Any] = []
             encode_message(payload, self._client, parts)
             data = b"".join(parts)
             try:
@@ -364,7 +365,7 @@ class WsConnection(Connection):
         if not payloads:
             await self._write(b"")
             return
-        parts: list = []
+        parts: list[Any] = []
         masked = self._client
         for payload in payloads:
             encode_message(payload, masked, parts)
@@ -465,7 +466,7 @@ class WsConnection(Connection):
                 assert proto is not None
                 raise EOFError(f"peer closed the WebSocket ({proto.close_rcvd or 'no close frame'})")
             try:
-                data = await self._chan.recv(RECV_SIZE)
+                data = await self._chan.recv(RECV_SIZE)  # type: ignore[assignment]  # a view is parsed alike
             except OSError as exc:
                 if self._mid_message():  # a reset cuts a message as an EOF does
                     raise RemoteProtocolError(f"connection reset in the middle of a message: {exc}") from None
@@ -485,7 +486,7 @@ class WsConnection(Connection):
         # read_exact(). Find the innermost generator it is suspended in.
         gen = proto.parser
         while getattr(gen, "gi_yieldfrom", None) is not None:
-            gen = gen.gi_yieldfrom
+            gen = gen.gi_yieldfrom  # type: ignore[attr-defined]
         return getattr(gen, "__name__", "at_eof") != "at_eof"
 
     async def _take(self, data: bytes) -> list[bytes]:
@@ -620,7 +621,7 @@ class WsConnection(Connection):
         if not data:
             proto.receive_eof()
             return False
-        proto.receive_data(data)
+        proto.receive_data(data)  # type: ignore[arg-type]  # a view is parsed alike
         proto.events_received()
         await self._flush_proto()
         return True

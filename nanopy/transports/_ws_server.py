@@ -58,7 +58,7 @@ def normalize_path(target: str) -> str:
 class PortServer:
     """One listening TCP socket serving every ws listener bound on its host:port."""
 
-    def __init__(self, key: tuple, sock: socket.socket, secure: bool, ssl_ctx: ssl.SSLContext | None) -> None:
+    def __init__(self, key: tuple[Any, ...], sock: socket.socket, secure: bool, ssl_ctx: ssl.SSLContext | None) -> None:
         sock.setblocking(False)
         self.key = key
         self.sock = sock
@@ -212,7 +212,7 @@ class FailedConnection(Connection):
 
 
 #: the process's ws servers by (trio run, host, port)
-servers: ProcessTable[tuple, PortServer] = ProcessTable()
+servers: ProcessTable[tuple[Any, ...], PortServer] = ProcessTable()
 
 
 def host_key(host: str) -> str:

@@ -1,10 +1,14 @@
 """``inproc://name`` -- in-process pipes that hand message objects over as they are.
 
-Nothing is framed or copied: a payload travels as the same ``bytes`` object. A
-sender's ``try_send`` appends to the peer's inbox from any thread and wakes the
-peer's reader only if it is parked; the reader takes everything queued at once.
-Credits return to the sender when the receiver's reader takes the messages, so
-the receiver's back-pressure reaches the sender as on a real wire.
+Nothing is framed or copied: a payload travels as the same ``bytes`` object.
+
+Delivery is direct: the receiving pipe attaches a *sink* to its inbox (a function
+feeding its socket's core), and a sender hands each payload to that sink from its
+own thread -- no engine hop -- and gets its credit back at once. Only while the
+receiver's queue is full (the sink reports it paused) or older payloads still wait
+do payloads queue in the inbox; the receiving pipe's reader task drains them into
+the sink, in order, once the queue has room, and only then returns their credit,
+so the receiver's back-pressure reaches the sender as on a real wire.
 """
 
 from __future__ import annotations
@@ -20,26 +24,59 @@ from ._table import ProcessTable
 
 
 class _Inbox:
-    """One direction of an inproc pipe: any thread puts, the engine takes."""
+    """One direction of an inproc pipe: senders deliver (or queue), the receiver drains.
 
-    __slots__ = ("_lock", "_items", "_event", "_token", "closed")
+    ``_lock`` orders everything that reaches the receiving core: a direct delivery
+    and a drain of the queue both happen under it, so payloads arrive in order.
+    """
+
+    __slots__ = ("_lock", "_items", "_event", "_token", "_sink", "_paused", "closed")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._items: list[bytes] = []
         self._event: trio.Event | None = None
         self._token: trio.lowlevel.TrioToken | None = None
+        self._sink: Callable[[list[bytes]], object] | None = None
+        self._paused: Callable[[], bool] = lambda: True
         self.closed = False
 
-    def put(self, items: list[bytes]) -> bool:
+    def attach(self, sink: Callable[[list[bytes]], object], paused: Callable[[], bool]) -> None:
+        with self._lock:
+            self._sink = sink
+            self._paused = paused
+
+    def put(self, items: list[bytes]) -> int:
+        """Deliver or queue ``items``; returns how many were delivered (-1: closed)."""
         with self._lock:
             if self.closed:
-                return False
+                return -1
+            sink = self._sink
+            if sink is not None and not self._items and not self._paused():
+                sink(items)  # straight into the receiving core, from this thread
+                return len(items)
             self._items.extend(items)
             event, self._event = self._event, None
         if event is not None:
             self._wake(event)
-        return True
+        return 0
+
+    async def drain(self) -> int:
+        """Wait for queued payloads and hand them all to the sink; returns how many."""
+        while True:
+            with self._lock:
+                items = self._items
+                if items and self._sink is not None:
+                    self._items = []
+                    self._sink(items)
+                    break
+                if self.closed:
+                    raise EOFError("inproc peer closed")
+                event = self._event = trio.Event()
+                self._token = trio.lowlevel.current_trio_token()
+            await event.wait()
+        await trio.lowlevel.checkpoint()
+        return len(items)
 
     def close(self) -> None:
         with self._lock:
@@ -80,12 +117,30 @@ class InprocConnection(Connection):
         self.release_credit: Callable[[int], None] = lambda n: None
 
     def try_send(self, payload: bytes) -> bool:
-        return self._outbox.put([payload])
+        delivered = self._outbox.put([payload])
+        if delivered > 0:
+            self.release_credit(delivered)  # it is in the peer's core already
+        return delivered >= 0
 
     async def send(self, payloads: list[bytes]) -> None:
-        if payloads and not self._outbox.put(payloads):
-            raise EOFError("inproc peer closed")
+        if payloads:
+            delivered = self._outbox.put(payloads)
+            if delivered < 0:
+                raise EOFError("inproc peer closed")
+            if delivered:
+                self.release_credit(delivered)
         await trio.lowlevel.checkpoint()
+
+    def attach_sink(self, sink: Callable[[list[bytes]], object], paused: Callable[[], bool]) -> None:
+        """Deliver what the peer sends through ``sink`` (payloads -> the core) while
+        ``paused()`` is false; the receiving pipe calls this before reading."""
+        self._inbox.attach(sink, paused)
+
+    async def drain_to_sink(self) -> None:
+        """Hand payloads queued while the sink was paused to it; then their credit goes back."""
+        n = await self._inbox.drain()
+        if self.peer is not None:
+            self.peer.release_credit(n)
 
     async def receive(self) -> list[bytes]:
         items = await self._inbox.take_all()

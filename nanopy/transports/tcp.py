@@ -74,7 +74,7 @@ def _is_ip(host: str) -> bool:
     return True
 
 
-async def resolve(host: str, port: int) -> list[tuple]:
+async def resolve(host: str, port: int) -> list[tuple[Any, ...]]:
     if _is_ip(host):
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         return [(family, (host, port) if family == socket.AF_INET else (host, port, 0, 0))]
@@ -91,7 +91,7 @@ def bind_tcp_socket(url: str, scheme: str) -> socket.socket:
             family, _, _, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
         except socket.gaierror as exc:
             raise AddressError(f"{url!r}: cannot resolve {host!r}: {exc}") from None
-        host = addr[0]
+        host = str(addr[0])
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

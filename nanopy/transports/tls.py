@@ -54,7 +54,7 @@ class StreamChannel:
     secure = True
     send_nowait = None  # no thread-safe direct writes on a TLS stream (ws checks this)
 
-    def __init__(self, stream: trio.SSLStream, describe: str, server_side: bool = False) -> None:
+    def __init__(self, stream: trio.SSLStream[Any], describe: str, server_side: bool = False) -> None:
         self.stream = stream
         self.closed = False
         self._describe = describe
@@ -79,7 +79,7 @@ class StreamChannel:
 
     async def _wait_first_byte(self) -> None:
         """EOFError for a client that connects and leaves without a byte (a probe)."""
-        sock = self.stream.transport_stream.socket  # type: ignore[attr-defined]
+        sock = self.stream.transport_stream.socket
         if not await sock.recv(1, socket.MSG_PEEK):
             raise EOFError(f"{self._describe} closed before the TLS handshake")
 
@@ -97,7 +97,7 @@ class StreamChannel:
 
     async def recv(self, size: int) -> bytes:
         try:
-            return await self.stream.receive_some(size)
+            return bytes(await self.stream.receive_some(size))
         except trio.BrokenResourceError as exc:
             failure = _tls_failure(exc)
             if failure is not None:  # e.g. the server's alert refusing our certificate (TLS 1.3)

@@ -1,0 +1,780 @@
+"""The socket driver: the one owner of a socket's lock, core, waiters and actions.
+
+Every input to a protocol core -- a user send or receive, bytes from a pipe,
+credit coming back, a timer, a pipe coming or going -- takes the same round:
+
+1. take the socket lock; fold in credit returned since the last round;
+2. feed the core;
+3. drain the core's actions: readiness (``READY``) wakes the waiters of that
+   request or survey at once, and one waiter of each condition that now holds
+   is woken;
+4. release the lock, then carry out the remaining actions (``TRANSMIT``,
+   ``CLOSE_PIPE``, ``RESUME_READ``, timers) from a local work queue.
+
+Carrying out a TRANSMIT may give credit back (the pipe wrote the payload at
+once). That credit goes into a queue the next round folds in, so an idle-pipe
+send costs one lock round; when somebody could be waiting for that credit right
+now (a parked sender, a core that sends queued work on credit), the executing
+thread runs the round itself and appends what it yields to its work queue --
+never by recursion, however many queued requests one credit releases.
+
+Only this module touches ``core`` and ``lock``; the socket, the REQ/SURVEYOR
+conveniences, devices and Spark go through the methods here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import sniffio
+import trio
+
+from ._callers import CallerWaitQueue
+from ._core import Action, ActionKind, Core, Distributing, LoadBalancing, PipeInfo
+from ._errors import Closed, MessageTooLarge, RemoteProtocolError, Timeout, WouldBlock
+from ._message import Message
+from ._timers import Timers
+from ._waiters import ThreadWaiter, WaitQueue, async_waiter
+
+if TYPE_CHECKING:
+    from ._engine import Engine
+    from ._pipe import PipeDriver
+
+log = logging.getLogger("nanopy")
+
+T = TypeVar("T")
+
+TRANSMIT = ActionKind.TRANSMIT
+CLOSE_PIPE = ActionKind.CLOSE_PIPE
+RESUME_READ = ActionKind.RESUME_READ
+ARM_TIMER = ActionKind.ARM_TIMER
+CANCEL_TIMER = ActionKind.CANCEL_TIMER
+READY = ActionKind.READY
+
+
+class _Blocked:
+    """The marker of an attempt that would block."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "BLOCKED"
+
+
+BLOCKED = _Blocked()
+
+
+def _credit_is_bookkeeping(core: Core) -> bool:
+    """Whether ``core.pipe_credit`` only records credit (emits nothing, wakes nobody
+    but senders), so returned credit may wait for the next round."""
+    declared = getattr(core, "credit_only", None)
+    if declared is not None:
+        return bool(declared)
+    method = type(core).pipe_credit
+    return method is LoadBalancing.pipe_credit or method is Distributing.pipe_credit
+
+
+class SocketDriver:
+    """Owns one socket's protocol core and everything that touches it.
+
+    Attributes:
+        lock: the socket lock (held only inside a round).
+        core: the Sans-I/O protocol core.
+        closed: set once by :meth:`close_core`.
+        pipes: live pipe drivers by pipe id.
+        send_q, recv_q: waiters for ``core.can_send()`` / ``core.can_recv()``.
+        id_queues: waiters of one request or survey id (woken by READY actions).
+    """
+
+    def __init__(self, core: Core, name: Callable[[], str], engine: Callable[[], Engine]) -> None:
+        self.lock = threading.Lock()
+        self.core = core
+        self.closed = False
+        self.fork_closed = False
+        self._name = name
+        self._engine = engine
+        self.pipes: dict[int, PipeDriver] = {}
+        self.send_q = WaitQueue(core.can_send)
+        # Per-caller classic calls: a cooked REQ's recv() waits for *its caller's*
+        # reply, so its waiters are keyed by caller (nanopy._callers).
+        ready_callers = getattr(core, "ready_callers", None)
+        self.recv_q: WaitQueue = (
+            CallerWaitQueue(ready_callers) if ready_callers is not None else WaitQueue(core.can_recv)  # type: ignore[assignment]
+        )
+        self.queues: list[WaitQueue] = [self.send_q, self.recv_q]
+        self.watchers: list[Any] = []  # blocked polls, woken after any change (nanopy._poller)
+        self.id_queues: dict[int, WaitQueue] = {}
+        self.timers: Timers | None = None
+        self._wake_fd_box = [-1]  # eventfd waking a thread that reads a pipe directly
+        self._direct_users = 0  # threads inside _direct_recv
+        self._due: deque[tuple[int, int]] = deque()
+        self._lazy_credit = _credit_is_bookkeeping(core)
+        # counters (stats)
+        self.sent = self.received = self.bytes_sent = self.bytes_received = 0
+        self.dropped = 0
+
+    # -- errors ------------------------------------------------------------------
+    def closed_error(self) -> Closed:
+        if self.fork_closed:
+            return Closed(
+                f"{self._name()}: this socket was created before os.fork(); "
+                "create a new socket in the child process"
+            )
+        return Closed(f"{self._name()}: socket is closed")
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise self.closed_error()
+
+    # -- the round -----------------------------------------------------------------
+    def _fold_due(self) -> None:
+        """Hand the core the credit returned since the last round (lock held)."""
+        due = self._due
+        credit = self.core.pipe_credit
+        while due:
+            pid, n = due.popleft()
+            credit(pid, n)
+
+    def _drain(self) -> list[Action] | None:
+        """Take the core's actions and wake who can go on now (lock held)."""
+        actions = self.core.actions
+        if actions:
+            out = actions.copy()
+            actions.clear()
+            if self.id_queues:
+                for action in out:
+                    if action[0] == READY:
+                        queue = self.id_queues.get(action[1])
+                        if queue is not None:
+                            queue.wake_one()
+        else:
+            out = None
+        for queue in self.queues:
+            if queue.waiters:
+                queue.wake_one()
+        if self.watchers:
+            self.notify_watchers()
+        return out
+
+    def notify_watchers(self) -> None:
+        """Wake every blocked poll on this socket (lock held); each re-registers."""
+        watchers = self.watchers
+        for waiter in watchers:
+            waiter.wake()
+        watchers.clear()
+
+    def feed(self, op: Callable[..., T], *args: Any, check_open: bool = True) -> T:
+        """One round: feed the core through ``op(*args)`` under the lock, then act.
+
+        With ``check_open`` a closed socket raises :class:`Closed` instead.
+        """
+        with self.lock:
+            if check_open and self.closed:
+                raise self.closed_error()
+            if self._due:
+                self._fold_due()
+            try:
+                result = op(*args)
+            finally:
+                actions = self._drain()
+        if actions:
+            self.execute(actions)
+        return result
+
+    def inspect(self, op: Callable[..., T], *args: Any, check_open: bool = True) -> T:
+        """A round that only queries the core (or registers a poll): nothing to
+        drain, nobody to wake -- waking here would wake the poll being registered."""
+        with self.lock:
+            if check_open and self.closed:
+                raise self.closed_error()
+            if self._due:
+                self._fold_due()  # credit only records: no actions, and can_send is current
+            return op(*args)
+
+    def execute(self, actions: list[Action]) -> None:
+        """Carry out actions (lock *not* held), in order, as a work queue.
+
+        ``actions`` is this call's own list: actions that returned credit yields
+        are appended to it and carried out by the same loop.
+        """
+        pipes = self.pipes
+        for action in actions:
+            kind = action[0]
+            if kind == TRANSMIT:
+                driver = pipes.get(action[1])
+                if driver is None:
+                    self.dropped += 1
+                    continue
+                done = driver.transmit(action[2])
+                if done:
+                    more = self._credit_back(action[1], done)
+                    if more:
+                        actions.extend(more)
+            elif kind == RESUME_READ:
+                driver = pipes.get(action[1])
+                if driver is not None:
+                    driver.resume_read()
+            elif kind == CLOSE_PIPE:
+                driver = pipes.get(action[1])
+                if driver is not None:
+                    log.info("%s: closing pipe %d: %s", self._name(), action[1], action[2])
+                    driver.close_soon()
+            elif kind == ARM_TIMER:
+                if self.timers is None:
+                    self.timers = Timers(self._engine(), self.timer_fired)
+                self.timers.arm(action[1], action[2])
+            elif kind == CANCEL_TIMER:
+                if self.timers is not None:
+                    self.timers.cancel(action[1])
+            # READY was handled when the actions were drained.
+
+    def _credit_back(self, pid: int, n: int) -> list[Action] | None:
+        """``n`` messages left pipe ``pid``: give the credit back; returns new actions."""
+        if self._lazy_credit:
+            self._due.append((pid, n))
+            # Checked in this order (lock, then waiters) so a sender about to park
+            # either saw the credit or is seen here; see the module docstring.
+            if not self.lock.locked() and not self.send_q.waiters and not self.watchers:
+                return None
+        else:
+            self._due.append((pid, n))
+        with self.lock:
+            if self._due:
+                self._fold_due()
+            return self._drain()
+
+    def credit(self, pid: int, n: int) -> None:
+        """Credit from the engine side (a writer flushed, an inproc peer read)."""
+        actions = self._credit_back(pid, n)
+        if actions:
+            self.execute(actions)
+
+    # -- engine inputs ---------------------------------------------------------------
+    def add_pipe(self, driver: PipeDriver, info: PipeInfo, credit: int) -> bool:
+        """A pipe is up; False if the socket closed meanwhile."""
+        with self.lock:
+            if self.closed:
+                return False
+            self.pipes[info.id] = driver
+            self.core.add_pipe(info, credit)
+            actions = self._drain()
+        if actions:
+            self.execute(actions)
+        return True
+
+    def remove_pipe(self, pid: int) -> None:
+        def remove() -> None:
+            del self.pipes[pid]
+            self.core.remove_pipe(pid)  # credit still due to it is ignored by the core
+            if self.recv_q.waiters:
+                self.recv_q.wake_all()  # a thread reading this pipe directly looks again
+
+        self.feed(remove, check_open=False)
+
+    def deliver(self, pid: int, payloads: list[bytes]) -> bool:
+        """Payloads read from pipe ``pid``; False = stop reading it for now.
+
+        A full queue pauses the pipe (``PipeDriver.paused``) in this same round,
+        so the RESUME_READ of any later round comes after it.
+        """
+        with self.lock:
+            keep = self.core.messages_received(pid, payloads)
+            if not keep:
+                pipe = self.pipes.get(pid)
+                if pipe is not None:
+                    pipe.paused = True
+            actions = self._drain()
+        if actions:
+            self.execute(actions)
+        return keep
+
+    def timer_fired(self, key: Any) -> None:
+        with self.lock:
+            if self.closed:
+                return
+            if self._due:
+                self._fold_due()
+            self.core.timer_fired(key)
+            actions = self._drain()
+        if actions:
+            self.execute(actions)
+
+    # -- user operations: fast paths ------------------------------------------------------
+    # ``feed`` written out for the two hottest calls in nanopy: one lock round,
+    # acquire/release rather than ``with`` (measurably cheaper), no closures.
+    def try_send(self, body: bytes, header: bytes) -> bool:
+        """Send if the core can take it now; False if it would block."""
+        lock = self.lock
+        lock.acquire()
+        try:
+            if self.closed:
+                raise self.closed_error()
+            if self._due:
+                self._fold_due()
+            try:
+                self.core.send(body, header)
+            except WouldBlock:
+                return False
+            self.sent += 1
+            self.bytes_sent += len(body)
+            actions = self._drain()
+        finally:
+            lock.release()
+        if actions:
+            self.execute(actions)
+        return True
+
+    def try_recv_body(self) -> bytes | None:
+        """The next body if one is queued now, else None."""
+        lock = self.lock
+        lock.acquire()
+        try:
+            if self.closed:
+                raise self.closed_error()
+            try:
+                body = self.core.recv_body()
+            except WouldBlock:
+                return None
+            self.received += 1
+            self.bytes_received += len(body)
+            actions = self._drain()
+        finally:
+            lock.release()
+        if actions:
+            self.execute(actions)
+        return body
+
+    def recv_bodies(self, limit: int) -> list[bytes]:
+        """Up to ``limit`` queued bodies in one round (never waits)."""
+
+        def take() -> list[bytes]:
+            out: list[bytes] = []
+            append = out.append
+            pop = self.core.recv_body
+            try:
+                for _ in range(limit):
+                    append(pop())
+            except WouldBlock:
+                pass
+            self.received += len(out)
+            self.bytes_received += sum(map(len, out))
+            return out
+
+        return self.feed(take)
+
+    # -- attempts: an operation that completes or raises WouldBlock -------------------------
+    def send_attempt(self, body: bytes, header: bytes = b"") -> Callable[[], None]:
+        core = self.core
+
+        def attempt() -> None:
+            core.send(body, header)
+            self.sent += 1
+            self.bytes_sent += len(body)
+
+        return attempt
+
+    def recv_body_attempt(self) -> bytes:
+        body = self.core.recv_body()
+        self.received += 1
+        self.bytes_received += len(body)
+        return body
+
+    def recv_attempt(self) -> Message:
+        msg = self.core.recv()
+        self.received += 1
+        self.bytes_received += len(msg.body)
+        return msg
+
+    def _attempt(self, attempt: Callable[[], T], park: Callable[[], Any] | None) -> tuple[T | _Blocked, Any]:
+        """One try of ``attempt`` in a round.
+
+        Returns ``(result, None)``, or ``(BLOCKED, park())`` when it would block:
+        ``park`` runs under the lock, so a waiter it registers misses no wake-up.
+        """
+        with self.lock:
+            if self.closed:
+                raise self.closed_error()
+            if self._due:
+                self._fold_due()
+            try:
+                result = attempt()
+            except WouldBlock:
+                return BLOCKED, (park() if park is not None else None)
+            actions = self._drain()
+        if actions:
+            self.execute(actions)
+        return result, None
+
+    def try_once(self, attempt: Callable[[], T]) -> T | _Blocked:
+        return self._attempt(attempt, None)[0]
+
+    def _abandon(self, queue: WaitQueue, waiter: Any) -> None:
+        with self.lock:
+            queue.abandon(waiter)
+
+    # -- waiting -------------------------------------------------------------------------
+    def _timed_out(self, what: str) -> Timeout:
+        """The Timeout for ``what``; it says so when no peer was connected to wait for."""
+        if self.pipes:
+            return Timeout(f"{self._name()}: {what} timed out")
+        return Timeout(
+            f"{self._name()}: {what} timed out: no peer connected "
+            "(check that a peer is running at the connected address, or connected to the bound one)"
+        )
+
+    def call(self, attempt: Callable[[], T], queue: WaitQueue, timeout: float | None, what: str) -> T:
+        """Run ``attempt`` until it stops raising WouldBlock, parking this thread between tries."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def park() -> ThreadWaiter | None:
+            waiter: ThreadWaiter | None = _park(queue, deadline, ThreadWaiter)
+            return waiter
+
+        engine_checked = False
+        if queue is self.recv_q and len(self.pipes) == 1:
+            result = self._direct_recv(attempt, deadline)
+            if not isinstance(result, _Blocked):
+                return result
+        while True:
+            result, waiter = self._attempt(attempt, park)
+            if not isinstance(result, _Blocked):
+                return result
+            if waiter is None:
+                raise self._timed_out(what)
+            if not engine_checked:
+                engine_checked = True
+                if self._engine().in_engine_thread():
+                    self._abandon(queue, waiter)
+                    raise RuntimeError(
+                        f"{self._name()}: a blocking {what} on the nanopy engine thread would "
+                        "deadlock; pass timeout=0 in pipe callbacks"
+                    )
+            try:
+                woken = waiter.wait(None if deadline is None else deadline - time.monotonic())
+            except BaseException:  # Ctrl-C: the call took nothing
+                self._abandon(queue, waiter)
+                raise
+            if not woken:
+                self._abandon(queue, waiter)
+                # One last try: the condition may have turned true as we timed out.
+                result = self.try_once(attempt)
+                if not isinstance(result, _Blocked):
+                    return result
+                raise self._timed_out(what)
+
+    # -- direct receive -----------------------------------------------------------------
+    def _wake_fd(self) -> int:
+        """The eventfd that wakes a thread receiving directly (lock held; made once)."""
+        box = self._wake_fd_box
+        if box[0] < 0:
+            box[0] = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+            weakref.finalize(self, _close_fd_box, box)
+        return box[0]
+
+    def _direct_recv(self, attempt: Callable[[], T], deadline: float | None) -> T | _Blocked:
+        """Receive on the socket's only pipe by reading it from this thread.
+
+        Takes the pipe's read role (see nanopy/_pipe.py) and loops: a round that
+        tries ``attempt`` (parking a waiter that writes an eventfd if it would
+        block); a non-blocking read whose payloads are fed to the core in a round
+        taken while still holding the pipe's ``read_lock`` (so reads reach the core
+        in order, whoever makes them); ``poll`` on the connection and the eventfd.
+        Returns BLOCKED when the role is not available or the pipe stops being
+        readable here; the caller then waits the ordinary way.
+        """
+        pipes = list(self.pipes.values())
+        if (
+            len(pipes) != 1
+            or self.recv_q.waiters
+            or type(self.recv_q) is not WaitQueue
+            or self._engine().in_engine_thread()
+        ):
+            return BLOCKED  # (other receivers waiting: the engine shares messages out fairly)
+        pipe = pipes[0]
+        if not pipe.direct:
+            return BLOCKED
+        with self.lock:
+            if self.closed:
+                raise self.closed_error()
+            wake_fd = self._wake_fd()
+            self._direct_users += 1
+        if not pipe.take_role(wake_fd):
+            self._direct_done()
+            return BLOCKED
+        conn: Any = pipe.conn
+        read_lock = pipe.read_lock
+        state = _DirectState(pipe.pid, wake_fd, deadline)
+        try:
+            poller = select.poll()
+            poller.register(conn.fileno(), select.POLLIN)
+            poller.register(wake_fd, select.POLLIN)
+            result = self._direct_round(state, None, attempt)
+            while True:
+                if not isinstance(result, _Blocked) or state.waiter is None:
+                    return result  # a result, or BLOCKED at the deadline (the caller times out)
+                if pipe.paused or pipe.closed or pipe.pid not in self.pipes or len(self.recv_q.waiters) > 1:
+                    return BLOCKED  # (more receivers now: let the engine share messages out)
+                # Read; what was read goes to the core before anyone else may read.
+                with read_lock:
+                    try:
+                        payloads = None if pipe.closed else conn.read_nowait()
+                    except (EOFError, OSError, RemoteProtocolError, MessageTooLarge) as exc:
+                        failure: BaseException | None = exc
+                        payloads = None
+                    else:
+                        failure = None
+                        if payloads:
+                            result = self._direct_round(state, payloads, attempt)
+                if failure is not None:
+                    pipe.direct_failed(failure)  # (Timeout, an OSError, never comes from here)
+                    return BLOCKED
+                if payloads is not None:
+                    continue  # read something (maybe a partial frame): look again at once
+                if not state.waiter.woken:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is None or left > 0:
+                        events = poller.poll(None if left is None else max(1, int(left * 1000 + 0.999)))
+                        for fd, _ in events:
+                            if fd == wake_fd:
+                                try:
+                                    os.eventfd_read(wake_fd)
+                                except BlockingIOError:
+                                    pass
+                        if events and not state.waiter.woken:
+                            continue  # readable: read it
+                result = self._direct_round(state, None, attempt)  # woken or timed out: look again
+        finally:
+            if state.waiter is not None:
+                self._abandon(self.recv_q, state.waiter)
+            pipe.release_role()
+            self._direct_done()
+
+    def _direct_done(self) -> None:
+        with self.lock:
+            self._direct_users -= 1
+            if self.closed and not self._direct_users:
+                _close_fd_box(self._wake_fd_box)  # the last direct receiver of a closed socket
+
+    def _direct_round(
+        self, state: _DirectState, payloads: list[bytes] | None, attempt: Callable[[], T]
+    ) -> T | _Blocked:
+        """One round of a direct receive: feed ``payloads``, try, park a fresh waiter."""
+        queue = self.recv_q
+        with self.lock:
+            waiter = state.waiter
+            if waiter is not None:
+                state.waiter = None
+                try:
+                    queue.waiters.remove(waiter)
+                except ValueError:
+                    pass
+            if self.closed:
+                raise self.closed_error()
+            if self._due:
+                self._fold_due()
+            if payloads and not self.core.messages_received(state.pid, payloads):
+                pipe = self.pipes.get(state.pid)
+                if pipe is not None:
+                    pipe.paused = True
+            try:
+                result: T | _Blocked = attempt()
+            except WouldBlock:
+                result = BLOCKED
+                if state.deadline is None or state.deadline > time.monotonic():
+                    state.waiter = _FdWaiter(state.wake_fd)
+                    queue.waiters.append(state.waiter)
+            actions = self._drain()
+        if actions:
+            self.execute(actions)
+        return result
+
+    async def acall(self, attempt: Callable[[], T], queue: WaitQueue, timeout: float | None, what: str) -> T:
+        """Async twin of :meth:`call` for trio and asyncio tasks; a checkpoint.
+
+        A call cancelled before it completes raises Cancelled (CancelledError) and
+        took or sent nothing: the attempt runs only after the cancellation check,
+        and a message leaves the core only inside a successful attempt.
+        """
+        trio_task = await checkpoint_before()
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def park() -> Any:
+            return _park(queue, deadline, async_waiter)
+
+        waited = False
+        while True:
+            result, waiter = self._attempt(attempt, park)
+            if not isinstance(result, _Blocked):
+                if trio_task and not waited:
+                    await trio.lowlevel.cancel_shielded_checkpoint()
+                return result
+            if waiter is None:
+                raise self._timed_out(what)
+            waited = True
+            try:
+                woken = await waiter.wait(None if deadline is None else deadline - time.monotonic())
+            except BaseException:
+                self._abandon(queue, waiter)
+                raise
+            if not woken:
+                self._abandon(queue, waiter)
+                raise self._timed_out(what)
+
+    # -- requests and surveys (per-id waiters) -----------------------------------------------
+    def start_id(self, start: Callable[[], int], ready: Callable[[int], bool], body_len: int) -> int:
+        """Start a request/survey with ``start()`` and give its id a wait queue."""
+
+        def op() -> int:
+            key = start()
+            self.sent += 1
+            self.bytes_sent += body_len
+            self.id_queues[key] = WaitQueue(lambda: ready(key))
+            return key
+
+        return self.feed(op)
+
+    def forget_id(self, key: int, cancel: Callable[[int], None] | None = None) -> None:
+        """Drop an id's wait queue, and cancel it in the core if ``cancel`` is given."""
+        if cancel is None:
+            # No lock: this may run from a generator finalizer (GC) on a thread that
+            # already holds it; a single dict.pop is atomic anyway.
+            self.id_queues.pop(key, None)
+            return
+
+        def op() -> None:
+            self.id_queues.pop(key, None)
+            cancel(key)
+
+        self.feed(op, check_open=False)
+
+    def take_attempt(
+        self, key: int, take: Callable[[int], Message | None], one_shot: bool
+    ) -> Callable[[], Message | None]:
+        """An attempt taking the reply (``one_shot``) or next answer of ``key``.
+
+        The id's wait queue goes with the reply, or when ``take`` returns None (over).
+        """
+        queues = self.id_queues
+
+        def attempt() -> Message | None:
+            msg = take(key)
+            if msg is None:
+                queues.pop(key, None)
+            else:
+                self.received += 1
+                self.bytes_received += len(msg.body)
+                if one_shot:
+                    queues.pop(key, None)
+            return msg
+
+        return attempt
+
+    # -- closing (the synchronous half) ---------------------------------------------------------
+    def close_core(self) -> bool:
+        """Mark closed, close the core, wake every waiter. False if already closed."""
+        with self.lock:
+            if self.closed:
+                return False
+            self.closed = True
+            self._due.clear()
+            self.core.close()
+            actions = self.core.actions.copy()
+            self.core.actions.clear()
+            for queue in self.queues:
+                queue.wake_all()
+            for queue in list(self.id_queues.values()):
+                queue.wake_all()
+            self.notify_watchers()  # a blocked poll raises Closed
+            if not self._direct_users:
+                _close_fd_box(self._wake_fd_box)
+        # Only timer cancellations matter now; pipes are closed by the caller.
+        for action in actions:
+            if action[0] == CANCEL_TIMER and self.timers is not None:
+                self.timers.cancel(action[1])
+        if self.timers is not None:
+            self.timers.stop()
+        return True
+
+    def forked(self) -> None:
+        """In a child process: the engine serving this socket is gone."""
+        self.closed = True
+        self.fork_closed = True
+        self.lock = threading.Lock()
+
+    def pipe_drivers(self) -> Iterator[PipeDriver]:
+        return iter(list(self.pipes.values()))
+
+
+def _close_fd_box(box: list[int]) -> None:
+    fd, box[0] = box[0], -1
+    if fd >= 0:
+        os.close(fd)
+
+
+class _DirectState:
+    """What one direct receive carries between its rounds."""
+
+    __slots__ = ("deadline", "pid", "waiter", "wake_fd")
+
+    def __init__(self, pid: int, wake_fd: int, deadline: float | None) -> None:
+        self.pid = pid
+        self.wake_fd = wake_fd
+        self.deadline = deadline
+        self.waiter: _FdWaiter | None = None
+
+
+class _FdWaiter:
+    """The waiter of a thread reading a pipe directly: a wake writes its eventfd."""
+
+    __slots__ = ("_fd", "woken")
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self.woken = False
+
+    def wake(self) -> None:
+        if not self.woken:
+            self.woken = True
+            try:
+                os.eventfd_write(self._fd, 1)
+            except OSError:
+                pass
+
+
+def _park(queue: WaitQueue, deadline: float | None, make: Callable[[], Any]) -> Any:
+    """Register a new waiter on ``queue`` unless the deadline has passed (lock held)."""
+    if deadline is not None and deadline <= time.monotonic():
+        return None
+    waiter = make()
+    queue.park(waiter)  # a queue may key the waiter by caller (nanopy._callers)
+    return waiter
+
+
+async def checkpoint_before() -> bool:
+    """The cancellation point at the start of every async call; True under trio.
+
+    trio: raises Cancelled if the scope is cancelled (the caller must then add a
+    schedule point, ``cancel_shielded_checkpoint``, if it completes without
+    waiting). asyncio: one loop turn, where a pending cancel raises CancelledError.
+    """
+    if sniffio.thread_local.name == "trio" or sniffio.current_async_library() == "trio":
+        await trio.lowlevel.checkpoint_if_cancelled()
+        return True
+    import asyncio
+
+    await asyncio.sleep(0)
+    return False
+
+
+async def checkpoint_after(trio_task: bool) -> None:
+    """The schedule point ending an async call that completed without waiting."""
+    if trio_task:
+        await trio.lowlevel.cancel_shielded_checkpoint()

@@ -1,0 +1,418 @@
+"""The socket driver: one round per input, credit without recursion, async checkpoints.
+
+The first tests drive a :class:`SocketDriver` with a fake pipe that "writes" every
+payload at once (so every TRANSMIT gives its credit straight back); the rest use
+real sockets over inproc to check trio's and asyncio's cancellation rules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from conftest import wait_until
+
+import nanopy
+from nanopy._core import PipeInfo
+from nanopy._driver import SocketDriver
+from nanopy._options import new_options
+from nanopy.protocols.pipeline import Push0
+from nanopy.protocols.reqrep import Req0
+from nanopy.testing import inproc_url, ipc_url, wait_pipes
+
+Factory = Callable[..., nanopy.Socket]
+
+
+class _CountingLock:
+    """A lock that counts acquisitions (the driver's rounds)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.rounds = 0
+
+    def acquire(self, *args: Any) -> bool:
+        self.rounds += 1
+        return self._lock.acquire(*args)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def locked(self) -> bool:
+        return self._lock.locked()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+class _InstantPipe:
+    """A pipe driver whose every transmit is written at once (credit comes back)."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+
+    def transmit(self, payload: bytes) -> int:
+        self.written.append(payload)
+        return 1
+
+
+def _driver(core_cls: type, **opts: Any) -> SocketDriver:
+    options = new_options(core_cls.name)
+    for key, value in opts.items():
+        setattr(options, key, value)
+    return SocketDriver(core_cls(options), lambda: "test", lambda: None)  # type: ignore[arg-type,return-value]
+
+
+def test_credit_returned_by_many_queued_requests_never_recurses() -> None:
+    # REQ sends its queued requests when credit comes back; with a pipe that
+    # writes at once, each credit releases the next request. 5000 requests would
+    # overflow the stack if credit and transmit called each other.
+    driver = _driver(Req0, resend_interval=None)
+    core: Any = driver.core
+    for i in range(5000):
+        driver.feed(core.start_request, b"%d" % i)
+    pipe = _InstantPipe()
+    assert driver.add_pipe(pipe, PipeInfo(1, "pipe", 8, 8), 1)  # type: ignore[arg-type]
+    assert len(pipe.written) == 5000
+    assert pipe.written[-1].endswith(b"4999")
+
+
+def test_idle_pipe_send_takes_one_lock_round() -> None:
+    driver = _driver(Push0)
+    pipe = _InstantPipe()
+    driver.add_pipe(pipe, PipeInfo(1, "pipe", 8, 8), 2)  # type: ignore[arg-type]
+    lock = driver.lock = _CountingLock()  # type: ignore[assignment]
+    for i in range(100):
+        assert driver.try_send(b"%d" % i, b"")
+    # The credit each write returns is folded into the next send's round.
+    assert lock.rounds == 100
+    assert len(pipe.written) == 100
+
+
+def test_credit_reaches_a_parked_sender_at_once() -> None:
+    # With a sender parked for credit, the credit is handed over in a round of
+    # its own instead of waiting for the next send.
+    driver = _driver(Push0)
+    pipe = _InstantPipe()
+    driver.add_pipe(pipe, PipeInfo(1, "pipe", 8, 8), 0)  # type: ignore[arg-type]
+    assert not driver.try_send(b"x", b"")
+    waiter = threading.Event()
+
+    class _Wake:
+        woken = False
+
+        def wake(self) -> None:
+            self.woken = True
+            waiter.set()
+
+    driver.send_q.waiters.append(_Wake())
+    driver.credit(1, 1)
+    assert waiter.is_set()
+    assert driver.try_send(b"x", b"")
+
+
+# -- trio: every async call is a checkpoint ----------------------------------------------------
+
+
+@pytest.fixture
+def inproc_pair(make_socket: Factory) -> tuple[nanopy.Socket, nanopy.Socket]:
+    url = inproc_url("drv")
+    pull = make_socket("pull", bind=url)
+    push = make_socket("push", connect=url)
+    wait_pipes(push)
+    return push, pull
+
+
+def _ready(pull: nanopy.Socket, push: nanopy.Socket, data: bytes) -> None:
+    push.send(data)
+    wait_until(pull._core.can_recv, what="message queued")
+
+
+def test_trio_arecv_in_cancelled_scope_raises_and_takes_nothing(inproc_pair: Any) -> None:
+    push, pull = inproc_pair
+    _ready(pull, push, b"kept")
+
+    async def main() -> None:
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            with pytest.raises(trio.Cancelled):
+                await pull.arecv(timeout=1)
+        assert await pull.arecv(timeout=1) == b"kept"
+
+    trio.run(main)
+
+
+def test_trio_asend_in_cancelled_scope_sends_nothing(inproc_pair: Any) -> None:
+    push, pull = inproc_pair
+
+    async def main() -> None:
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            with pytest.raises(trio.Cancelled):
+                await push.asend(b"lost")
+        await push.asend(b"sentinel")
+
+    trio.run(main)
+    assert pull.recv(timeout=2) == b"sentinel"  # "lost" was never sent
+
+
+@pytest.mark.parametrize("op", ["arecv", "asend", "arecv_msg"])
+def test_trio_async_calls_checkpoint_even_when_ready(inproc_pair: Any, op: str) -> None:
+    push, pull = inproc_pair
+    if op != "asend":
+        _ready(pull, push, b"x")
+
+    async def main() -> None:
+        with trio.testing.assert_checkpoints():
+            if op == "asend":
+                await push.asend(b"y")
+            else:
+                await getattr(pull, op)(timeout=1)
+
+    trio.run(main)
+
+
+def test_trio_arequest_cancelled_sends_nothing(make_socket: Factory) -> None:
+    url = inproc_url("drv")
+    rep = make_socket("rep", bind=url)
+    req = make_socket("req", connect=url)
+    wait_pipes(req)
+
+    async def main() -> None:
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            with pytest.raises(trio.Cancelled):
+                await req.arequest(b"lost")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.to_thread.run_sync, lambda: (rep.recv_msg(timeout=2).reply(b"ok")))
+            assert await req.arequest(b"sentinel", timeout=2) == b"ok"
+
+    trio.run(main)
+    assert rep.stats().messages_received == 1  # only the sentinel arrived
+
+
+# -- asyncio: the same rules with CancelledError -------------------------------------------------
+
+
+def test_asyncio_cancelled_arecv_takes_nothing(inproc_pair: Any) -> None:
+    push, pull = inproc_pair
+    _ready(pull, push, b"kept")
+
+    async def main() -> None:
+        task = asyncio.ensure_future(pull.arecv(timeout=1))
+        task.cancel()  # before it ever ran
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await pull.arecv(timeout=1) == b"kept"
+
+    asyncio.run(main())
+
+
+def test_asyncio_cancelled_asend_sends_nothing(inproc_pair: Any) -> None:
+    push, pull = inproc_pair
+
+    async def main() -> None:
+        task = asyncio.ensure_future(push.asend(b"lost"))
+        await asyncio.sleep(0)  # the task starts and reaches its checkpoint
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await push.asend(b"sentinel")
+
+    asyncio.run(main())
+    assert pull.recv(timeout=2) == b"sentinel"
+
+
+# -- direct receive: a thread blocked in recv reads its only pipe itself ---------------------------
+
+
+def _single_pipe_pair(make_socket: Factory, transport: str, **pull_opts: Any) -> tuple[nanopy.Socket, nanopy.Socket]:
+    pull = make_socket("pull", **pull_opts)
+    url = pull.bind("tcp://127.0.0.1:0" if transport == "tcp" else ipc_url("direct")).url
+    push = make_socket("push", connect=url)
+    wait_pipes(pull)
+    wait_pipes(push)
+    return push, pull
+
+
+def _role_taken(sock: nanopy.Socket) -> bool:
+    return any(p.role for p in list(sock._pipes.values()))
+
+
+def _recv_in_thread(sock: nanopy.Socket, out: list[Any], **kwargs: Any) -> threading.Thread:
+    def run() -> None:
+        try:
+            out.append(sock.recv(**kwargs))
+        except BaseException as exc:
+            out.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("transport", ["tcp", "ipc"])
+def test_blocked_recv_reads_its_only_pipe_itself(make_socket: Factory, transport: str) -> None:
+    push, pull = _single_pipe_pair(make_socket, transport)
+    out: list[Any] = []
+    thread = _recv_in_thread(pull, out, timeout=5)
+    wait_until(lambda: _role_taken(pull), what="receiver took the read role")
+    push.send(b"direct")
+    thread.join(5)
+    assert out == [b"direct"]
+    # Then a burst: the rest of what one read parsed is served from the queue.
+    for i in range(2000):
+        push.send(b"%d" % i)
+    assert [pull.recv(timeout=5) for _ in range(2000)] == [b"%d" % i for i in range(2000)]
+
+
+@pytest.mark.parametrize("transport", ["tcp", "ipc"])
+def test_direct_recv_times_out_and_close_wakes_it(make_socket: Factory, transport: str) -> None:
+    push, pull = _single_pipe_pair(make_socket, transport)
+    with pytest.raises(nanopy.Timeout):
+        pull.recv(timeout=0.05)
+    out: list[Any] = []
+    thread = _recv_in_thread(pull, out, timeout=30)
+    wait_until(lambda: _role_taken(pull), what="receiver took the read role")
+    pull.close(linger=0)
+    thread.join(5)
+    assert len(out) == 1 and isinstance(out[0], nanopy.Closed)
+
+
+@pytest.mark.parametrize("transport", ["tcp", "ipc"])
+def test_direct_recv_with_a_small_queue_pauses_and_loses_nothing(make_socket: Factory, transport: str) -> None:
+    push, pull = _single_pipe_pair(make_socket, transport, recv_buffer=4)
+    out: list[Any] = []
+    thread = _recv_in_thread(pull, out, timeout=5)
+    wait_until(lambda: _role_taken(pull), what="receiver took the read role")
+    for i in range(500):
+        push.send(b"%d" % i)
+    thread.join(5)
+    got = out + [pull.recv(timeout=5) for _ in range(499)]
+    assert got == [b"%d" % i for i in range(500)]
+
+
+def test_peer_leaving_during_direct_recv_closes_the_pipe(make_socket: Factory) -> None:
+    from nanopy.testing import wait_no_pipes
+
+    push, pull = _single_pipe_pair(make_socket, "tcp")
+    out: list[Any] = []
+    thread = _recv_in_thread(pull, out, timeout=30)
+    wait_until(lambda: _role_taken(pull), what="receiver took the read role")
+    push.close(linger=0)
+    wait_no_pipes(pull)
+    # The blocked receiver keeps waiting (no pipe now) and gets the next peer's message.
+    url = pull.endpoints[0].url
+    again = make_socket("push", connect=url)
+    wait_pipes(again)
+    again.send(b"after")
+    thread.join(5)
+    assert out == [b"after"]
+
+
+def test_bad_frame_read_directly_closes_only_that_pipe(make_socket: Factory) -> None:
+    import socket
+    import struct
+
+    from nanopy._wire import encode_header
+
+    pull = make_socket("pull")
+    url = pull.bind("tcp://127.0.0.1:0").url
+    host, port = url[len("tcp://") :].rsplit(":", 1)
+    raw = socket.create_connection((host, int(port)), timeout=5)
+    try:
+        raw.sendall(encode_header(0x50))
+        assert raw.recv(8) == encode_header(0x51)
+        wait_pipes(pull)
+        out: list[Any] = []
+        thread = _recv_in_thread(pull, out, timeout=5)
+        wait_until(lambda: _role_taken(pull), what="receiver took the read role")
+        raw.sendall(struct.pack(">Q", 3) + b"abc" + struct.pack(">Q", 2**63))
+        thread.join(5)
+        assert out == [b"abc"]  # the good message before the bad frame is delivered
+        wait_until(lambda: pull.stats().protocol_errors >= 1, what="protocol error counted")
+        assert pull.stats().protocol_errors == 1, pull.stats()
+        assert raw.recv(1) == b""  # and the hostile connection is closed
+    finally:
+        raw.close()
+
+
+# -- aclose: both halves of closing in the caller's loop ------------------------------------------
+
+
+@pytest.mark.parametrize("transport", ["tcp", "inproc"])
+def test_trio_aclose_lingers_without_a_worker_thread(
+    make_socket: Factory, transport: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_threads(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("aclose used a worker thread")
+
+    monkeypatch.setattr(trio.to_thread, "run_sync", no_threads)
+    pull = make_socket("pull")
+    url = pull.bind("tcp://127.0.0.1:0" if transport == "tcp" else inproc_url("aclose")).url
+    push = make_socket("push", connect=url)
+    wait_pipes(push)
+
+    async def main() -> None:
+        for i in range(200):
+            await push.asend(b"%d" % i)
+        await push.aclose(linger=5)
+        assert push.closed
+        await pull.aclose(linger=0)  # nothing queued: closes at once
+
+    # Receive in the meantime so the linger flush has somewhere to go.
+    got: list[bytes] = []
+    receiver = threading.Thread(target=lambda: got.extend(pull.recv(timeout=5) for _ in range(200)))
+    receiver.start()
+    trio.run(main)
+    receiver.join(10)
+    assert got == [b"%d" % i for i in range(200)]
+
+
+def test_asyncio_aclose_and_cancelled_aclose_still_closes(make_socket: Factory) -> None:
+    url = inproc_url("aclose")
+    pull = make_socket("pull", bind=url)
+    push = make_socket("push", connect=url)
+    wait_pipes(push)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(push.aclose(linger=5))
+        await asyncio.sleep(0)  # it starts (and may be waiting for the flush)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        assert push.closed  # cancelled in its wait or not, the socket is closed
+        await pull.aclose()
+        assert pull.closed
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("transport", ["tcp", "ipc"])
+def test_reads_by_a_thread_and_by_the_reader_task_stay_in_order(make_socket: Factory, transport: str) -> None:
+    # The receiver alternates: reading directly, and pausing past the read lease so
+    # the engine's reader task reads; every message must still come in order.
+    push, pull = _single_pipe_pair(make_socket, transport)
+    n = 20000
+
+    def send() -> None:
+        for i in range(n):
+            push.send(b"%d" % i)
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    pause = threading.Event()
+    for i in range(n):
+        assert pull.recv(timeout=10) == b"%d" % i
+        if i % 997 == 0:
+            pause.wait(0.004)  # not synchronisation: lets the lease run out mid-stream
+    sender.join(10)
