@@ -38,7 +38,19 @@ import sniffio
 import trio
 
 from ._callers import CallerWaitQueue
-from ._core import Action, ActionKind, Core, Distributing, LoadBalancing, PipeInfo
+from ._core import (
+    ARM_TIMER,
+    CANCEL_TIMER,
+    CLOSE_PIPE,
+    READY,
+    RESUME_READ,
+    TRANSMIT,
+    Action,
+    Core,
+    Distributing,
+    LoadBalancing,
+    PipeInfo,
+)
 from ._errors import Closed, MessageTooLarge, RemoteProtocolError, Timeout, WouldBlock
 from ._message import Message
 from ._timers import Timers
@@ -51,13 +63,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("nanopy")
 
 T = TypeVar("T")
-
-TRANSMIT = ActionKind.TRANSMIT
-CLOSE_PIPE = ActionKind.CLOSE_PIPE
-RESUME_READ = ActionKind.RESUME_READ
-ARM_TIMER = ActionKind.ARM_TIMER
-CANCEL_TIMER = ActionKind.CANCEL_TIMER
-READY = ActionKind.READY
 
 
 class _Blocked:
@@ -125,8 +130,7 @@ class SocketDriver:
     def closed_error(self) -> Closed:
         if self.fork_closed:
             return Closed(
-                f"{self._name()}: this socket was created before os.fork(); "
-                "create a new socket in the child process"
+                f"{self._name()}: this socket was created before os.fork(); create a new socket in the child process"
             )
         return Closed(f"{self._name()}: socket is closed")
 
