@@ -349,7 +349,12 @@ class SocketDriver:
                 return None
             self.received += 1
             self.bytes_received += len(body)
-            actions = self._drain()
+            # The drain written out: most receives emit nothing and find nobody
+            # waiting, and then cost no call at all.
+            if self.core.actions or self.send_q.waiters or self.recv_q.waiters or self.watchers:
+                actions = self._drain()
+            else:
+                actions = None
         finally:
             lock.release()
         if actions:

@@ -135,13 +135,18 @@ class Sub0(BodyQueuing):
     def __init__(self, options: Any, raw: bool = False) -> None:
         super().__init__(options, raw)
         self.topics = RadixTree()
+        # Every message is kept (raw, or subscribed to b""): no tree walk per
+        # message. Kept current by subscribe/unsubscribe.
+        self._keep_all = raw
 
     def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
         # Queue bare payloads; a Message is built only if the user asks for one.
-        if self.raw:
+        if self._keep_all:
             msgs = payloads
-        else:
+        elif self.topics:
             msgs = list(filter(self.topics.match, payloads))
+        else:
+            msgs = []  # no subscription: nothing is kept
         fq = self._fq
         keep = fq.push(pid, msgs)
         if fq.dropped:
@@ -159,6 +164,7 @@ class Sub0(BodyQueuing):
         """Add one subscription to ``topic`` (``b""`` matches every message)."""
         self._check_cooked("subscribe")
         self.topics.add(topic)
+        self._keep_all = b"" in self.topics
 
     def unsubscribe(self, topic: bytes) -> None:
         """Remove one subscription to ``topic``; messages already queued stay queued."""
@@ -167,6 +173,7 @@ class Sub0(BodyQueuing):
             self.topics.remove(topic)
         except KeyError:
             raise ValueError(f"unsubscribe({topic!r}): this SUB socket is not subscribed to that topic") from None
+        self._keep_all = b"" in self.topics
 
     def _check_cooked(self, what: str) -> None:
         if self.raw:
