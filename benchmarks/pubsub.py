@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import struct
 import subprocess
 import sys
@@ -149,6 +150,8 @@ def subscriber(system: str, method: str, sub_id: int, pub_url: str, ack_url: str
 
 def publish(system: str, method: str, subs: int, n: int, size: int) -> dict[str, Any]:
     lib = SYSTEMS[system](method)
+    children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu0 = time.process_time()
     pub, pub_url, pull, ack_url = lib.pub()
     script = os.path.abspath(__file__)
     procs = [
@@ -205,10 +208,12 @@ def publish(system: str, method: str, subs: int, n: int, size: int) -> dict[str,
             elif note.get("done"):
                 rates[note["id"]] = note["rate"]
         wall = time.perf_counter() - t0
+        pub_cpu = time.process_time() - cpu0
         if errors:
             raise RuntimeError(f"{system}: " + "; ".join(errors))
-        return {"system": system, "method": method, "subs": subs, "n": n, "size": size, "wall_s": wall,
-                "recv_rate_min": min(rates.values()), "recv_rate_median": sorted(rates.values())[subs // 2]}
+        result = {"system": system, "method": method, "subs": subs, "n": n, "size": size, "wall_s": wall,
+                  "recv_rate_min": min(rates.values()), "recv_rate_median": sorted(rates.values())[subs // 2],
+                  "pub_cpu_s": pub_cpu}
     finally:
         for p in procs:
             try:
@@ -217,6 +222,10 @@ def publish(system: str, method: str, subs: int, n: int, size: int) -> dict[str,
                 p.kill()
                 p.wait()
         lib.close(pub, pull)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # (includes the subscribers' start-up and probing: read it as an upper bound)
+    result["subs_cpu_s"] = (children.ru_utime + children.ru_stime) - (children0.ru_utime + children0.ru_stime)
+    return result
 
 
 def main() -> None:
@@ -246,7 +255,8 @@ def main() -> None:
         results = {s: publish(s, args.method, subs, n, size) for s in args.systems.split(",")}
         for r in results.values():
             print(f"  {name:3} {r['system']:7} {subs:2} SUB x {n:,} msgs of {size} B: wall {r['wall_s']:7.2f} s"
-                  f"  SUB rate median {r['recv_rate_median']:10,.0f} msg/s (min {r['recv_rate_min']:,.0f})")
+                  f"  SUB rate median {r['recv_rate_median']:10,.0f} msg/s (min {r['recv_rate_min']:,.0f})"
+                  f"  CPU pub {r['pub_cpu_s']:.2f} s, SUBs {r['subs_cpu_s']:.2f} s")
         if "nanopy" in results and "pyzmq" in results:
             a, b = results["nanopy"], results["pyzmq"]
             print(f"  {name:3} nanopy / pyzmq: receive rate {a['recv_rate_median'] / b['recv_rate_median']:.2f}x, "

@@ -53,6 +53,7 @@ from ._core import (
 )
 from ._errors import Closed, MessageTooLarge, RemoteProtocolError, Timeout, WouldBlock
 from ._message import Message
+from ._pipe import DIRECT_IDLE
 from ._timers import Timers
 from ._waiters import ThreadWaiter, WaitQueue, async_waiter
 
@@ -120,8 +121,10 @@ class SocketDriver:
         self.timers: Timers | None = None
         self._wake_fd_box = [-1]  # eventfd waking a thread that reads a pipe directly
         self._direct_users = 0  # threads inside _direct_recv
+        self._poll_cache: tuple[int, Any] | None = None  # (pid, poll object) of the direct reader
         self._due: deque[tuple[int, int]] = deque()
         self._lazy_credit = _credit_is_bookkeeping(core)
+        self.last_tx = 0.0  # when the last round that transmitted ended (idle vs burst)
         # counters (stats)
         self.sent = self.received = self.bytes_sent = self.bytes_received = 0
         self.dropped = 0
@@ -210,6 +213,7 @@ class SocketDriver:
         are appended to it and carried out by the same loop.
         """
         pipes = self.pipes
+        idle = None
         for action in actions:
             kind = action[0]
             if kind == TRANSMIT:
@@ -217,7 +221,13 @@ class SocketDriver:
                 if driver is None:
                     self.dropped += 1
                     continue
-                done = driver.transmit(action[2])
+                if idle is None:
+                    # Idle or burst is judged once per round for the whole socket:
+                    # judged per pipe, a fan-out to many pipes (PUB) that writes
+                    # each one directly is slow enough to make every pipe look
+                    # idle again at the next send, and never batches.
+                    idle = time.monotonic() - self.last_tx > DIRECT_IDLE
+                done = driver.transmit(action[2], idle)
                 if done:
                     more = self._credit_back(action[1], done)
                     if more:
@@ -239,6 +249,8 @@ class SocketDriver:
                 if self.timers is not None:
                     self.timers.cancel(action[1])
             # READY was handled when the actions were drained.
+        if idle is not None:
+            self.last_tx = time.monotonic()  # (after the writes: a burst is measured from their end)
 
     def _credit_back(self, pid: int, n: int) -> list[Action] | None:
         """``n`` messages left pipe ``pid``: give the credit back; returns new actions."""
@@ -491,15 +503,18 @@ class SocketDriver:
     def _direct_recv(self, attempt: Callable[[], T], deadline: float | None) -> T | _Blocked:
         """Receive on the socket's only pipe by reading it from this thread.
 
-        Takes the pipe's read role (see nanopy/_pipe.py) and loops: a round that
-        tries ``attempt`` (parking a waiter that writes an eventfd if it would
-        block); a non-blocking read whose payloads are fed to the core in a round
+        Takes the pipe's read role (see nanopy/_pipe.py), reads what the kernel
+        holds and, if that completes a message, takes it in the same round that
+        feeds the payloads to the core (a busy receiver pays one round per read).
+        Otherwise it loops: a round that tries ``attempt`` and parks a waiter that
+        writes an eventfd if it would block; ``poll`` on the connection and the
+        eventfd; a non-blocking read whose payloads are fed to the core in a round
         taken while still holding the pipe's ``read_lock`` (so reads reach the core
-        in order, whoever makes them); ``poll`` on the connection and the eventfd.
-        Returns BLOCKED when the role is not available or the pipe stops being
-        readable here; the caller then waits the ordinary way.
+        in order, whoever makes them). Returns BLOCKED when the role is not
+        available or the pipe stops being readable here; the caller then waits
+        the ordinary way.
         """
-        pipes = list(self.pipes.values())
+        pipes = self.pipes
         if (
             len(pipes) != 1
             or self.recv_q.waiters
@@ -507,7 +522,10 @@ class SocketDriver:
             or self._engine().in_engine_thread()
         ):
             return BLOCKED  # (other receivers waiting: the engine shares messages out fairly)
-        pipe = pipes[0]
+        try:
+            (pipe,) = pipes.values()
+        except ValueError:  # the pipe went (or another came) meanwhile
+            return BLOCKED
         if not pipe.direct:
             return BLOCKED
         with self.lock:
@@ -522,35 +540,46 @@ class SocketDriver:
         read_lock = pipe.read_lock
         state = _DirectState(pipe.pid, wake_fd, deadline)
         try:
-            poller = select.poll()
-            poller.register(conn.fileno(), select.POLLIN)
-            poller.register(wake_fd, select.POLLIN)
-            result = self._direct_round(state, None, attempt)
+            # Read first: a busy pipe has bytes waiting, and then no waiter is
+            # parked, no poll is made.
+            result: T | _Blocked = BLOCKED
+            tried = False  # a round has tried the attempt
+            read = False  # read since the last poll: poll next, do not read again
             while True:
-                if not isinstance(result, _Blocked) or state.waiter is None:
-                    return result  # a result, or BLOCKED at the deadline (the caller times out)
-                if pipe.paused or pipe.closed or pipe.pid not in self.pipes or len(self.recv_q.waiters) > 1:
-                    return BLOCKED  # (more receivers now: let the engine share messages out)
-                # Read; what was read goes to the core before anyone else may read.
-                with read_lock:
-                    try:
-                        payloads = None if pipe.closed else conn.read_nowait()
-                    except (EOFError, OSError, RemoteProtocolError, MessageTooLarge) as exc:
-                        failure: BaseException | None = exc
-                        payloads = None
-                    else:
-                        failure = None
-                        if payloads:
-                            result = self._direct_round(state, payloads, attempt)
-                if failure is not None:
-                    pipe.direct_failed(failure)  # (Timeout, an OSError, never comes from here)
-                    return BLOCKED
-                if payloads is not None:
-                    continue  # read something (maybe a partial frame): look again at once
+                if tried:
+                    if not isinstance(result, _Blocked) or state.waiter is None:
+                        return result  # a result, or BLOCKED at the deadline (the caller times out)
+                    if pipe.paused or pipe.closed or pipe.pid not in self.pipes or len(self.recv_q.waiters) > 1:
+                        return BLOCKED  # (more receivers now: let the engine share messages out)
+                if not read:
+                    # Read; what was read goes to the core before anyone else may read.
+                    with read_lock:
+                        try:
+                            payloads = None if pipe.closed else conn.read_nowait()
+                        except (EOFError, OSError, RemoteProtocolError, MessageTooLarge) as exc:
+                            failure: BaseException | None = exc
+                            payloads = None
+                        else:
+                            failure = None
+                            if payloads:
+                                result = self._direct_round(state, payloads, attempt)
+                                tried = True
+                    if failure is not None:
+                        pipe.direct_failed(failure)  # (Timeout, an OSError, never comes from here)
+                        return BLOCKED
+                    if payloads is not None:
+                        continue  # read something (maybe a partial frame): look again at once
+                    read = True
+                if state.waiter is None:
+                    result = self._direct_round(state, None, attempt)  # try, and park a waiter
+                    tried = True
+                    continue
                 if not state.waiter.woken:
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is None or left > 0:
-                        events = poller.poll(None if left is None else max(1, int(left * 1000 + 0.999)))
+                        events = self._direct_poller(pipe.pid, conn, wake_fd).poll(
+                            None if left is None else max(1, int(left * 1000 + 0.999))
+                        )
                         for fd, _ in events:
                             if fd == wake_fd:
                                 try:
@@ -558,13 +587,27 @@ class SocketDriver:
                                 except BlockingIOError:
                                     pass
                         if events and not state.waiter.woken:
+                            read = False
                             continue  # readable: read it
+                read = False
                 result = self._direct_round(state, None, attempt)  # woken or timed out: look again
         finally:
             if state.waiter is not None:
                 self._abandon(self.recv_q, state.waiter)
             pipe.release_role()
             self._direct_done()
+
+    def _direct_poller(self, pid: int, conn: Any, wake_fd: int) -> Any:
+        """The poll object watching pipe ``pid`` and the wake eventfd (only the read
+        role's holder uses it: made once per pipe, not once per wait)."""
+        cached = self._poll_cache
+        if cached is not None and cached[0] == pid:
+            return cached[1]
+        poller = select.poll()
+        poller.register(conn.fileno(), select.POLLIN)
+        poller.register(wake_fd, select.POLLIN)
+        self._poll_cache = (pid, poller)
+        return poller
 
     def _direct_done(self) -> None:
         with self.lock:

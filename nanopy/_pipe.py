@@ -106,8 +106,13 @@ class PipeDriver:
         pipe._driver = self
 
     # -- any thread ------------------------------------------------------------
-    def transmit(self, payload: bytes) -> int:
-        """Send or queue ``payload``; returns how many credits may be returned now."""
+    def transmit(self, payload: bytes, idle: bool | None = None) -> int:
+        """Send or queue ``payload``; returns how many credits may be returned now.
+
+        ``idle``: whether the socket is idle (write at once) or in a burst (queue
+        and batch), as its driver judged it for the whole round -- a PUB's fan-out
+        to many pipes is one burst, not many idle pipes; None: judge this pipe alone.
+        """
         conn = self.conn
         if self.hands_over and not self.outbox and not self.closed and conn.try_send(payload):
             return 0  # an in-memory hand-over: the connection returns the credit itself
@@ -127,7 +132,8 @@ class PipeDriver:
                     return self._flush_from_caller()
                 return 0
             now = time.monotonic()
-            idle = now - self.last_tx > DIRECT_IDLE
+            if idle is None:
+                idle = now - self.last_tx > DIRECT_IDLE
             self.last_tx = now
             if idle and conn.try_send(payload):
                 if conn.has_pending:

@@ -58,7 +58,7 @@ class _InstantPipe:
     def __init__(self) -> None:
         self.written: list[bytes] = []
 
-    def transmit(self, payload: bytes) -> int:
+    def transmit(self, payload: bytes, idle: bool | None = None) -> int:
         self.written.append(payload)
         return 1
 
