@@ -53,7 +53,6 @@ from ._core import (
 )
 from ._errors import Closed, MessageTooLarge, RemoteProtocolError, Timeout, WouldBlock
 from ._message import Message
-from ._pipe import DIRECT_IDLE
 from ._timers import Timers
 from ._waiters import ThreadWaiter, WaitQueue, async_waiter
 
@@ -64,6 +63,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("nanopy")
 
 T = TypeVar("T")
+
+# A round that transmits within this time of the end of a round that wrote to
+# several pipes (a PUB's fan-out) is a burst: its payloads are queued and batched.
+# Left to each pipe's own judgement (nanopy._pipe.DIRECT_IDLE, measured from the
+# start of its last write), a fan-out that writes each of many pipes directly
+# takes long enough to make every pipe look idle again at the next send, and
+# never batches. A lone pipe keeps its own judgement (ping-pong latency).
+FANOUT_GAP = 50e-6
 
 
 class _Blocked:
@@ -124,7 +131,7 @@ class SocketDriver:
         self._poll_cache: tuple[int, Any] | None = None  # (pid, poll object) of the direct reader
         self._due: deque[tuple[int, int]] = deque()
         self._lazy_credit = _credit_is_bookkeeping(core)
-        self.last_tx = 0.0  # when the last round that transmitted ended (idle vs burst)
+        self.fanout_end = 0.0  # when the last round that wrote to several pipes ended
         # counters (stats)
         self.sent = self.received = self.bytes_sent = self.bytes_received = 0
         self.dropped = 0
@@ -213,7 +220,8 @@ class SocketDriver:
         are appended to it and carried out by the same loop.
         """
         pipes = self.pipes
-        idle = None
+        burst: bool | None = None  # judged at the first TRANSMIT (see FANOUT_GAP)
+        transmits = 0
         for action in actions:
             kind = action[0]
             if kind == TRANSMIT:
@@ -221,13 +229,12 @@ class SocketDriver:
                 if driver is None:
                     self.dropped += 1
                     continue
-                if idle is None:
-                    # Idle or burst is judged once per round for the whole socket:
-                    # judged per pipe, a fan-out to many pipes (PUB) that writes
-                    # each one directly is slow enough to make every pipe look
-                    # idle again at the next send, and never batches.
-                    idle = time.monotonic() - self.last_tx > DIRECT_IDLE
-                done = driver.transmit(action[2], idle)
+                if burst is None:
+                    burst = time.monotonic() - self.fanout_end < FANOUT_GAP
+                transmits += 1
+                # None: the pipe judges idle vs burst by itself (a lone pipe's
+                # ping-pong is written directly); False: queue it, a fan-out burst.
+                done = driver.transmit(action[2], False if burst else None)
                 if done:
                     more = self._credit_back(action[1], done)
                     if more:
@@ -249,8 +256,8 @@ class SocketDriver:
                 if self.timers is not None:
                     self.timers.cancel(action[1])
             # READY was handled when the actions were drained.
-        if idle is not None:
-            self.last_tx = time.monotonic()  # (after the writes: a burst is measured from their end)
+        if transmits > 1:
+            self.fanout_end = time.monotonic()
 
     def _credit_back(self, pid: int, n: int) -> list[Action] | None:
         """``n`` messages left pipe ``pid``: give the credit back; returns new actions."""
