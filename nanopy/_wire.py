@@ -103,20 +103,9 @@ class FrameDecoder:
         pos = 0
         end = len(chunk)
         prefix = self._prefix
-        if self._need:
-            # Continue collecting a large payload without re-copying what we have.
-            need = self._need
-            if end < need:
-                self._parts.append(chunk)
-                self._need = need - end
-                return out
-            self._parts.append(chunk[:need])
-            out.append(b"".join(self._parts))
-            self._parts = []
-            self._need = 0
-            pos = need
-        elif self._buf:
-            # The previous read ended inside a length prefix: complete it.
+        if self._buf:
+            # The previous read ended inside a length prefix: complete it, then
+            # collect its payload as a payload cut by the read (below).
             pos = prefix - len(self._buf)
             head = self._buf + chunk[:pos]
             if len(head) < prefix:
@@ -126,13 +115,22 @@ class FrameDecoder:
             size = self._size(head, out)
             if size < 0:
                 return out  # (or raised)
-            stop = pos + size
-            if stop > end:
-                self._parts = [chunk[pos:]]
-                self._need = stop - end
+            if size:
+                self._need = size
+            else:
+                out.append(b"")
+        if self._need:
+            # Continue collecting a cut payload without re-copying what we have.
+            need = self._need
+            if end - pos < need:
+                self._parts.append(chunk[pos:])
+                self._need = need - (end - pos)
                 return out
-            out.append(chunk[pos:stop])
-            pos = stop
+            self._parts.append(chunk[pos : pos + need])
+            out.append(b"".join(self._parts))
+            self._parts = []
+            self._need = 0
+            pos += need
         limit = self.max_size
         ipc = self._ipc
         unpack = _U64.unpack_from
