@@ -17,7 +17,8 @@ never waits for it:
   (nothing queued, no write in progress, nothing sent in the last ``DIRECT_IDLE``
   seconds) -- the low-latency path;
 * a burst of sends collects in the outbox; the sending thread itself writes the
-  outbox as one chunk whenever it reaches ``CALLER_BATCH`` messages -- the
+  outbox as one chunk whenever it holds ``CALLER_BATCH`` messages and
+  ``CALLER_BYTES`` bytes (at most ``CALLER_BATCH_MAX`` messages) -- the
   high-throughput path, with no engine wake-up per batch;
 * the writer task flushes what a burst leaves behind: woken by the first queued
   message, it waits while the burst goes on (``FLUSH_DELAY``, doubling, never
@@ -72,8 +73,12 @@ _WRITE_ERRORS = (OSError, EOFError, RemoteProtocolError)
 
 # Sends closer together than this count as a burst: they are batched, not written one by one.
 DIRECT_IDLE = 50e-6
-# A sending thread writes the outbox itself once it holds this many messages.
+# A sending thread writes the outbox itself once it holds this many messages and
+# ``CALLER_BYTES`` of payload (looked at every ``CALLER_BATCH`` messages), or
+# ``CALLER_BATCH_MAX`` messages: small messages go out in chunks of a useful size.
 CALLER_BATCH = 64
+CALLER_BYTES = 16 * 1024
+CALLER_BATCH_MAX = 256
 # The writer task's first wait before flushing a partial batch left by a burst.
 FLUSH_DELAY = 200e-6
 # No queued message waits longer than this for the writer task.
@@ -137,6 +142,7 @@ class PipeDriver:
         self.closed = False
         self.last_tx = 0.0
         self.appended = 0  # messages handed to transmit (tells the writer a burst goes on)
+        self.flush_at = CALLER_BATCH  # the outbox size at which a sender looks at writing it
         self.first_queued = 0.0  # when the oldest message in the outbox was queued
         self._writer_event: trio.Event | None = None
         self._reader_event: trio.Event | None = None
@@ -169,11 +175,15 @@ class PipeDriver:
             n = len(outbox)
             if n == 1:
                 self.first_queued = time.monotonic()
-            elif n >= CALLER_BATCH and not self.writing and self.tail is None and self.writes_directly:
-                self.outbox = []
-                self.writing = True
-                lock.release()
-                return self._write_claimed(outbox)
+            elif n >= self.flush_at and not self.writing and self.tail is None and self.writes_directly:
+                if n < CALLER_BATCH_MAX and sum(map(len, outbox)) < CALLER_BYTES:
+                    self.flush_at = n + CALLER_BATCH  # small messages: gather more first
+                else:
+                    self.flush_at = CALLER_BATCH
+                    self.outbox = []
+                    self.writing = True
+                    lock.release()
+                    return self._write_claimed(outbox)
             lock.release()
             return 0
         now = time.monotonic()
@@ -488,7 +498,7 @@ class PipeDriver:
             if (
                 not outbox
                 or self.appended == seen
-                or len(outbox) >= CALLER_BATCH
+                or len(outbox) >= CALLER_BATCH_MAX
                 or time.monotonic() - self.first_queued >= MAX_HOLD
             ):
                 return
