@@ -111,3 +111,92 @@ def test_inproc_both_directions_at_once_never_deadlock(make_socket: Factory) -> 
     assert not any(w.is_alive() for w in workers), "a sender or receiver is stuck"
     expected = [b"%d" % i for i in range(n)]
     assert received == {"a": expected, "b": expected}
+
+
+# -- a plug-in channel: partial writes and control frames ----------------------------------
+class _TrickleChannel(ChannelConnection):
+    """A third-party channel over a tcp connection whose non-blocking write takes at
+    most 7 bytes (every direct write cuts a frame: the pipe must finish the rest
+    before anything else) and which keeps the pipe's control-frame writer."""
+
+    def __init__(self, inner: StreamConnection) -> None:
+        self.inner = inner
+        self.remote_address = inner.remote_address
+        self.send_control: Callable[[bytes], bool] | None = None
+
+    async def handshake(self) -> None:
+        await self.inner.handshake()
+
+    def frame(self, payloads: list[bytes]) -> bytes:
+        return self.inner.frame(payloads)
+
+    def write_nowait(self, chunk: bytes | memoryview) -> int:
+        return self.inner.write_nowait(chunk[:7])
+
+    async def write_all(self, chunk: bytes | memoryview) -> None:
+        await self.inner.write_all(chunk)
+
+    def attach_control(self, send_control: Callable[[bytes], bool]) -> None:
+        self.send_control = send_control
+
+    async def receive(self) -> list[bytes]:
+        return await self.inner.receive()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def test_plugin_channel_with_partial_writes_and_control_frames(make_socket: Factory) -> None:
+    tcp = nanopy.transports.get("tcp")
+    made: list[_TrickleChannel] = []
+
+    class Trickle(type(tcp)):  # type: ignore[misc]
+        schemes = ("trickle",)
+
+        def check_url(self, url: str) -> None:
+            super().check_url(url.replace("trickle://", "tcp://"))
+
+        def check_dial_url(self, url: str) -> None:
+            super().check_dial_url(url.replace("trickle://", "tcp://"))
+
+        async def listen(self, url, ctx):  # type: ignore[no-untyped-def]
+            listener = await super().listen(url.replace("trickle://", "tcp://"), ctx)
+            listener.url = listener.url.replace("tcp://", "trickle://")
+            return listener
+
+        async def dial(self, url, ctx):  # type: ignore[no-untyped-def]
+            conn = _TrickleChannel(await super().dial(url.replace("trickle://", "tcp://"), ctx))
+            made.append(conn)
+            return conn
+
+    nanopy.transports.register("trickle", Trickle())
+    try:
+        pull = make_socket("pull", recv_timeout=10)
+        push = make_socket("push", send_timeout=10)
+        push.connect(pull.bind("trickle://127.0.0.1:0").url)
+        wait_until(lambda: len(push.pipes) == 1 and len(pull.pipes) == 1, what="the pipe")
+        (conn,) = made
+        assert conn.send_control is not None and push.pipes[0]._driver.channel is conn
+        # Every direct write leaves the rest of a frame: the pipe finishes it first.
+        n = 500
+        for i in range(n):
+            push.send(b"message %d" % i)
+        assert [pull.recv() for _ in range(n)] == [b"message %d" % i for i in range(n)]
+        # Two control frames in one engine step: the second replaces the first
+        # (never written), and it goes out on a frame boundary.
+        answers: list[bool] = []
+        done = threading.Event()
+        send_control = conn.send_control
+
+        def in_engine() -> None:
+            answers.append(send_control(conn.frame([b"control 1"])))
+            answers.append(send_control(conn.frame([b"control 2"])))
+            done.set()
+
+        push._engine.call_soon(in_engine)
+        assert done.wait(5)
+        assert answers == [False, True]
+        push.send(b"after")
+        assert [pull.recv(), pull.recv()] == [b"control 2", b"after"]
+    finally:
+        nanopy.transports.unregister("trickle")
