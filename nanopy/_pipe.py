@@ -182,6 +182,7 @@ class PipeDriver:
                     self.flush_at = CALLER_BATCH
                     self.outbox = []
                     self.writing = True
+                    self.last_tx = time.monotonic()
                     lock.release()
                     return self._write_claimed(outbox)
             lock.release()
@@ -213,7 +214,6 @@ class PipeDriver:
         lock = self.lock
         lock.acquire()
         self.writing = False
-        self.last_tx = time.monotonic()
         if n >= len(chunk):
             done = len(batch)
         else:
