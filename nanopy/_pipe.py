@@ -14,8 +14,9 @@ Sending is designed so a busy sender rarely needs the engine and an idle one
 never waits for it:
 
 * ``transmit`` (any thread) writes straight to the channel when the pipe is idle
-  (nothing queued, no write in progress, nothing sent in the last ``DIRECT_IDLE``
-  seconds) -- the low-latency path;
+  (nothing queued, no write in progress, and nothing sent in the last
+  ``DIRECT_IDLE`` seconds or the socket received a message since: an answer is
+  not a burst) -- the low-latency path;
 * a burst of sends collects in the outbox; the sending thread itself writes the
   outbox as one chunk whenever it holds ``CALLER_BATCH`` messages and
   ``CALLER_BYTES`` bytes (at most ``CALLER_BATCH_MAX`` messages) -- the
@@ -143,6 +144,7 @@ class PipeDriver:
         self.last_tx = 0.0
         self.appended = 0  # messages handed to transmit (tells the writer a burst goes on)
         self.flush_at = CALLER_BATCH  # the outbox size at which a sender looks at writing it
+        self.received_mark = 0  # the socket's receive count at our last idle-path send
         self.first_queued = 0.0  # when the oldest message in the outbox was queued
         self._writer_event: trio.Event | None = None
         self._reader_event: trio.Event | None = None
@@ -188,8 +190,12 @@ class PipeDriver:
             lock.release()
             return 0
         now = time.monotonic()
-        idle = now - self.last_tx > DIRECT_IDLE
+        # Idle: nothing sent lately, or the socket received since our last send
+        # (an answer in a request/reply or ping-pong exchange, not a burst).
+        received = self.sock.received
+        idle = now - self.last_tx > DIRECT_IDLE or received != self.received_mark
         self.last_tx = now
+        self.received_mark = received
         if idle and self.writes_directly:
             self.writing = True
             lock.release()
