@@ -81,8 +81,8 @@ class LoopEngine(_engine.Engine):
     """
 
     def __init__(self, nursery: trio.Nursery) -> None:  # no super().__init__: no thread
-        self._token = trio.lowlevel.current_trio_token()
-        self._nursery = nursery
+        self._token = self._loop_token = trio.lowlevel.current_trio_token()
+        self._nursery = self._loop_nursery = nursery
         self._clock = trio.lowlevel.current_clock()
         self._stopped = False
         self.thread_id = threading.get_ident()
@@ -95,15 +95,15 @@ class LoopEngine(_engine.Engine):
 
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
         try:
-            self._token.run_sync_soon(_as_engine, fn, *args)
+            self._loop_token.run_sync_soon(_as_engine, fn, *args)
         except trio.RunFinishedError:
             pass
 
     def spawn(self, afn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         if threading.get_ident() == self.thread_id:
-            self._nursery.start_soon(_engine_task, afn, *args)
+            self._loop_nursery.start_soon(_engine_task, afn, *args)
         else:
-            self.call_soon(self._nursery.start_soon, _engine_task, afn, *args)
+            self.call_soon(self._loop_nursery.start_soon, _engine_task, afn, *args)
 
     def run(self, afn: Callable[..., Awaitable[Any]], *args: Any, timeout: float | None = None) -> Any:
         """From another thread: as the real engine. From the loop's own thread (a
@@ -131,7 +131,7 @@ class LoopEngine(_engine.Engine):
     def stop(self) -> None:
         if not self._stopped:
             self._stopped = True
-            self._nursery.cancel_scope.cancel()
+            self._loop_nursery.cancel_scope.cancel()
 
 
 def _as_engine(fn: Callable[..., Any], *args: Any) -> None:
@@ -239,6 +239,7 @@ class FakeConnection(Connection):
         self._inbox: deque[bytes] = deque()
         self._changed = trio.Event()
         self._held = False
+        self._when_drained: list[Callable[[], Any]] = []
 
     def __repr__(self) -> str:
         return f"<FakeConnection {self.side} {self.url}{' closed' if self.closed else ''}>"
@@ -262,6 +263,12 @@ class FakeConnection(Connection):
         """Make this end receive ``payloads`` as if the peer had written them."""
         self._inbox.extend(payloads)
         self._wake()
+
+    def call_when_drained(self, fn: Callable[[], Any]) -> None:
+        """Call ``fn()`` once, the next time the engine has taken everything this end
+        received and asks for more: the moment after a delivery, before the tasks it
+        woke have run (to cancel a woken waiter, for example)."""
+        self._when_drained.append(fn)
 
     def cut(self, error: BaseException | None = None) -> None:
         """Break the connection: both ends' ``send`` and ``receive`` raise ``error``
@@ -304,6 +311,9 @@ class FakeConnection(Connection):
             self._check()
             if self.peer.closed:
                 raise EOFError(f"fake: peer closed {self.url}")
+            callbacks, self._when_drained = self._when_drained, []
+            for fn in callbacks:
+                fn()
             await self._wait()
 
     async def aclose(self) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import trio
 import trio.testing
+from trio.testing import MockClock
 
 import nanopy
 from nanopy.testing import FakeTransport
-from trio.testing import MockClock
 
 pytestmark = pytest.mark.trio
 
@@ -16,7 +16,9 @@ pytestmark = pytest.mark.trio
 FLUSH_BOUND = 1e-3
 
 
-async def _pair(fake: FakeTransport, url: str = "fake://batch", **options: object) -> tuple[nanopy.Socket, nanopy.Socket]:
+async def _pair(
+    fake: FakeTransport, url: str = "fake://batch", **options: object
+) -> tuple[nanopy.Socket, nanopy.Socket]:
     pull = nanopy.Socket("pull", bind=url)
     push = nanopy.Socket("push", connect=url, **options)
     await trio.testing.wait_all_tasks_blocked()
@@ -37,19 +39,18 @@ async def test_a_burst_is_written_in_batches(fake: FakeTransport, autojump_clock
     assert len(wire.batches) <= len(sent) // 32, [len(b) for _, b in wire.batches]
 
 
-async def test_a_burst_under_back_pressure_keeps_order_and_batches(fake: FakeTransport, autojump_clock: MockClock) -> None:
+async def test_a_burst_under_back_pressure_keeps_order_and_batches(
+    fake: FakeTransport, autojump_clock: MockClock
+) -> None:
     push, pull = await _pair(fake, send_buffer=50)
     (wire,) = fake.ends(side="dialer")
     wire.hold()  # a slow peer: credit runs out and the sender parks
     sent = [b"%d" % i for i in range(500)]
 
-    async def receive_all() -> list[bytes]:
-        return [await pull.arecv() for _ in sent]
-
     got: list[bytes] = []
 
     async def receiver() -> None:
-        got.extend(await receive_all())
+        got.extend([await pull.arecv() for _ in sent])
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(receiver)
