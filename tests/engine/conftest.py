@@ -3,11 +3,15 @@ MockClock that jumps whenever every task waits, with an in-memory transport."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
+import trio.testing
 
+import nanopy
 from nanopy.testing import FakeTransport, engine_in_this_loop, fake_transport
+
+Connect = Callable[..., Awaitable[tuple[nanopy.Socket, nanopy.Socket]]]
 
 
 @pytest.fixture
@@ -20,3 +24,18 @@ async def fake() -> AsyncIterator[FakeTransport]:
     with fake_transport() as transport:
         async with engine_in_this_loop():
             yield transport
+
+
+@pytest.fixture
+def connected(fake: FakeTransport) -> Connect:
+    """``await connected(client, server, url, **client_options)``: a ``server`` socket
+    bound on ``url`` and a ``client`` connected to it, both with their pipe up."""
+
+    async def connect(client: str, server: str, url: str, **options: object) -> tuple[nanopy.Socket, nanopy.Socket]:
+        bound = nanopy.Socket(server, bind=url)
+        dialer = nanopy.Socket(client, connect=url, **options)
+        await trio.testing.wait_all_tasks_blocked()
+        assert dialer.pipes and bound.pipes
+        return dialer, bound
+
+    return connect

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import pytest
 import trio
 import trio.testing
@@ -12,22 +14,17 @@ from nanopy.testing import FakeTransport
 
 pytestmark = pytest.mark.trio
 
+# The `connected` fixture (conftest.py): await connected(client, server, url, **client_options).
+Connect = Callable[..., Awaitable[tuple[nanopy.Socket, nanopy.Socket]]]
+
 # docs/testing.md: a queued message waits at most this long for the pipe's writer.
 FLUSH_BOUND = 1e-3
 
 
-async def _pair(
-    fake: FakeTransport, url: str = "fake://batch", **options: object
-) -> tuple[nanopy.Socket, nanopy.Socket]:
-    pull = nanopy.Socket("pull", bind=url)
-    push = nanopy.Socket("push", connect=url, **options)
-    await trio.testing.wait_all_tasks_blocked()
-    assert len(push.pipes) == 1 and len(pull.pipes) == 1
-    return push, pull
-
-
-async def test_a_burst_is_written_in_batches(fake: FakeTransport, autojump_clock: MockClock) -> None:
-    push, pull = await _pair(fake)
+async def test_a_burst_is_written_in_batches(
+    fake: FakeTransport, connected: Connect, autojump_clock: MockClock
+) -> None:
+    push, pull = await connected("push", "pull", "fake://batch")
     sent = [b"m%d" % i for i in range(1000)]
     for body in sent:
         await push.asend(body)
@@ -40,9 +37,9 @@ async def test_a_burst_is_written_in_batches(fake: FakeTransport, autojump_clock
 
 
 async def test_a_burst_under_back_pressure_keeps_order_and_batches(
-    fake: FakeTransport, autojump_clock: MockClock
+    fake: FakeTransport, connected: Connect, autojump_clock: MockClock
 ) -> None:
-    push, pull = await _pair(fake, send_buffer=50)
+    push, pull = await connected("push", "pull", "fake://batch", send_buffer=50)
     (wire,) = fake.ends(side="dialer")
     wire.hold()  # a slow peer: credit runs out and the sender parks
     sent = [b"%d" % i for i in range(500)]
@@ -68,8 +65,10 @@ async def _send_all(sock: nanopy.Socket, bodies: list[bytes]) -> None:
         await sock.asend(body)
 
 
-async def test_a_lone_message_is_flushed_within_the_bound(fake: FakeTransport, autojump_clock: MockClock) -> None:
-    push, pull = await _pair(fake)
+async def test_a_lone_message_is_flushed_within_the_bound(
+    fake: FakeTransport, connected: Connect, autojump_clock: MockClock
+) -> None:
+    push, pull = await connected("push", "pull", "fake://batch")
     (wire,) = fake.ends(side="dialer")
     for i in range(5):
         await trio.sleep(1)  # idle in between: each message is alone
@@ -87,8 +86,10 @@ async def test_a_lone_message_is_flushed_within_the_bound(fake: FakeTransport, a
     "of a steady trickle waits up to 1.4 ms (issue 11 step 3)",
     strict=False,
 )
-async def test_a_trickle_is_never_held_longer_than_the_bound(fake: FakeTransport, autojump_clock: MockClock) -> None:
-    push, pull = await _pair(fake)
+async def test_a_trickle_is_never_held_longer_than_the_bound(
+    fake: FakeTransport, connected: Connect, autojump_clock: MockClock
+) -> None:
+    push, pull = await connected("push", "pull", "fake://batch")
     (wire,) = fake.ends(side="dialer")
     sent_at: dict[bytes, float] = {}
     for i in range(200):
@@ -107,8 +108,10 @@ async def test_a_trickle_is_never_held_longer_than_the_bound(fake: FakeTransport
     assert not late, late[:5]
 
 
-async def test_a_held_write_is_flushed_when_the_peer_drains(fake: FakeTransport, autojump_clock: MockClock) -> None:
-    push, pull = await _pair(fake)
+async def test_a_held_write_is_flushed_when_the_peer_drains(
+    fake: FakeTransport, connected: Connect, autojump_clock: MockClock
+) -> None:
+    push, pull = await connected("push", "pull", "fake://batch")
     (wire,) = fake.ends(side="dialer")
     wire.hold()
     for i in range(10):

@@ -14,16 +14,11 @@ from nanopy.testing import FakeTransport
 
 pytestmark = pytest.mark.trio
 
+# The `connected` fixture (conftest.py): await connected(client, server, url, **client_options).
+Connect = Callable[..., Awaitable[tuple[nanopy.Socket, nanopy.Socket]]]
+
 FLUSH_BOUND = 1e-3  # docs/testing.md
 SLACK = 0.01
-
-
-async def _pipeline(url: str, **push_options: object) -> tuple[nanopy.Socket, nanopy.Socket]:
-    pull = nanopy.Socket("pull", bind=url)
-    push = nanopy.Socket("push", connect=url, **push_options)
-    await trio.testing.wait_all_tasks_blocked()
-    assert push.pipes and pull.pipes
-    return push, pull
 
 
 @pytest.mark.xfail(
@@ -66,8 +61,10 @@ async def test_close_frees_every_address_and_dials_no_more(fake: FakeTransport, 
     await again.aclose()
 
 
-async def test_linger_flushes_queued_messages(fake: FakeTransport, autojump_clock: MockClock) -> None:
-    push, pull = await _pipeline("fake://linger")
+async def test_linger_flushes_queued_messages(
+    fake: FakeTransport, connected: Connect, autojump_clock: MockClock
+) -> None:
+    push, pull = await connected("push", "pull", "fake://linger")
     (wire,) = fake.ends(side="dialer")
     wire.hold()
     sent = [b"%d" % i for i in range(100)]
@@ -85,8 +82,8 @@ async def test_linger_flushes_queued_messages(fake: FakeTransport, autojump_cloc
     assert await pull.arecv_batch(1000) == sent
 
 
-async def test_linger_is_a_bound(fake: FakeTransport, autojump_clock: MockClock) -> None:
-    push, _ = await _pipeline("fake://linger-bound")
+async def test_linger_is_a_bound(fake: FakeTransport, connected: Connect, autojump_clock: MockClock) -> None:
+    push, _ = await connected("push", "pull", "fake://linger-bound")
     (wire,) = fake.ends(side="dialer")
     wire.hold()  # a peer that never reads
     for i in range(10):
@@ -99,9 +96,9 @@ async def test_linger_is_a_bound(fake: FakeTransport, autojump_clock: MockClock)
 
 @pytest.mark.parametrize("linger", [0, 0.5])
 async def test_close_without_queued_messages_does_not_wait(
-    fake: FakeTransport, autojump_clock: MockClock, linger: float
+    fake: FakeTransport, connected: Connect, autojump_clock: MockClock, linger: float
 ) -> None:
-    push, pull = await _pipeline("fake://nowait")
+    push, pull = await connected("push", "pull", "fake://nowait")
     await push.asend(b"x")
     assert await pull.arecv() == b"x"
     start = trio.current_time()
@@ -110,8 +107,10 @@ async def test_close_without_queued_messages_does_not_wait(
     assert trio.current_time() - start <= FLUSH_BOUND
 
 
-async def test_close_wakes_every_blocked_call_with_closed(fake: FakeTransport, autojump_clock: MockClock) -> None:
-    push, pull = await _pipeline("fake://wake", send_buffer=1)
+async def test_close_wakes_every_blocked_call_with_closed(
+    fake: FakeTransport, connected: Connect, autojump_clock: MockClock
+) -> None:
+    push, pull = await connected("push", "pull", "fake://wake", send_buffer=1)
     (wire,) = fake.ends(side="dialer")
     wire.hold()
     await push.asend(b"takes the credit")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import pytest
 import trio
 import trio.testing
@@ -12,25 +14,20 @@ from nanopy.testing import FakeTransport
 
 pytestmark = pytest.mark.trio
 
+# The `connected` fixture (conftest.py): await connected(client, server, url, **client_options).
+Connect = Callable[..., Awaitable[tuple[nanopy.Socket, nanopy.Socket]]]
+
 # The clock of a caller's own deadline is read with time.monotonic() next to the
 # virtual clock, so a timeout may end a few real microseconds early.
 SLACK = 0.01
 FLUSH_BOUND = 1e-3  # docs/testing.md
 
 
-async def _connected(protocol: str, peer: str, url: str, **options: object) -> tuple[nanopy.Socket, nanopy.Socket]:
-    server = nanopy.Socket(peer, bind=url)
-    client = nanopy.Socket(protocol, connect=url, **options)
-    await trio.testing.wait_all_tasks_blocked()
-    assert client.pipes and server.pipes
-    return client, server
-
-
 @pytest.mark.parametrize("interval", [0.5, 2.0, 60.0])
 async def test_req_resends_every_resend_interval(
-    fake: FakeTransport, autojump_clock: MockClock, interval: float
+    fake: FakeTransport, connected: Connect, autojump_clock: MockClock, interval: float
 ) -> None:
-    req, rep = await _connected("req", "rep", "fake://resend", resend_interval=interval)
+    req, rep = await connected("req", "rep", "fake://resend", resend_interval=interval)
     (wire,) = fake.ends(side="dialer")
     replies: list[bytes] = []
 
@@ -52,8 +49,10 @@ async def test_req_resends_every_resend_interval(
     assert len(wire.payloads) == 3
 
 
-async def test_req_without_resend_interval_never_resends(fake: FakeTransport, autojump_clock: MockClock) -> None:
-    req, rep = await _connected("req", "rep", "fake://noresend", resend_interval=None)
+async def test_req_without_resend_interval_never_resends(
+    fake: FakeTransport, connected: Connect, autojump_clock: MockClock
+) -> None:
+    req, rep = await connected("req", "rep", "fake://noresend", resend_interval=None)
     (wire,) = fake.ends(side="dialer")
     with pytest.raises(nanopy.Timeout):
         await req.arequest(b"q", timeout=10_000)
@@ -109,9 +108,9 @@ async def test_recv_timeout_option_applies_to_arecv(fake: FakeTransport, autojum
 
 
 async def test_a_message_before_the_deadline_ends_the_wait_at_once(
-    fake: FakeTransport, autojump_clock: MockClock
+    fake: FakeTransport, connected: Connect, autojump_clock: MockClock
 ) -> None:
-    push, pull = await _connected("push", "pull", "fake://early")
+    push, pull = await connected("push", "pull", "fake://early")
 
     async def later() -> None:
         await trio.sleep(3)
@@ -133,8 +132,10 @@ async def test_asend_without_a_peer_times_out(fake: FakeTransport, autojump_cloc
     assert push.stats().messages_sent == 0
 
 
-async def test_a_timed_out_asend_sends_nothing(fake: FakeTransport, autojump_clock: MockClock) -> None:
-    push, pull = await _connected("push", "pull", "fake://full", send_buffer=2)
+async def test_a_timed_out_asend_sends_nothing(
+    fake: FakeTransport, connected: Connect, autojump_clock: MockClock
+) -> None:
+    push, pull = await connected("push", "pull", "fake://full", send_buffer=2)
     (wire,) = fake.ends(side="dialer")
     wire.hold()
     await push.asend(b"1")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Awaitable, Callable
 
 import pytest
 import trio
@@ -14,13 +15,8 @@ from nanopy.testing import FakeTransport
 
 pytestmark = pytest.mark.trio
 
-
-async def _pipeline(url: str, **push_options: object) -> tuple[nanopy.Socket, nanopy.Socket]:
-    pull = nanopy.Socket("pull", bind=url)
-    push = nanopy.Socket("push", connect=url, **push_options)
-    await trio.testing.wait_all_tasks_blocked()
-    assert push.pipes and pull.pipes
-    return push, pull
+# The `connected` fixture (conftest.py): await connected(client, server, url, **client_options).
+Connect = Callable[..., Awaitable[tuple[nanopy.Socket, nanopy.Socket]]]
 
 
 async def _park_receivers(
@@ -41,8 +37,10 @@ async def _park_receivers(
     return scopes
 
 
-async def test_blocked_receivers_are_served_in_arrival_order(fake: FakeTransport, autojump_clock: MockClock) -> None:
-    push, pull = await _pipeline("fake://fifo-recv")
+async def test_blocked_receivers_are_served_in_arrival_order(
+    fake: FakeTransport, connected: Connect, autojump_clock: MockClock
+) -> None:
+    push, pull = await connected("push", "pull", "fake://fifo-recv")
     got: list[tuple[int, bytes]] = []
     async with trio.open_nursery() as nursery:
         await _park_receivers(nursery, pull, 20, got)
@@ -52,8 +50,10 @@ async def test_blocked_receivers_are_served_in_arrival_order(fake: FakeTransport
             assert got[-1] == (i, b"%d" % i)
 
 
-async def test_a_batch_reaches_every_blocked_receiver_once(fake: FakeTransport, autojump_clock: MockClock) -> None:
-    push, pull = await _pipeline("fake://batch-recv")
+async def test_a_batch_reaches_every_blocked_receiver_once(
+    fake: FakeTransport, connected: Connect, autojump_clock: MockClock
+) -> None:
+    push, pull = await connected("push", "pull", "fake://batch-recv")
     got: list[tuple[int, bytes]] = []
     async with trio.open_nursery() as nursery:
         await _park_receivers(nursery, pull, 50, got)
@@ -63,8 +63,10 @@ async def test_a_batch_reaches_every_blocked_receiver_once(fake: FakeTransport, 
     assert sorted(int(body) for _, body in got) == list(range(50))
 
 
-async def test_blocked_senders_are_served_in_arrival_order(fake: FakeTransport, autojump_clock: MockClock) -> None:
-    push, pull = await _pipeline("fake://fifo-send", send_buffer=1)
+async def test_blocked_senders_are_served_in_arrival_order(
+    fake: FakeTransport, connected: Connect, autojump_clock: MockClock
+) -> None:
+    push, pull = await connected("push", "pull", "fake://fifo-send", send_buffer=1)
     (wire,) = fake.ends(side="dialer")
     wire.hold()
     await push.asend(b"first")  # takes the pipe's only credit
@@ -77,8 +79,10 @@ async def test_blocked_senders_are_served_in_arrival_order(fake: FakeTransport, 
     assert bodies == [b"first"] + [b"%d" % i for i in range(20)]
 
 
-async def test_cancelled_senders_send_nothing(fake: FakeTransport, autojump_clock: MockClock) -> None:
-    push, pull = await _pipeline("fake://cancel-send", send_buffer=1)
+async def test_cancelled_senders_send_nothing(
+    fake: FakeTransport, connected: Connect, autojump_clock: MockClock
+) -> None:
+    push, pull = await connected("push", "pull", "fake://cancel-send", send_buffer=1)
     (wire,) = fake.ends(side="dialer")
     wire.hold()
     await push.asend(b"first")
@@ -104,8 +108,10 @@ async def test_cancelled_senders_send_nothing(fake: FakeTransport, autojump_cloc
     assert push.stats().messages_sent == len(kept) + 2
 
 
-async def test_cancelled_receivers_lose_no_message(fake: FakeTransport, autojump_clock: MockClock) -> None:
-    push, pull = await _pipeline("fake://cancel-recv")
+async def test_cancelled_receivers_lose_no_message(
+    fake: FakeTransport, connected: Connect, autojump_clock: MockClock
+) -> None:
+    push, pull = await connected("push", "pull", "fake://cancel-recv")
     got: list[tuple[int, bytes]] = []
     async with trio.open_nursery() as nursery:
         scopes = await _park_receivers(nursery, pull, 10, got)
@@ -121,12 +127,12 @@ async def test_cancelled_receivers_lose_no_message(fake: FakeTransport, autojump
 
 @pytest.mark.parametrize("seed", range(8))
 async def test_cancelling_woken_receivers_loses_nothing(
-    fake: FakeTransport, autojump_clock: MockClock, seed: int
+    fake: FakeTransport, connected: Connect, autojump_clock: MockClock, seed: int
 ) -> None:
     """Cancel receivers at the worst moment -- woken by a delivery, not yet run --
     and at random others: every message is taken exactly once or stays queued."""
     rng = random.Random(seed)
-    push, pull = await _pipeline("fake://cancel-woken")
+    push, pull = await connected("push", "pull", "fake://cancel-woken")
     (wire,) = fake.ends(side="listener")
     got: list[tuple[int, bytes]] = []
     sent = [b"%d" % i for i in range(40)]
