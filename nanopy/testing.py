@@ -281,6 +281,8 @@ class FakeConnection(Connection):
 
     # -- the plug-in contract ------------------------------------------------------------------
     async def handshake(self) -> None:
+        if self.url in self.transport._stalled:
+            await trio.sleep_forever()  # a peer that never answers: the engine's timeout ends it
         peer_ctx = self.peer.ctx
         if peer_ctx.protocol_id != self.ctx.peer_id:
             raise RemoteProtocolError(
@@ -380,7 +382,7 @@ class FakeTransport(Transport):
     Connections carry whole payloads between sockets of this process, in the
     current trio run (use it inside :func:`engine_in_this_loop`). Install it with
     :func:`fake_transport`. Controls: :meth:`refuse` / :meth:`accept_dials` (drive
-    reconnect back-off), ``FakeConnection.hold`` / ``release`` (a stalled peer),
+    reconnect back-off), :meth:`stall_handshakes` (a peer that never answers), ``FakeConnection.hold`` / ``release`` (a stalled peer),
     ``cut`` (a network failure) and ``inject`` (crafted wire messages).
 
     Attributes:
@@ -397,6 +399,7 @@ class FakeTransport(Transport):
         self.connections: list[FakeConnection] = []
         self._listeners: dict[str, FakeListener] = {}
         self._refused: set[str] = set()
+        self._stalled: set[str] = set()
 
     # -- controls and observations --------------------------------------------------------------
     def refuse(self, url: str) -> None:
@@ -406,6 +409,14 @@ class FakeTransport(Transport):
     def accept_dials(self, url: str) -> None:
         """Undo :meth:`refuse`."""
         self._refused.discard(url)
+
+    def stall_handshakes(self, url: str, stall: bool = True) -> None:
+        """Connections to ``url`` made from now on never finish their handshake
+        (both ends wait until the engine's ``handshake_timeout``); ``stall=False`` undoes it."""
+        if stall:
+            self._stalled.add(url)
+        else:
+            self._stalled.discard(url)
 
     def times(self, kind: str, url: str | None = None, side: str | None = None) -> list[float]:
         """When each event of ``kind`` (for ``url``, on ``side``) happened."""

@@ -145,3 +145,23 @@ async def test_a_timed_out_asend_sends_nothing(
     wire.release()
     await push.asend(b"sentinel")
     assert [await pull.arecv() for _ in range(3)] == [b"1", b"2", b"sentinel"]
+
+
+async def test_a_stalled_handshake_times_out_and_is_retried(fake: FakeTransport, autojump_clock: MockClock) -> None:
+    url = "fake://stalled"
+    nanopy.Socket("pull", bind=url)
+    fake.stall_handshakes(url)
+    push = nanopy.Socket(
+        "push", connect=url, handshake_timeout=2.0, reconnect_interval=0.5, reconnect_interval_max=0.5
+    )
+    await trio.sleep(10)
+    assert not push.pipes
+    dials = fake.times("dial", url)
+    closes = fake.times("close", url, "dialer")
+    assert closes[0] == pytest.approx(dials[0] + 2.0)  # exactly handshake_timeout
+    for earlier, later in zip(dials, dials[1:]):
+        assert 2.25 - 1e-9 <= later - earlier <= 2.5 + 1e-9  # the timeout, then the back-off
+    assert push.stats().protocol_errors == len(closes)
+    fake.stall_handshakes(url, stall=False)
+    await push.asend(b"through")  # the next dial gets through
+    assert push.stats().messages_sent == 1
