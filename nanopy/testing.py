@@ -1,4 +1,13 @@
-"""Helpers for testing code that uses nanopy (and for nanopy's own tests)."""
+"""Helpers for testing code that uses nanopy (and for nanopy's own tests).
+
+* Addresses and waits for real sockets: :func:`ipc_url`, :func:`inproc_url`,
+  :func:`wait_pipes`, :func:`wait_no_pipes`, :func:`connect_pair`.
+* Virtual time: :func:`engine_in_this_loop` runs nanopy's engine inside the
+  current trio run, so ``trio.testing.MockClock`` governs every timer;
+  :func:`fake_transport` installs :class:`FakeTransport` (``fake://``), an
+  in-memory transport with controls (held writes, refused dials, stalled
+  handshakes, cut connections, injected messages). See ``docs/testing.md``.
+"""
 
 from __future__ import annotations
 
@@ -382,8 +391,9 @@ class FakeTransport(Transport):
     Connections carry whole payloads between sockets of this process, in the
     current trio run (use it inside :func:`engine_in_this_loop`). Install it with
     :func:`fake_transport`. Controls: :meth:`refuse` / :meth:`accept_dials` (drive
-    reconnect back-off), :meth:`stall_handshakes` (a peer that never answers), ``FakeConnection.hold`` / ``release`` (a stalled peer),
-    ``cut`` (a network failure) and ``inject`` (crafted wire messages).
+    reconnect back-off), :meth:`stall_handshakes` (a peer that never answers),
+    ``FakeConnection.hold`` / ``release`` (a peer that does not read), ``cut`` (a
+    network failure) and ``inject`` (crafted wire messages).
 
     Attributes:
         events: every :class:`FakeEvent`, in order.
