@@ -148,3 +148,30 @@ async def test_closing_one_endpoint_keeps_the_others(fake: FakeTransport, autoju
         await push.asend(b"%d" % i)
     assert await pulls[1].arecv_batch(10) == [b"%d" % i for i in range(5)]
     assert not push.closed and len(push.pipes) == 1
+
+
+@pytest.mark.xfail(
+    reason="close order listeners -> dialers -> pipes is issue 11 step 5 (not on main yet): today "
+    "endpoints stay open while linger flushes the pipes",
+    strict=False,
+)
+async def test_while_lingering_nothing_new_is_accepted_or_dialed(
+    fake: FakeTransport, autojump_clock: MockClock
+) -> None:
+    sock = nanopy.Socket("push", bind="fake://lingering", reconnect_interval=0.1, reconnect_interval_max=0.1)
+    nanopy.Socket("pull", connect="fake://lingering")
+    sock.connect("fake://absent-peer")
+    await trio.sleep(1)
+    (wire,) = fake.ends("fake://lingering", "listener")
+    wire.hold()
+    await sock.asend(b"queued")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sock.aclose, 5.0)
+        await trio.sleep(0.5)  # virtual: lingering, the queued message still held
+        closing_at = trio.current_time()
+        late = nanopy.Socket("pull", connect="fake://lingering")
+        await trio.sleep(0.5)
+        assert not late.pipes  # the listener closed first
+        assert all(t <= closing_at for t in fake.times("dial", "fake://absent-peer"))  # then the dialer
+        wire.release()
+    assert wire.payloads == [b"queued"]  # and the pipe was flushed last
