@@ -195,7 +195,7 @@ async def engine_in_this_loop(close_timeout: float = 10.0) -> AsyncIterator[Loop
             _engine._test_engine = None
             with trio.CancelScope(shield=True), trio.move_on_after(close_timeout):
                 for sock in list(_engine._sockets):
-                    if sock._engine_obj is engine and not sock.closed:
+                    if getattr(sock, "_engine_obj", None) is engine and not sock.closed:
                         await sock.aclose(linger=0)
             engine.stop()
 
