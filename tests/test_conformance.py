@@ -28,7 +28,8 @@ if "tcp+zlib" not in nanopy.transports.schemes():
     sys.path.insert(0, str(EXAMPLE_SRC))
     import nanopy_zlib
 
-    nanopy.transports.register("tcp+zlib", nanopy_zlib.transport)
+    if "tcp+zlib" not in nanopy.transports.schemes():  # (a build's egg-info there declares it too)
+        nanopy.transports.register("tcp+zlib", nanopy_zlib.transport)
 
 SCHEMES = nanopy.transports.schemes()
 # Schemes whose address is a host:port (port 0 = any free port; a raw TCP peer can stall them).
