@@ -145,7 +145,6 @@ class PipeDriver:
         self.appended = 0  # messages handed to transmit (tells the writer a burst goes on)
         self.flush_at = CALLER_BATCH  # the outbox size at which a sender looks at writing it
         self.received_mark = 0  # the socket's receive count at our last idle-path send
-        self.first_queued = 0.0  # when the oldest message in the outbox was queued
         self._writer_event: trio.Event | None = None
         self._reader_event: trio.Event | None = None
         self.paused = False  # the core's queue for this pipe is full: read nothing
@@ -175,9 +174,7 @@ class PipeDriver:
         if outbox or self.writing or self.tail is not None or self.control is not None:
             outbox.append(payload)
             n = len(outbox)
-            if n == 1:
-                self.first_queued = time.monotonic()
-            elif n >= self.flush_at and not self.writing and self.tail is None and self.writes_directly:
+            if n >= self.flush_at and not self.writing and self.tail is None and self.writes_directly:
                 if n < CALLER_BATCH_MAX and sum(map(len, outbox)) < CALLER_BYTES:
                     self.flush_at = n + CALLER_BATCH  # small messages: gather more first
                 else:
@@ -201,7 +198,6 @@ class PipeDriver:
             lock.release()
             return self._write_claimed([payload])
         outbox.append(payload)
-        self.first_queued = now
         self._kick_writer()
         lock.release()
         return 0
@@ -492,22 +488,32 @@ class PipeDriver:
     async def _linger(self) -> None:
         """Wait while a burst goes on, so the sender keeps writing full batches itself.
 
-        Returns once the sender has paused for a whole wait, a full batch is
-        waiting, or the oldest queued message has waited ``MAX_HOLD``. The waits
-        double while the burst lasts, so a long burst costs few wake-ups.
+        Returns once the sender has paused for a whole wait, a full batch, a
+        chunk's rest or a control frame is waiting, or a queued message may have
+        waited ``MAX_HOLD``. The waits double while the burst lasts, so a long
+        burst costs few wake-ups. The hold is counted on the engine's clock, over
+        the waits themselves: a message that came during a wait counts as queued
+        when that wait began, so none waits longer than ``MAX_HOLD``.
         """
         delay = FLUSH_DELAY
+        held = 0.0  # the longest any message now queued may have waited
         while True:
             seen = self.appended
+            before = self.outbox  # the sender swaps in a new list when it writes the outbox
+            if before:
+                delay = min(delay, MAX_HOLD - held)
+            start = trio.current_time()
             await trio.sleep(delay)
-            outbox = self.outbox
-            if (
-                not outbox
-                or self.appended == seen
-                or len(outbox) >= CALLER_BATCH_MAX
-                or time.monotonic() - self.first_queued >= MAX_HOLD
-            ):
+            if self.appended == seen or self.tail is not None or self.control is not None:
                 return
+            outbox = self.outbox
+            if outbox:
+                waited = trio.current_time() - start
+                held = held + waited if outbox is before and before else waited
+                if len(outbox) >= CALLER_BATCH_MAX or held >= MAX_HOLD * (1 - 1e-9):
+                    return
+            else:
+                held = 0.0  # the sender wrote the outbox itself
             delay = min(delay * 2, MAX_HOLD)
 
     def _notify_idle(self) -> None:
