@@ -48,7 +48,9 @@ def test_inproc_push_to_a_non_reading_pull_stops_after_a_bounded_number(make_soc
     with pytest.raises(nanopy.Timeout):
         for sent in range(10_000):  # noqa: B007 - the count is the result
             push.send(b"%d" % sent, timeout=0.3)
-    assert inproc.INBOX_SIZE <= sent <= 4 + 4 + inproc.INBOX_SIZE + 2
+    # The receiving core takes a delivered batch whole (and then pauses), so it may hold
+    # up to one inbox's worth beyond recv_buffer: bounded, not exact.
+    assert inproc.INBOX_SIZE <= sent <= 4 + 4 + 2 * inproc.INBOX_SIZE
     assert [pull.recv(timeout=5) for _ in range(sent)] == [b"%d" % i for i in range(sent)]
     push.send(b"again", timeout=5)  # room again once the receiver read
     assert pull.recv(timeout=5) == b"again"
