@@ -352,6 +352,19 @@ class SocketDriver:
         finally:
             lock.release()
         if actions:
+            if len(actions) == 1 and actions[0][0] is TRANSMIT:
+                # The usual outcome, carried out here rather than through execute().
+                pid = actions[0][1]
+                driver = self.pipes.get(pid)
+                if driver is None:
+                    self.dropped += 1
+                    return True
+                done = driver.transmit(actions[0][2])
+                if done:
+                    more = self._credit_back(pid, done)
+                    if more:
+                        self.execute(more)
+                return True
             self.execute(actions)
         return True
 
@@ -584,9 +597,10 @@ class SocketDriver:
                 if not state.waiter.woken:
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is None or left > 0:
-                        events = self._direct_poller(pipe.pid, conn, wake_fd).poll(
-                            None if left is None else max(1, int(left * 1000 + 0.999))
-                        )
+                        poller = self._direct_poller(pipe.pid, conn, wake_fd)
+                        if poller is None:
+                            return BLOCKED
+                        events = poller.poll(None if left is None else max(1, int(left * 1000 + 0.999)))
                         for fd, _ in events:
                             if fd == wake_fd:
                                 try:
@@ -610,8 +624,11 @@ class SocketDriver:
         cached = self._poll_cache
         if cached is not None and cached[0] == pid:
             return cached[1]
+        fd = conn.fileno()
+        if fd < 0:
+            return None  # the connection closed under us: the pipe is going away
         poller = select.poll()
-        poller.register(conn.fileno(), select.POLLIN)
+        poller.register(fd, select.POLLIN)
         poller.register(wake_fd, select.POLLIN)
         self._poll_cache = (pid, poller)
         return poller
