@@ -53,6 +53,7 @@ from ._core import (
 )
 from ._errors import Closed, MessageTooLarge, RemoteProtocolError, Timeout, WouldBlock
 from ._message import Message
+from ._pipe import FLUSH_DELAY, MAX_HOLD
 from ._timers import Timers
 from ._waiters import ThreadWaiter, WaitQueue, async_waiter
 
@@ -132,6 +133,10 @@ class SocketDriver:
         self._due: deque[tuple[int, int]] = deque()
         self._lazy_credit = _credit_is_bookkeeping(core)
         self.fanout_end = 0.0  # when the last round that wrote to several pipes ended
+        # Pipes holding what a fan-out burst queued, written by one flush round.
+        self._flush_lock = threading.Lock()
+        self._flush_pipes: list[PipeDriver] = []
+        self._flush_armed = False
         # counters (stats)
         self.sent = self.received = self.bytes_sent = self.bytes_received = 0
         self.dropped = 0
@@ -258,6 +263,48 @@ class SocketDriver:
             # READY was handled when the actions were drained.
         if transmits > 1:
             self.fanout_end = time.monotonic()
+
+    def flush_later(self, pipe: PipeDriver) -> None:
+        """``pipe`` queued a fan-out burst's first payload (any thread): the socket's
+        flush round will write it, unless a sender writes the outbox first.
+
+        One engine task per burst flushes every such pipe, instead of each pipe
+        waking its own writer task (a cross-thread wake-up and a GIL hand-over
+        each, per pipe).
+        """
+        with self._flush_lock:
+            self._flush_pipes.append(pipe)
+            if self._flush_armed:
+                return
+            self._flush_armed = True
+        self._engine().spawn(self._flush_round)
+
+    async def _flush_round(self) -> None:
+        """Wait while the burst goes on, then write what it left on each pipe.
+
+        The waits double from ``FLUSH_DELAY`` while the socket keeps sending; no
+        payload waits longer than ``MAX_HOLD`` (counted from this task's start).
+        A pipe whose channel is busy, or cannot take the whole chunk, is left to
+        its own writer task.
+        """
+        start = trio.current_time()
+        delay = FLUSH_DELAY
+        while True:
+            seen = self.sent
+            left = start + MAX_HOLD - trio.current_time()
+            if left <= 0:
+                break
+            await trio.sleep(min(delay, left))
+            if self.sent == seen:
+                break  # the burst is over
+            delay *= 2
+        with self._flush_lock:
+            self._flush_armed = False  # (before taking the list: a later pipe arms anew)
+            pipes, self._flush_pipes = self._flush_pipes, []
+        for pipe in pipes:
+            done = pipe.flush_queued()
+            if done:
+                self.credit(pipe.pid, done)
 
     def _credit_back(self, pid: int, n: int) -> list[Action] | None:
         """``n`` messages left pipe ``pid``: give the credit back; returns new actions."""

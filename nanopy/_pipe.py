@@ -195,10 +195,18 @@ class PipeDriver:
         # Idle: nothing sent lately, or the socket received since our last send
         # (an answer in a request/reply or ping-pong exchange, not a burst).
         received = self.sock.received
+        fanout = idle is False and self.writes_directly
         if idle is None:
             idle = now - self.last_tx > DIRECT_IDLE or received != self.received_mark
         self.last_tx = now
         self.received_mark = received
+        if fanout:
+            # A fan-out burst: the socket's one flush round writes what the burst
+            # leaves on every pipe (one engine wake-up per round, not one per pipe).
+            outbox.append(payload)
+            lock.release()
+            self.sock.flush_later(self)
+            return 0
         if idle and self.writes_directly:
             self.writing = True
             lock.release()
@@ -207,6 +215,21 @@ class PipeDriver:
         self._kick_writer()
         lock.release()
         return 0
+
+    def flush_queued(self) -> int:
+        """Write the outbox now if nobody else is writing (the socket's flush round,
+        engine thread); returns the credit to give back."""
+        lock = self.lock
+        lock.acquire()
+        if self.closed or self.writing or self.tail is not None or self.control is not None or not self.outbox:
+            lock.release()  # the writer task holds (or was woken for) the channel, or nothing is left
+            return 0
+        batch = self.outbox
+        self.outbox = []
+        self.flush_at = CALLER_BATCH
+        self.writing = True
+        lock.release()
+        return self._write_claimed(batch)
 
     def _write_claimed(self, batch: list[bytes]) -> int:
         """Write ``batch`` without blocking from this thread, which claimed the
