@@ -237,9 +237,9 @@ class SocketDriver:
                 if burst is None:
                     burst = time.monotonic() - self.fanout_end < FANOUT_GAP
                 transmits += 1
-                # None: the pipe judges idle vs burst by itself (a lone pipe's
-                # ping-pong is written directly); False: queue it, a fan-out burst.
-                done = driver.transmit(action[2], False if burst else None)
+                # A fan-out burst is queued (and batched); otherwise the pipe judges
+                # idle vs burst by itself (a lone pipe's ping-pong is written directly).
+                done = driver.queue_burst(action[2]) if burst else driver.transmit(action[2])
                 if done:
                     more = self._credit_back(action[1], done)
                     if more:

@@ -216,6 +216,20 @@ class PipeDriver:
         lock.release()
         return 0
 
+    def queue_burst(self, payload: bytes) -> int:
+        """``transmit(payload, idle=False)`` with the common case written out: the
+        outbox already holds part of a fan-out burst and is not due to be written
+        yet, so the payload is only appended (one call per pipe per message)."""
+        lock = self.lock
+        lock.acquire()
+        outbox = self.outbox
+        if outbox and len(outbox) + 1 < self.flush_at:
+            outbox.append(payload)
+            lock.release()
+            return 0
+        lock.release()
+        return self.transmit(payload, False)
+
     def flush_queued(self) -> int:
         """Write the outbox now if nobody else is writing (the socket's flush round,
         engine thread); returns the credit to give back."""
