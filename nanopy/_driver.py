@@ -412,8 +412,33 @@ class SocketDriver:
                     if more:
                         self.execute(more)
                 return True
+            if len(actions) > 1 and time.monotonic() - self.fanout_end < FANOUT_GAP:
+                self._fan_out(actions)  # a PUB's send in a burst: every pipe queues it
+                return True
             self.execute(actions)
         return True
+
+    def _fan_out(self, actions: list[Action]) -> None:
+        """``execute`` for a burst round (see FANOUT_GAP), its TRANSMITs in a tight
+        loop; from the first other action on, ``execute`` carries out the rest."""
+        pipes = self.pipes
+        more: list[Action] = []
+        for i, action in enumerate(actions):
+            if action[0] is not TRANSMIT:
+                more[:0] = actions[i:]  # (in order, before what credit released)
+                break
+            driver = pipes.get(action[1])
+            if driver is None:
+                self.dropped += 1
+                continue
+            done = driver.queue_burst(action[2])
+            if done:
+                released = self._credit_back(action[1], done)
+                if released:
+                    more.extend(released)
+        self.fanout_end = time.monotonic()
+        if more:
+            self.execute(more)
 
     def try_recv_body(self) -> bytes | None:
         """The next body if one is queued now, else None."""
