@@ -202,3 +202,23 @@ def test_plugin_channel_with_partial_writes_and_control_frames(make_socket: Fact
         assert [pull.recv(), pull.recv()] == [b"control 2", b"after"]
     finally:
         nanopy.transports.unregister("trickle")
+
+
+@pytest.mark.parametrize("transport", ["tcp", "ipc", "inproc", "ws"])
+@pytest.mark.parametrize("count", [3, 700])
+def test_fan_out_burst_reaches_every_subscriber_in_order(make_socket: Factory, transport: str, count: int) -> None:
+    """A PUB's burst to several pipes is queued and written by the socket's flush
+    round (or the sender, in full batches): a short burst's rest is not stranded,
+    a long one arrives whole and in order, on every pipe."""
+    pub = make_socket("pub", overflow="block", send_timeout=10)
+    url = pub.bind(_url(transport, f"fanout-{count}")).url
+    subs = [make_socket("sub", overflow="block", recv_timeout=10) for _ in range(3)]
+    for sub in subs:
+        sub.subscribe(b"")
+        sub.connect(url)
+    wait_until(lambda: len(pub.pipes) == 3 and all(len(s.pipes) == 1 for s in subs), what="the pipes")
+    for round_ in range(2):  # the second burst follows the first within the burst gap
+        for i in range(count):
+            pub.send(b"%d:%d" % (round_, i))
+        for sub in subs:
+            assert [sub.recv() for _ in range(count)] == [b"%d:%d" % (round_, i) for i in range(count)]
