@@ -1,10 +1,12 @@
 """Endpoints: a socket's binds (listeners) and connects (dialers).
 
-Each endpoint runs as one task tree in the engine. A dialer connects, completes
-the handshake, runs the pipe until it ends, then redials after an exponential,
-jittered back-off (``reconnect_interval`` doubling up to ``reconnect_interval_max``,
-reset after a pipe that lived). A listener accepts and hands each connection to
-its own task, so a peer stalling in the handshake holds up nobody else.
+Each endpoint is one task in its socket's task tree (nanopy/_lifecycle.py). A
+dialer connects, completes the handshake, waits while the pipe runs, then redials
+after an exponential, jittered back-off (``reconnect_interval`` doubling up to
+``reconnect_interval_max``, reset after a pipe that lived). A listener binds, then
+accepts and hands each connection to its own handshake task, so a peer stalling
+in the handshake holds up nobody else. A pipe that completed its handshake runs
+in the socket's pipes nursery, not under its endpoint.
 """
 
 from __future__ import annotations
@@ -53,6 +55,31 @@ class RepeatLimiter:
         self._quiet = 0
         self._next = now + self.interval
         log.warning(msg, *args)
+
+
+class BindResult:
+    """How a bind in progress ended: listening (``None``) or an exception (engine thread)."""
+
+    __slots__ = ("error", "event", "_set")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.error: BaseException | None = None
+        self._set = False
+
+    def set(self, error: BaseException | None) -> None:
+        """Record the first outcome only."""
+        if self._set:
+            return
+        self._set = True
+        self.error = error
+        self.event.set()
+
+    async def wait(self) -> None:
+        """Return once listening; raise why not otherwise."""
+        await self.event.wait()
+        if self.error is not None:
+            raise self.error
 
 
 def backoff_delay(current: float) -> float:
@@ -106,12 +133,25 @@ class Endpoint:
         if self._closed:
             return
         self._closed = True
-        self.socket._forget_endpoint(self)
-        engine = self.socket._engine
+        sock = self.socket
+        sock._forget_endpoint(self)
+        if sock._driver.fork_closed:
+            return  # inherited across a fork: the engine that ran it is gone
+        engine = sock._engine_obj
+        if engine is None:
+            return  # never started (the socket's engine never ran)
         if engine.in_engine_thread():
-            self._scope.cancel()
+            self.cancel()
         else:
-            engine.call_soon(self._scope.cancel)
+            engine.call_soon(self.cancel)
+        # A pipe handed over from a handshake after this point sees ``closed``.
+        for pipe in sock._driver.pipe_drivers():
+            if pipe.pipe.endpoint is self:
+                pipe.close_soon()
+
+    def cancel(self) -> None:
+        """Engine side: stop the listener or dialer task and its handshakes (not its pipes)."""
+        self._scope.cancel()
 
     def _context(self) -> PipeContext:
         return self.socket._pipe_context(self)
@@ -121,22 +161,24 @@ class Endpoint:
         self._warnings.warning("%s: closing %s on %s: %s", self.socket.name, where, self.url, exc)
 
     # -- engine side -----------------------------------------------------------
-    async def open_listener(self) -> str:
-        """Engine side: bind (run in the engine by ``Socket.bind``).
+    async def run_listener(self, bound: BindResult) -> None:
+        """Engine side: bind, report to ``bound``, then accept connections until stopped.
 
-        Returns:
-            The bound URL, with the real port.
+        Runs in the socket's task tree (started by ``Socket.bind``), so a close
+        racing the bind cancels it there and the listener is closed before the
+        tree ends: no address outlives ``close()``.
         """
-        self._listener = await self.transport.listen(self.url, self._context())
-        self.url = self._listener.url
-        return self.url
-
-    async def run_listener(self) -> None:
-        """Engine side: accept connections until closed (started by ``Socket.bind``)."""
-        listener = self._listener
-        assert listener is not None
+        listener: Listener | None = None
         try:
             with self._scope:
+                try:
+                    listener = await self.transport.listen(self.url, self._context())
+                except Exception as exc:  # noqa: BLE001 - the binding caller raises it
+                    bound.set(exc)
+                    return
+                self._listener = listener
+                self.url = listener.url
+                bound.set(None)
                 async with trio.open_nursery() as nursery:
                     while True:
                         try:
@@ -146,8 +188,10 @@ class Endpoint:
                             return
                         nursery.start_soon(self._handshake_and_run, conn)
         finally:
-            with trio.CancelScope(shield=True):
-                await listener.aclose()
+            bound.set(self.socket._driver.closed_error())  # stopped before it was listening
+            if listener is not None:
+                with trio.CancelScope(shield=True):
+                    await listener.aclose()
 
     async def run_dialer(self) -> None:
         """Engine side: dial, run the pipe, back off and dial again until closed."""
@@ -193,8 +237,10 @@ class Endpoint:
             with trio.CancelScope(shield=True):
                 await conn.aclose()
             raise
+        # The pipe runs in the socket's pipes nursery: stopping this endpoint at
+        # close does not cut it off before its queued messages are written.
         try:
-            await sock._run_pipe(conn, self)
+            await sock._tasks.run_pipe(sock._run_pipe, conn, self)
         except Closed:
             pass
         return True

@@ -224,11 +224,17 @@ class PipeDriver:
         """Drive the pipe until it fails, the peer leaves, or it is closed."""
         if self.conn.manages_credit:
             self.conn.release_credit = self.release_credit
-        with self._scope:
-            if not self.closed:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._until_failure, self._writer, nursery.cancel_scope)
-                    await self._until_failure(self._reader, nursery.cancel_scope)
+        try:
+            with self._scope:
+                if not self.closed:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(self._until_failure, self._writer, nursery.cancel_scope)
+                        await self._until_failure(self._reader, nursery.cancel_scope)
+        finally:  # also when the socket's task tree is cancelled around it
+            self._stopped()
+
+    def _stopped(self) -> None:
+        """The pipe's tasks are over: no thread may read or write it any more."""
         with self.read_lock:  # no thread reads the connection from now on
             with self.lock:
                 self.closed = True
