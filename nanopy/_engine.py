@@ -57,12 +57,14 @@ class Engine:
     def in_engine_thread(self) -> bool:
         return threading.get_ident() == self.thread_id
 
-    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Run ``fn(*args)`` on the engine thread soon (from any thread)."""
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> bool:
+        """Run ``fn(*args)`` on the engine thread soon (from any thread); False if the
+        engine has stopped (at interpreter exit) and it will never run."""
         try:
             self._token.run_sync_soon(fn, *args)  # type: ignore[union-attr]
         except trio.RunFinishedError:
-            pass
+            return False
+        return True
 
     def spawn(self, afn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         """Start ``afn(*args)`` as a task in the engine's nursery."""

@@ -119,8 +119,8 @@ class SocketTasks:
         engine = self._engine()
         if engine.in_engine_thread():
             self._begin_shutdown()
-        else:
-            engine.call_soon(self._begin_shutdown)
+        elif not engine.call_soon(self._begin_shutdown):
+            self._finish()  # the engine has stopped (at exit): its tasks are gone with it
 
     def wait(self) -> bool:
         """Block the calling thread until the tree has ended, at most ``linger +

@@ -11,6 +11,8 @@ linger side by side.
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -492,3 +494,63 @@ def test_exit_with_an_unreachable_peer_takes_linger_not_more() -> None:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+# -- fork ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_after_fork_inherited_sockets_close_at_once_and_new_ones_work() -> None:
+    pull = nanopy.Socket("pull", recv_timeout=10)
+    with closing(pull):
+        url = pull.bind(bind_url("tcp")).url
+        old = nanopy.Socket("push", connect=url)
+        old_ep = old.endpoints[0]
+        wait_pipes(old)
+        pid = os.fork()
+        if pid == 0:  # child: report through the exit code only
+            os._exit(_forked_child(old, old_ep, url))
+        try:
+            assert pull.recv() == b"child"
+        finally:
+            status = _reap(pid, 15)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child failed at step {status >> 8}"
+        old.send(b"parent")  # the parent's socket is untouched
+        assert pull.recv() == b"parent"
+        old.close()
+
+
+def _forked_child(old: nanopy.Socket, old_ep: Endpoint, url: str) -> int:
+    try:
+        for step, call in enumerate(
+            [lambda: old.send(b"x", timeout=1), lambda: old.bind(bind_url("tcp")), lambda: old.connect(url)], 1
+        ):
+            try:
+                call()
+                return step
+            except nanopy.Closed as exc:
+                if "fork" not in str(exc):
+                    return 10 + step
+        t0 = time.monotonic()
+        old_ep.close()
+        old.close()  # the parent's tasks are not in this process: nothing to wait for
+        trio.run(old.aclose)
+        if time.monotonic() - t0 > 0.5:
+            return 20
+        with nanopy.Socket("push", connect=url) as new:  # a fresh engine serves it
+            new.send(b"child", timeout=5)
+        return 0
+    except BaseException:  # noqa: BLE001 - reported as an exit code
+        return 30
+
+
+def _reap(pid: int, timeout: float) -> int:
+    """waitpid with a deadline: a hung child is killed (by its PID) and reaped."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    return os.waitpid(pid, 0)[1]
