@@ -5,7 +5,8 @@ Every engine task of a socket runs under one tree::
     SocketTasks._main
     └── pipes nursery          one task per pipe (PipeDriver.run: reader + writer)
         └── endpoints nursery  listeners (accept loop + handshakes), dialers
-                               (dial, handshake, back-off), binds in progress
+                               (dial, handshake, back-off), binds in progress,
+                               the protocol's timers (stopped with the core)
 
 A handshake belongs to the endpoint that made the connection; once it succeeds
 the connection is handed to the pipes nursery, so stopping an endpoint never cuts
@@ -76,7 +77,7 @@ class SocketTasks:
         self._main_started = False
         self._closing = False
         self._stop: trio.Event | None = None
-        self._pending: list[tuple[Endpoint, Callable[..., Awaitable[Any]], tuple[Any, ...]]] = []
+        self._pending: list[tuple[Endpoint | None, Callable[..., Awaitable[Any]], tuple[Any, ...]]] = []
         self._endpoint_nursery: trio.Nursery | None = None
         self._pipe_nursery: trio.Nursery | None = None
         self.endpoints: list[Endpoint] = []  # with a task in the tree, in start order
@@ -95,7 +96,7 @@ class SocketTasks:
             self._used = True
             return True
 
-    def start_endpoint(self, ep: Endpoint, afn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+    def start_endpoint(self, ep: Endpoint | None, afn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         """Run ``afn(*args)`` as endpoint ``ep``'s task (dropped if the socket is closing)."""
         if not self.reserve():
             return
@@ -104,6 +105,10 @@ class SocketTasks:
             self.spawn_endpoint(ep, afn, *args)
         else:
             engine.call_soon(self.spawn_endpoint, ep, afn, *args)
+
+    def start_task(self, afn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Run ``afn(*args)`` in the tree, beside the endpoints (the socket's timers)."""
+        self.start_endpoint(None, afn, *args)
 
     def shutdown(self, linger: float) -> None:
         """Start the asynchronous half of closing (idempotent; returns at once)."""
@@ -173,11 +178,12 @@ class SocketTasks:
             waiter.wake()
 
     # -- engine thread ---------------------------------------------------------------
-    def spawn_endpoint(self, ep: Endpoint, afn: Callable[..., Awaitable[Any]], *args: Any) -> bool:
+    def spawn_endpoint(self, ep: Endpoint | None, afn: Callable[..., Awaitable[Any]], *args: Any) -> bool:
         """Engine side of :meth:`start_endpoint`; False if the socket is closing."""
         if self._closing:
             return False
-        self.endpoints.append(ep)
+        if ep is not None:
+            self.endpoints.append(ep)
         nursery = self._endpoint_nursery
         if nursery is not None:
             nursery.start_soon(self._endpoint_task, ep, afn, args)
@@ -216,11 +222,13 @@ class SocketTasks:
         elif not self._main_started:
             self._finish()
 
-    async def _endpoint_task(self, ep: Endpoint, afn: Callable[..., Awaitable[Any]], args: tuple[Any, ...]) -> None:
+    async def _endpoint_task(
+        self, ep: Endpoint | None, afn: Callable[..., Awaitable[Any]], args: tuple[Any, ...]
+    ) -> None:
         try:
             await afn(*args)
         except Exception:
-            log.exception("%s: endpoint %s failed", self._name(), ep.url)
+            log.exception("%s: %s failed", self._name(), f"endpoint {ep.url}" if ep else afn.__qualname__)
         finally:
             if ep in self.endpoints:
                 self.endpoints.remove(ep)
@@ -231,9 +239,7 @@ class SocketTasks:
                 self._pipe_nursery = pipes
                 async with trio.open_nursery() as endpoints:
                     self._endpoint_nursery = endpoints
-                    pending, self._pending = self._pending, []
-                    for ep, afn, args in pending:
-                        endpoints.start_soon(self._endpoint_task, ep, afn, args)
+                    self._start_pending(endpoints)
                     assert self._stop is not None
                     await self._stop.wait()
                     self._stop_endpoints()
@@ -247,6 +253,11 @@ class SocketTasks:
         finally:
             self._pipe_nursery = None
             self._finish()
+
+    def _start_pending(self, endpoints: trio.Nursery) -> None:
+        pending, self._pending = self._pending, []
+        for ep, afn, args in pending:
+            endpoints.start_soon(self._endpoint_task, ep, afn, args)
 
     def _stop_endpoints(self) -> None:
         """Listeners first (no new connection comes in), then dialers (none goes out),

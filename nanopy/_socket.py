@@ -114,6 +114,7 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
         self._driver = SocketDriver(core_cls(self._options, raw=raw), self._get_name, lambda: self._engine)
         # Every engine task of this socket runs in this tree (nanopy/_lifecycle.py).
         self._tasks = SocketTasks(self._get_name, lambda: self._engine, lambda: list(self._driver.pipe_drivers()))
+        self._driver.spawn_task = self._tasks.start_task
         self.raw = raw
         self._closing_q: WaitQueue | None = None  # made by the first _await_closed
         _engine.track_socket(self)

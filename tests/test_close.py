@@ -125,7 +125,8 @@ def socket_tasks(sock: nanopy.Socket) -> list[str]:
                 owners = [frame.f_locals.get("self")]
                 owners += [getattr(v, "__self__", None) for v in frame.f_locals.values()]
                 if any(mine(o) for o in owners):
-                    found.append(task.name)
+                    wrapped = frame.f_locals.get("afn")  # what a tree wrapper runs
+                    found.append(f"{task.name}({getattr(wrapped, '__qualname__', '')})")
             for nursery in task.child_nurseries:
                 for child in nursery.child_tasks:
                     visit(child)
@@ -177,6 +178,21 @@ def test_address_free_and_no_task_left_after_close(where: Place) -> None:
         assert socket_tasks(pull) == []
         push.close()
         assert socket_tasks(push) == []
+
+
+def test_protocol_timers_run_in_the_tree_and_end_with_close() -> None:
+    rep = nanopy.Socket("rep")
+    req = nanopy.Socket("req", resend_interval=30, recv_timeout=5)
+    surveyor = nanopy.Socket("surveyor", survey_deadline=30)
+    with closing(rep, req, surveyor):
+        req.connect(rep.bind(bind_url("tcp")).url)
+        req.send(b"question")  # arms the resend timer
+        assert rep.recv() == b"question"
+        surveyor.send(b"anyone?")  # arms the survey deadline, with no pipe at all
+        for sock in (req, surveyor):
+            assert any("Timers._run" in name for name in socket_tasks(sock))
+            sock.close()
+            assert socket_tasks(sock) == []
 
 
 def test_endpoint_close_stops_its_pipes_and_frees_the_address(where: Place) -> None:
