@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ._errors import Closed, MessageTooLarge, RemoteProtocolError
+from ._errors import MessageTooLarge, RemoteProtocolError
 from .transports._base import Connection, Listener, PipeContext, Transport
 
 if TYPE_CHECKING:
@@ -238,9 +238,9 @@ class Endpoint:
                 await conn.aclose()
             raise
         # The pipe runs in the socket's pipes nursery: stopping this endpoint at
-        # close does not cut it off before its queued messages are written.
-        try:
-            await sock._tasks.run_pipe(sock._run_pipe, conn, self)
-        except Closed:
-            pass
+        # close does not cut it off before its queued messages are written. A
+        # dialer waits for it to end before dialing again; a listener does not.
+        ended = sock._tasks.start_pipe(sock._run_pipe, conn, self)
+        if self.dialer:
+            await ended.wait()
         return True

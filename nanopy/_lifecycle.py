@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from ._errors import Closed
 from ._waiters import ThreadWaiter, async_waiter
 
 if TYPE_CHECKING:
@@ -195,11 +196,12 @@ class SocketTasks:
             self._engine().spawn(self._main)
         return True
 
-    async def run_pipe(self, afn: Callable[..., Awaitable[Any]], *args: Any) -> None:
-        """Run the pipe task ``afn(*args)`` in the pipes nursery, and wait for it to end.
+    def start_pipe(self, afn: Callable[..., Awaitable[Any]], *args: Any) -> trio.Event:
+        """Run the pipe task ``afn(*args)`` in the pipes nursery; the event is set when it ends.
 
-        The pipe does not belong to the waiting task: if that task is cancelled
-        (its endpoint stops), the pipe runs on until closed or flushed at close.
+        The pipe does not belong to the task that made it: if that task is
+        cancelled (its endpoint stops), the pipe runs on until it is closed, or
+        flushed and closed by the socket's close.
         """
         nursery = self._pipe_nursery
         if nursery is None:  # pragma: no cover - endpoints run only inside the pipes nursery
@@ -209,11 +211,15 @@ class SocketTasks:
         async def pipe_task() -> None:
             try:
                 await afn(*args)
+            except Closed:
+                pass  # the socket closed under it
+            except Exception:  # one pipe's failure must not take the socket's tree down
+                log.exception("%s: pipe task failed", self._name())
             finally:
                 ended.set()
 
         nursery.start_soon(pipe_task)
-        await ended.wait()
+        return ended
 
     def _begin_shutdown(self) -> None:
         self._closing = True
