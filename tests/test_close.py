@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -213,30 +213,57 @@ def test_endpoint_close_stops_its_pipes_and_frees_the_address(where: Place) -> N
 # -- the synchronous half first ----------------------------------------------------------------------
 
 
+def _blocked_callers(push: nanopy.Socket) -> dict[str, Callable[[], Any]]:
+    """Calls that block on a PUSH whose pipes are all full: a thread's send, a trio
+    and an asyncio task's asend, a poll for POLLOUT."""
+    import asyncio
+
+    async def trio_send() -> None:
+        await push.asend(b"blocked", timeout=30)
+
+    async def asyncio_send() -> None:
+        await push.asend(b"blocked", timeout=30)
+
+    def poll() -> None:
+        poller = nanopy.Poller()
+        poller.register(push, nanopy.POLLOUT)
+        poller.poll(timeout=30)
+
+    return {
+        "send": lambda: push.send(b"blocked", timeout=30),
+        "trio asend": lambda: trio.run(trio_send),
+        "asyncio asend": lambda: asyncio.run(asyncio_send()),
+        "poll": poll,
+    }
+
+
 def test_blocked_calls_raise_closed_at_once_while_close_lingers(where: Place) -> None:
     push, pull, _ = stalled_pair(where)
     with closing(pull, push):
-        outcome: list[BaseException] = []
-        blocked = threading.Event()
+        outcome: dict[str, BaseException | None] = {}
 
-        def send() -> None:
-            blocked.set()
+        def run(name: str, call: Callable[[], Any]) -> None:
             try:
-                push.send(b"blocked", timeout=30)
+                call()
+                outcome[name] = None
             except BaseException as exc:  # noqa: BLE001 - checked below
-                outcome.append(exc)
+                outcome[name] = exc
 
-        sender = threading.Thread(target=send)
-        sender.start()
-        blocked.wait(5)
-        wait_until(lambda: len(push._driver.send_q.waiters) == 1, what="the sender parked")
-        closer = threading.Thread(target=push.close, kwargs={"linger": 3})
+        callers = [threading.Thread(target=run, args=item) for item in _blocked_callers(push).items()]
+        for t in callers:
+            t.start()
+        wait_until(
+            lambda: len(push._driver.send_q.waiters) == 3 and len(push._driver.watchers) == 1,
+            what="every caller parked",
+        )
+        closer = threading.Thread(target=push.close, kwargs={"linger": 2})
         t0 = time.monotonic()
         closer.start()
-        sender.join(1)
-        assert not sender.is_alive(), "send still blocked 1 s into close()"
-        assert isinstance(outcome[0], nanopy.Closed)
+        for t in callers:
+            t.join(max(0.0, t0 + 1 - time.monotonic()))
+        assert not any(t.is_alive() for t in callers), f"still blocked 1 s into close(): {outcome}"
         assert time.monotonic() - t0 < 1
+        assert all(isinstance(exc, nanopy.Closed) for exc in outcome.values()), outcome
         closer.join(10)
         assert not closer.is_alive()
 
