@@ -125,7 +125,7 @@ class Endpoint:
 
     @property
     def closed(self) -> bool:
-        """True once :meth:`close` ran."""
+        """True once :meth:`close` ran, or its socket closed."""
         return self._closed
 
     def close(self) -> None:
