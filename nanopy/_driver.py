@@ -519,8 +519,11 @@ class SocketDriver:
         read_lock = pipe.read_lock
         state = _DirectState(pipe.pid, wake_fd, deadline)
         try:
+            fd = conn.fileno()
+            if fd < 0:
+                return BLOCKED  # the connection closed under us: the pipe is going away
             poller = select.poll()
-            poller.register(conn.fileno(), select.POLLIN)
+            poller.register(fd, select.POLLIN)
             poller.register(wake_fd, select.POLLIN)
             result = self._direct_round(state, None, attempt)
             while True:

@@ -57,31 +57,6 @@ class RepeatLimiter:
         log.warning(msg, *args)
 
 
-class BindResult:
-    """How a bind in progress ended: listening (``None``) or an exception (engine thread)."""
-
-    __slots__ = ("error", "event", "_set")
-
-    def __init__(self) -> None:
-        self.event = trio.Event()
-        self.error: BaseException | None = None
-        self._set = False
-
-    def set(self, error: BaseException | None) -> None:
-        """Record the first outcome only."""
-        if self._set:
-            return
-        self._set = True
-        self.error = error
-        self.event.set()
-
-    async def wait(self) -> None:
-        """Return once listening; raise why not otherwise."""
-        await self.event.wait()
-        if self.error is not None:
-            raise self.error
-
-
 def backoff_delay(current: float) -> float:
     """Jittered delay: uniform in [current/2, current] so peers spread out."""
     return current * (0.5 + random.random() / 2)
@@ -161,24 +136,18 @@ class Endpoint:
         self._warnings.warning("%s: closing %s on %s: %s", self.socket.name, where, self.url, exc)
 
     # -- engine side -----------------------------------------------------------
-    async def run_listener(self, bound: BindResult) -> None:
-        """Engine side: bind, report to ``bound``, then accept connections until stopped.
+    async def open_listener(self) -> Listener:
+        """Engine side: bind (``Socket.bind`` runs it, then hands the listener to
+        :meth:`run_listener` in the socket's task tree)."""
+        listener = self._listener = await self.transport.listen(self.url, self._context())
+        self.url = listener.url
+        return listener
 
-        Runs in the socket's task tree (started by ``Socket.bind``), so a close
-        racing the bind cancels it there and the listener is closed before the
-        tree ends: no address outlives ``close()``.
-        """
-        listener: Listener | None = None
+    async def run_listener(self, listener: Listener) -> None:
+        """Engine side: accept connections until stopped; then close the listener, so
+        its address is free before the socket's task tree ends."""
         try:
             with self._scope:
-                try:
-                    listener = await self.transport.listen(self.url, self._context())
-                except Exception as exc:  # noqa: BLE001 - the binding caller raises it
-                    bound.set(exc)
-                    return
-                self._listener = listener
-                self.url = listener.url
-                bound.set(None)
                 async with trio.open_nursery() as nursery:
                     while True:
                         try:
@@ -188,18 +157,17 @@ class Endpoint:
                             return
                         nursery.start_soon(self._handshake_and_run, conn)
         finally:
-            bound.set(self.socket._driver.closed_error())  # stopped before it was listening
-            if listener is not None:
-                with trio.CancelScope(shield=True):
-                    await listener.aclose()
+            with trio.CancelScope(shield=True):
+                await listener.aclose()
 
     async def run_dialer(self) -> None:
         """Engine side: dial, run the pipe, back off and dial again until closed."""
         opts = self.socket._options
         delay = opts.reconnect_interval
+        now = self.socket._engine.now  # the engine's clock (a test's virtual one too)
         with self._scope:
             while True:
-                started = time.monotonic()
+                started = now()
                 try:
                     conn = await self.transport.dial(self.url, self._context())
                 except (OSError, RemoteProtocolError) as exc:
@@ -207,7 +175,7 @@ class Endpoint:
                     self.socket._count_reconnect()
                 else:
                     ran = await self._handshake_and_run(conn)
-                    if ran and time.monotonic() - started >= HEALTHY_PIPE_SECONDS:
+                    if ran and now() - started >= HEALTHY_PIPE_SECONDS:
                         delay = opts.reconnect_interval
                     if not ran:
                         self.socket._count_reconnect()

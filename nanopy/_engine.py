@@ -15,6 +15,7 @@ import concurrent.futures
 import logging
 import os
 import threading
+import time
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -54,6 +55,11 @@ class Engine:
             await trio.sleep_forever()
 
     # -- doors in from other threads --------------------------------------------
+    def now(self) -> float:
+        """The engine's clock in seconds, readable from any thread (timers use it;
+        an engine inside a test's trio run answers with that run's clock)."""
+        return time.monotonic()
+
     def in_engine_thread(self) -> bool:
         return threading.get_ident() == self.thread_id
 
@@ -108,13 +114,15 @@ class Engine:
 
 _lock = threading.Lock()
 _engine: Engine | None = None
+# Set by nanopy.testing.engine_in_this_loop: sockets made meanwhile use this engine.
+_test_engine: Engine | None = None
 _sockets: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def get_engine() -> Engine:
     """The engine of this process, started on first use."""
     global _engine
-    engine = _engine
+    engine = _test_engine or _engine
     if engine is not None:
         return engine
     with _lock:

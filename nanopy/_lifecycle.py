@@ -5,8 +5,12 @@ Every engine task of a socket runs under one tree::
     SocketTasks._main
     └── pipes nursery          one task per pipe (PipeDriver.run: reader + writer)
         └── endpoints nursery  listeners (accept loop + handshakes), dialers
-                               (dial, handshake, back-off), binds in progress,
-                               the protocol's timers (stopped with the core)
+                               (dial, handshake, back-off), the protocol's
+                               timers (stopped with the core)
+
+A bind opens its listener before the listener task joins the tree (so binding an
+in-memory address never waits for another task); the tree counts such binds, and
+closing is finished only once they have ended too.
 
 A handshake belongs to the endpoint that made the connection; once it succeeds
 the connection is handed to the pipes nursery, so stopping an endpoint never cuts
@@ -18,7 +22,8 @@ Closing has two halves (``Socket.close`` and ``Socket.aclose`` call both):
    wake every blocked call (they raise ``Closed`` at once) -- ``SocketDriver.close_core``;
 2. asynchronous, in the engine (:meth:`SocketTasks._main` once told to stop):
    stop the listeners (their addresses are free when they return), then the
-   dialers and any handshake or bind in progress; give the pipes what is left of
+   dialers and any handshake in progress (a bind in progress ends by closing the
+   listener it opened); give the pipes what is left of
    ``linger`` to write what they queued; close the pipes; the tree then ends.
 
 The caller waits for the end of the tree, at most ``linger + CLOSE_GRACE``
@@ -76,7 +81,10 @@ class SocketTasks:
         self._finish_waiters: list[Any] = []
         # engine thread only
         self._main_started = False
+        self._main_ended = False
+        self._binds = 0  # binds opening a listener outside the tree (Socket._bind)
         self._closing = False
+        self._flush_until = 0.0  # trio.current_time() by which the linger flush ends
         self._stop: trio.Event | None = None
         self._pending: list[tuple[Endpoint | None, Callable[..., Awaitable[Any]], tuple[Any, ...]]] = []
         self._endpoint_nursery: trio.Nursery | None = None
@@ -221,11 +229,33 @@ class SocketTasks:
         nursery.start_soon(pipe_task)
         return ended
 
+    def bind_begins(self) -> bool:
+        """A bind opens a listener (engine side); False if the socket is closing.
+
+        The listener is opened before it joins the tree (so that a bind of an
+        in-memory address completes without waiting); until :meth:`bind_ends`
+        the tree does not count as finished.
+        """
+        if self._closing:
+            return False
+        self._binds += 1
+        return True
+
+    def bind_ends(self) -> None:
+        self._binds -= 1
+        self._finish_if_idle()
+
     def _begin_shutdown(self) -> None:
         self._closing = True
+        # The flush deadline on the engine's own clock (a test's virtual one too).
+        self._flush_until = trio.current_time() + max(0.0, self._deadline - time.monotonic())
         if self._stop is not None:
             self._stop.set()
-        elif not self._main_started:
+        self._finish_if_idle()
+
+    def _finish_if_idle(self) -> None:
+        """Closing, and neither the tree nor a bind runs any more: finished."""
+        if self._closing and not self._binds and (self._main_ended or not self._main_started):
             self._finish()
 
     async def _endpoint_task(
@@ -258,7 +288,9 @@ class SocketTasks:
             log.exception("%s: error while closing", self._name())
         finally:
             self._pipe_nursery = None
-            self._finish()
+            self._main_ended = True
+            self._closing = True  # (cancelled from outside: the engine is stopping)
+            self._finish_if_idle()
 
     def _start_pending(self, endpoints: trio.Nursery) -> None:
         pending, self._pending = self._pending, []
@@ -267,7 +299,7 @@ class SocketTasks:
 
     def _stop_endpoints(self) -> None:
         """Listeners first (no new connection comes in), then dialers (none goes out),
-        then whatever else runs there (binds, handshakes)."""
+        then whatever else runs there (handshakes, timers)."""
         for want_dialers in (False, True):
             for ep in list(self.endpoints):
                 if ep.dialer == want_dialers:
@@ -277,10 +309,9 @@ class SocketTasks:
 
     async def _flush_pipes(self) -> None:
         """Give the pipes until the linger deadline to write what they queued."""
-        left = self._deadline - time.monotonic()
-        if left <= 0:
+        if self._flush_until <= trio.current_time():
             return
-        with trio.move_on_after(left):
+        with trio.move_on_at(self._flush_until):
             for pipe in self._pipes():
                 await pipe.wait_flushed()
 

@@ -25,7 +25,7 @@ from trio.lowlevel import cancel_shielded_checkpoint
 from . import _engine
 from ._core import Core, PipeInfo
 from ._driver import SocketDriver, _Blocked, checkpoint_after, checkpoint_before
-from ._endpoint import BindResult, Endpoint
+from ._endpoint import Endpoint
 from ._errors import AddressError, Closed, MessageTooLarge, ProtocolError, WouldBlock
 from ._lifecycle import SocketTasks
 from ._message import Message, Pipe
@@ -267,12 +267,23 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
         return ep
 
     async def _bind(self, ep: Endpoint) -> None:
-        """Engine side of :meth:`bind`: run the listener in the socket's task tree and
-        wait until it listens (or failed, or the socket closed meanwhile)."""
-        bound = BindResult()
-        if not self._tasks.spawn_endpoint(ep, ep.run_listener, bound):
+        """Engine side of :meth:`bind`: open the listener, then run it in the socket's
+        task tree. A close meanwhile waits for this bind (``SocketTasks.bind_begins``)
+        and the listener is closed here, so no address outlives ``close()``."""
+        tasks = self._tasks
+        if not tasks.bind_begins():
             raise self._driver.closed_error()
-        await bound.wait()
+        listener = None
+        try:
+            listener = await ep.open_listener()
+            if not tasks.spawn_endpoint(ep, ep.run_listener, listener):
+                raise self._driver.closed_error()
+            listener = None  # the listener task owns it now
+        finally:
+            if listener is not None:
+                with trio.CancelScope(shield=True):
+                    await listener.aclose()
+            tasks.bind_ends()
 
     def _forget_endpoint(self, ep: Endpoint) -> None:
         def forget() -> None:

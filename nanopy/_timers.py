@@ -10,7 +10,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -32,7 +31,7 @@ class Timers:
         self._stopped = False
 
     def arm(self, key: Any, delay: float) -> None:
-        deadline = time.monotonic() + delay
+        deadline = self._engine.now() + delay
         with self._lock:
             if self._stopped:
                 return
@@ -65,7 +64,7 @@ class Timers:
             self._engine.call_soon(event.set)
 
     def _due(self) -> tuple[list[Any], float]:
-        now = time.monotonic()
+        now = self._engine.now()
         due = []
         with self._lock:
             heap = self._heap
@@ -89,5 +88,5 @@ class Timers:
             if due:
                 continue
             event = self._event
-            with trio.move_on_at(trio.current_time() + max(0.0, nxt - time.monotonic())):
+            with trio.move_on_at(trio.current_time() + max(0.0, nxt - self._engine.now())):
                 await event.wait()  # type: ignore[union-attr]

@@ -126,7 +126,20 @@ def test_fork_under_load(make_socket: MakeSocket) -> None:
 
     pumper = threading.Thread(target=pump, daemon=True)
     pumper.start()
-    seqs = [untag(pull.recv()) for _ in range(100)]
+    seqs: list[int] = []
+    from_children: set[bytes] = set()
+
+    def take(n: int) -> None:
+        """Receive ``n`` messages, sorting a child's greeting from the parent's flow (a
+        child may get its message through while the parent is still forking)."""
+        for _ in range(n):
+            body = pull.recv()
+            if body.startswith(b"child "):
+                from_children.add(body)
+            else:
+                seqs.append(untag(body))
+
+    take(100)
     children = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads: what we test
@@ -144,16 +157,11 @@ def test_fork_under_load(make_socket: MakeSocket) -> None:
                 finally:
                     os._exit(code)
             children.append(pid)
-            seqs.extend(untag(pull.recv()) for _ in range(50))
-    from_children = set()
+            take(50)
     for _ in range(200_000):
-        body = pull.recv()
-        if body.startswith(b"child "):
-            from_children.add(body)
-            if len(from_children) == len(children):
-                break
-        else:
-            seqs.append(untag(body))
+        if len(from_children) == len(children):
+            break
+        take(1)
     stop.set()
     pumper.join(10)
     for pid in children:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import pytest
 import trio
+import trio.testing
 from conftest import bind_url, wait_until
 
 import nanopy
@@ -185,7 +186,7 @@ def test_apoll_with_trio(make_socket: MakeSocket) -> None:
         assert await poller.apoll(timeout=0.05) == []
 
         async def send_later() -> None:
-            await trio.sleep(0.01)
+            await trio.testing.wait_all_tasks_blocked()  # apoll is parked
             await push.asend(b"hello")
 
         async with trio.open_nursery() as nursery:

@@ -1,0 +1,1 @@
+"""The engine tier: nanopy's engine in virtual time over an in-memory transport (docs/testing.md)."""
