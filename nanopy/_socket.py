@@ -741,10 +741,10 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
         """Close the socket; idempotent and callable from any thread.
 
         Every blocked call on this socket raises :class:`Closed` at once. Then
-        queued sends get up to ``linger`` seconds to be written, and the socket's
-        listeners, dialers and pipes are stopped, in that order. ``close`` returns
-        once they all have (every address the socket held is free again), waiting
-        at most ``linger`` + 2 s.
+        the listeners stop (their addresses are free), then the dialers; the
+        messages queued on pipes get up to ``linger`` seconds to be written; then
+        the pipes close. ``close`` returns once all of that is done, waiting at
+        most ``linger`` + 2 s.
 
         Args:
             linger: seconds queued sends get to be written; defaults to the
@@ -757,9 +757,9 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
         self._tasks.wait()
 
     async def aclose(self, linger: float | None = None) -> None:
-        """Async :meth:`close`: waits in the caller's trio or asyncio loop, without a
-        worker thread. It is a checkpoint; cancelling it stops the wait only: the
-        socket is closed, and its tasks end in the background.
+        """Async :meth:`close`: waits (at most ``linger`` + 2 s) in the caller's trio or
+        asyncio loop, without a worker thread. It is a checkpoint; cancelling it
+        stops the wait only: the socket is closed, and its tasks end in the background.
 
         Args:
             linger: as for :meth:`close`.
