@@ -1,18 +1,36 @@
 """Pipe drivers: move one connection's messages between the wire and the core.
 
-Each pipe has a reader task and a writer task in the engine. Sending is designed
-so a busy sender rarely needs the engine and an idle one never waits for it:
+Each pipe has a reader task and a writer task in the engine. The driver is the
+connection's only writer and owns everything not written yet: one outbox of
+payloads, the unwritten rest of a chunk a non-blocking write left (``tail``) and
+one control frame (``control``, a WebSocket PONG) that goes out before queued
+payloads. Whoever writes -- a sending thread or the writer task -- first claims
+the channel (``writing``), so writes never overlap; a claim never blocks. The
+connection is a :class:`~nanopy.transports.ChannelConnection` (``frame``,
+``write_nowait``, ``write_all``); a plug-in that only implements ``send`` is
+wrapped in an adapter whose writes all go through the writer task.
 
-* ``transmit`` (any thread) writes straight to the socket when the pipe is idle
-  (nothing queued, no write in progress, nothing sent in the last ``DIRECT_IDLE``
-  seconds) -- the low-latency path;
+Sending is designed so a busy sender rarely needs the engine and an idle one
+never waits for it:
+
+* ``transmit`` (any thread) writes straight to the channel when the pipe is idle
+  (nothing queued, no write in progress, and nothing sent in the last
+  ``DIRECT_IDLE`` seconds or the socket received a message since: an answer is
+  not a burst) -- the low-latency path;
 * a burst of sends collects in the outbox; the sending thread itself writes the
-  outbox as one frame batch whenever it reaches ``CALLER_BATCH`` messages -- the
+  outbox as one chunk whenever it holds ``CALLER_BATCH`` messages and
+  ``CALLER_BYTES`` bytes (at most ``CALLER_BATCH_MAX`` messages) -- the
   high-throughput path, with no engine wake-up per batch;
 * the writer task flushes what a burst leaves behind: woken by the first queued
   message, it waits while the burst goes on (``FLUSH_DELAY``, doubling, never
   holding a message longer than ``MAX_HOLD``), then writes what is left; it also
-  takes over whenever the socket cannot take a write at once.
+  takes over whenever the channel cannot take a write at once (a full kernel
+  buffer or inproc inbox, a TLS stream).
+
+A payload's credit goes back to the socket when the channel has taken its whole
+chunk: at once for a direct write (the sending thread's ``transmit`` returns it),
+after ``write_all`` for the writer task. So a peer that reads nothing stops the
+sender after its send buffer, the chunk in flight and what the channel holds.
 
 Receiving has a direct path too. A connection that can be read without
 blocking from any thread (tcp, ipc: ``read_nowait``) has a *read role*: the
@@ -39,6 +57,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ._errors import MessageTooLarge, RemoteProtocolError
+from .transports._base import ChannelConnection
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -50,10 +69,17 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nanopy")
 
+#: what a non-blocking write may raise: the writer task meets (and reports) it again
+_WRITE_ERRORS = (OSError, EOFError, RemoteProtocolError)
+
 # Sends closer together than this count as a burst: they are batched, not written one by one.
 DIRECT_IDLE = 50e-6
-# A sending thread writes the outbox itself once it holds this many messages.
+# A sending thread writes the outbox itself once it holds this many messages and
+# ``CALLER_BYTES`` of payload (looked at every ``CALLER_BATCH`` messages), or
+# ``CALLER_BATCH_MAX`` messages: small messages go out in chunks of a useful size.
 CALLER_BATCH = 64
+CALLER_BYTES = 16 * 1024
+CALLER_BATCH_MAX = 256
 # The writer task's first wait before flushing a partial batch left by a burst.
 FLUSH_DELAY = 200e-6
 # No queued message waits longer than this for the writer task.
@@ -63,6 +89,23 @@ MAX_HOLD = 1e-3
 READ_LEASE = 5e-3
 # The longest the reader task waits before looking whether a thread still holds the role.
 STAND_ASIDE_MAX = 50e-3
+
+
+class SendAdapter:
+    """A connection that only implements ``send(payloads)`` (a plug-in), seen as a
+    channel: a chunk is the batch itself, written by the writer task."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def frame(self, payloads: list[bytes]) -> list[bytes]:
+        return payloads
+
+    def write_nowait(self, chunk: Any) -> int:
+        return 0
+
+    async def write_all(self, chunk: Any) -> None:
+        await self.conn.send(chunk)
 
 
 class PipeDriver:
@@ -83,12 +126,25 @@ class PipeDriver:
         self.pid = pipe.id
         self.engine = engine
         self.lock = threading.Lock()
+        # The write side (see the module docstring); all of it under ``lock``.
+        self.channel: ChannelConnection | SendAdapter
+        if isinstance(conn, ChannelConnection):
+            self.channel = conn
+            self.writes_directly = True
+            conn.attach_control(self.send_control)
+        else:
+            self.channel = SendAdapter(conn)
+            self.writes_directly = False
         self.outbox: list[bytes] = []
-        self.writing = False
+        self.tail: Any = None  # the unwritten rest of a chunk
+        self.tail_credit = 0  # messages of that chunk, credited once it is written
+        self.control: bytes | None = None  # a control frame to write before the outbox
+        self.writing = False  # a thread or the writer task holds the channel
         self.closed = False
         self.last_tx = 0.0
         self.appended = 0  # messages handed to transmit (tells the writer a burst goes on)
-        self.first_queued = 0.0  # when the oldest message in the outbox was queued
+        self.flush_at = CALLER_BATCH  # the outbox size at which a sender looks at writing it
+        self.received_mark = 0  # the socket's receive count at our last idle-path send
         self._writer_event: trio.Event | None = None
         self._reader_event: trio.Event | None = None
         self.paused = False  # the core's queue for this pipe is full: read nothing
@@ -108,49 +164,80 @@ class PipeDriver:
     # -- any thread ------------------------------------------------------------
     def transmit(self, payload: bytes) -> int:
         """Send or queue ``payload``; returns how many credits may be returned now."""
-        conn = self.conn
-        if self.hands_over and not self.outbox and not self.closed and conn.try_send(payload):
-            return 0  # an in-memory hand-over: the connection returns the credit itself
         lock = self.lock
         lock.acquire()
-        try:
-            if self.closed:
-                return 0
-            outbox = self.outbox
-            self.appended += 1
-            if outbox or self.writing:
-                outbox.append(payload)
-                n = len(outbox)
-                if n == 1:
-                    self.first_queued = time.monotonic()
-                elif n >= CALLER_BATCH and not self.writing:
-                    return self._flush_from_caller()
-                return 0
-            now = time.monotonic()
-            idle = now - self.last_tx > DIRECT_IDLE
-            self.last_tx = now
-            if idle and conn.try_send(payload):
-                if conn.has_pending:
-                    self._kick_writer()
-                return 0 if conn.manages_credit else 1
-            outbox.append(payload)
-            self.first_queued = now
-            self._kick_writer()
-            return 0
-        finally:
+        if self.closed:
             lock.release()
-
-    def _flush_from_caller(self) -> int:
-        """Write the whole outbox from the sending thread (pipe lock held)."""
-        batch = self.outbox
-        if self.conn.manages_credit or not self.conn.try_send_batch(batch):
-            self._kick_writer()
             return 0
-        self.outbox = []
-        self.last_tx = time.monotonic()
-        if self.conn.has_pending:
-            self._kick_writer()
-        return len(batch)
+        self.appended += 1
+        outbox = self.outbox
+        if outbox or self.writing or self.tail is not None or self.control is not None:
+            outbox.append(payload)
+            n = len(outbox)
+            if n >= self.flush_at and not self.writing and self.tail is None and self.writes_directly:
+                if n < CALLER_BATCH_MAX and sum(map(len, outbox)) < CALLER_BYTES:
+                    self.flush_at = n + CALLER_BATCH  # small messages: gather more first
+                else:
+                    self.flush_at = CALLER_BATCH
+                    self.outbox = []
+                    self.writing = True
+                    self.last_tx = time.monotonic()
+                    lock.release()
+                    return self._write_claimed(outbox)
+            lock.release()
+            return 0
+        now = time.monotonic()
+        # Idle: nothing sent lately, or the socket received since our last send
+        # (an answer in a request/reply or ping-pong exchange, not a burst).
+        received = self.sock.received
+        idle = now - self.last_tx > DIRECT_IDLE or received != self.received_mark
+        self.last_tx = now
+        self.received_mark = received
+        if idle and self.writes_directly:
+            self.writing = True
+            lock.release()
+            return self._write_claimed([payload])
+        outbox.append(payload)
+        self._kick_writer()
+        lock.release()
+        return 0
+
+    def _write_claimed(self, batch: list[bytes]) -> int:
+        """Write ``batch`` without blocking from this thread, which claimed the
+        channel (``writing``) with the pipe lock released -- an in-memory channel
+        may deliver into a socket that sends straight back on this thread.
+        Returns the credit to give back now; the writer task takes over a rest."""
+        channel = self.channel
+        chunk = channel.frame(batch)
+        try:
+            n = channel.write_nowait(chunk)
+        except _WRITE_ERRORS:
+            n = 0
+        lock = self.lock
+        lock.acquire()
+        self.writing = False
+        if n >= len(chunk):
+            done = len(batch)
+        else:
+            self.tail = memoryview(chunk)[n:] if isinstance(chunk, bytes) else chunk[n:]
+            self.tail_credit = len(batch)
+            done = 0
+        if self.tail is not None or self.outbox or self.control is not None or self._idle_event is not None:
+            self._kick_writer()  # something is left (or a flush waits): the writer task goes on
+        lock.release()
+        return done
+
+    def send_control(self, frame: bytes) -> bool:
+        """Queue a control frame ahead of every payload (reader task; see
+        ChannelConnection.attach_control); True if it replaced one not yet written."""
+        with self.lock:
+            if self.closed:
+                return False
+            replaced = self.control is not None
+            self.control = frame
+            if not self.writing:
+                self._kick_writer()
+        return replaced
 
     def _kick_writer(self) -> None:
         event = self._writer_event
@@ -216,14 +303,9 @@ class PipeDriver:
         else:
             self.engine.call_soon(self._scope.cancel)
 
-    def release_credit(self, n: int) -> None:
-        self.sock.credit(self.pid, n)
-
     # -- engine thread ---------------------------------------------------------
     async def run(self) -> None:
         """Drive the pipe until it fails, the peer leaves, or it is closed."""
-        if self.conn.manages_credit:
-            self.conn.release_credit = self.release_credit
         try:
             with self._scope:
                 if not self.closed:
@@ -231,15 +313,25 @@ class PipeDriver:
                         nursery.start_soon(self._until_failure, self._writer, nursery.cancel_scope)
                         await self._until_failure(self._reader, nursery.cancel_scope)
         finally:  # also when the socket's task tree is cancelled around it
-            self._stopped()
+            await self._stopped()
 
-    def _stopped(self) -> None:
-        """The pipe's tasks are over: no thread may read or write it any more."""
+    async def _stopped(self) -> None:
+        """The pipe's tasks are over: no thread may read or write it any more
+        (its waits are shielded: it also runs while being cancelled)."""
         with self.read_lock:  # no thread reads the connection from now on
             with self.lock:
                 self.closed = True
                 self.outbox.clear()
+                self.tail = self.control = None
                 wake_fd = self.role_wake_fd
+                claimed = self.writing
+        while claimed:
+            # A sending thread is inside a non-blocking write: let it finish before
+            # the connection (and its descriptor) may be closed. It never blocks.
+            with trio.CancelScope(shield=True):
+                await trio.lowlevel.checkpoint()
+            with self.lock:
+                claimed = self.writing
         if wake_fd >= 0:
             try:
                 os.eventfd_write(wake_fd, 1)  # the role holder stops polling this pipe
@@ -359,32 +451,43 @@ class PipeDriver:
             await trio.sleep(left)
 
     async def _writer(self) -> None:
-        conn = self.conn
-        credit_back = not conn.manages_credit
+        channel = self.channel
         lingering = False  # a burst is under way: let the sender write its own batches
         while True:
             if lingering:
                 await self._linger()
             with self.lock:
-                batch = self.outbox
-                if batch or conn.has_pending:
-                    self.outbox = []
-                    self.writing = True
-                    event = None
-                else:
+                if self.writing or (self.tail is None and self.control is None and not self.outbox):
+                    idle = not self.writing
                     event = self._writer_event = trio.Event()
+                else:
+                    event = None
+                    self.writing = True
+                    tail, credit, control, batch = self.tail, self.tail_credit, self.control, self.outbox
+                    self.tail = self.control = None
+                    self.tail_credit = 0
+                    self.outbox = []
             if event is not None:
-                self._notify_idle()
+                if idle:
+                    self._notify_idle()
                 await event.wait()
                 lingering = True
                 continue
             try:
-                await conn.send(batch)
+                # A chunk's rest first (it may end in the middle of a frame), then
+                # the control frame, then the payloads.
+                if tail is not None:
+                    await channel.write_all(tail)
+                if control is not None:
+                    await channel.write_all(control)
+                if batch:
+                    await channel.write_all(channel.frame(batch))
             finally:
                 with self.lock:
                     self.writing = False
-            if batch and credit_back:
-                self.sock.credit(self.pid, len(batch))
+            credit += len(batch)
+            if credit:
+                self.sock.credit(self.pid, credit)
             # Keep lingering only for small flushes; a full outbox means the
             # sender outruns the socket, so write again at once.
             lingering = len(batch) < CALLER_BATCH
@@ -392,22 +495,32 @@ class PipeDriver:
     async def _linger(self) -> None:
         """Wait while a burst goes on, so the sender keeps writing full batches itself.
 
-        Returns once the sender has paused for a whole wait, a full batch is
-        waiting, or the oldest queued message has waited ``MAX_HOLD``. The waits
-        double while the burst lasts, so a long burst costs few wake-ups.
+        Returns once the sender has paused for a whole wait, a full batch, a
+        chunk's rest or a control frame is waiting, or a queued message may have
+        waited ``MAX_HOLD``. The waits double while the burst lasts, so a long
+        burst costs few wake-ups. The hold is counted on the engine's clock, over
+        the waits themselves: a message that came during a wait counts as queued
+        when that wait began, so none waits longer than ``MAX_HOLD``.
         """
         delay = FLUSH_DELAY
+        held = 0.0  # the longest any message now queued may have waited
         while True:
             seen = self.appended
+            before = self.outbox  # the sender swaps in a new list when it writes the outbox
+            if before:
+                delay = min(delay, MAX_HOLD - held)
+            start = trio.current_time()
             await trio.sleep(delay)
-            outbox = self.outbox
-            if (
-                not outbox
-                or self.appended == seen
-                or len(outbox) >= CALLER_BATCH
-                or time.monotonic() - self.first_queued >= MAX_HOLD
-            ):
+            if self.appended == seen or self.tail is not None or self.control is not None:
                 return
+            outbox = self.outbox
+            if outbox:
+                waited = trio.current_time() - start
+                held = held + waited if outbox is before and before else waited
+                if len(outbox) >= CALLER_BATCH_MAX or held >= MAX_HOLD * (1 - 1e-9):
+                    return
+            else:
+                held = 0.0  # the sender wrote the outbox itself
             delay = min(delay * 2, MAX_HOLD)
 
     def _notify_idle(self) -> None:
@@ -416,10 +529,15 @@ class PipeDriver:
             event.set()
 
     def flushed(self) -> bool:
-        return self.closed or not (self.outbox or self.writing or self.conn.has_pending)
+        return self.closed or not (
+            self.outbox or self.writing or self.tail is not None or self.control is not None
+        )
 
     async def wait_flushed(self) -> None:
         """Return once everything queued on this pipe has been written."""
-        while not self.flushed():
-            self._idle_event = event = trio.Event()
+        while True:
+            with self.lock:  # a sending thread ending its write sees the event
+                if self.flushed():
+                    return
+                self._idle_event = event = trio.Event()
             await event.wait()

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import wait_until
 
 import nanopy
 import nanopy.protocols
@@ -96,6 +97,73 @@ def test_register_and_override_in_process(make_socket) -> None:
     assert "tcpalias" not in nanopy.transports.schemes()
     with pytest.raises(nanopy.AddressError, match="unknown transport"):
         make_socket("pair").bind("tcpalias://127.0.0.1:0")
+
+
+class _SendOnly(nanopy.transports.Connection):
+    """A plug-in connection with nothing but the documented send/receive: it wraps a
+    tcp connection and records the batches the engine hands to send()."""
+
+    def __init__(self, inner: nanopy.transports.Connection) -> None:
+        self.inner = inner
+        self.remote_address = inner.remote_address
+        self.batches: list[int] = []
+
+    async def handshake(self) -> None:
+        await self.inner.handshake()
+
+    async def send(self, payloads: list[bytes]) -> None:
+        self.batches.append(len(payloads))
+        await self.inner.send(payloads)
+
+    async def receive(self) -> list[bytes]:
+        return await self.inner.receive()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def test_send_only_plugin_connection_is_written_by_the_pipe_in_batches(make_socket) -> None:
+    """A third-party connection that implements only send()/receive() keeps working:
+    the pipe's driver adapts it (every write through its writer task, batched)."""
+    tcp = nanopy.transports.get("tcp")
+    made: list[_SendOnly] = []
+
+    class SendOnlyTcp(type(tcp)):  # type: ignore[misc]
+        schemes = ("sendonly",)
+
+        def check_url(self, url: str) -> None:
+            super().check_url(url.replace("sendonly://", "tcp://"))
+
+        def check_dial_url(self, url: str) -> None:
+            super().check_dial_url(url.replace("sendonly://", "tcp://"))
+
+        async def listen(self, url, ctx):
+            listener = await super().listen(url.replace("sendonly://", "tcp://"), ctx)
+            listener.url = listener.url.replace("tcp://", "sendonly://")
+            return listener
+
+        async def dial(self, url, ctx):
+            conn = _SendOnly(await super().dial(url.replace("sendonly://", "tcp://"), ctx))
+            made.append(conn)
+            return conn
+
+    nanopy.transports.register("sendonly", SendOnlyTcp())
+    try:
+        pull = make_socket("pull", recv_timeout=5)
+        push = make_socket("push", send_timeout=5)
+        push.connect(pull.bind("sendonly://127.0.0.1:0").url)
+        wait_until(lambda: len(push.pipes) == 1 and len(pull.pipes) == 1, what="the pipe")
+        driver = push.pipes[0]._driver
+        assert not isinstance(driver.channel, nanopy.transports.ChannelConnection)
+        n = 2000
+        for i in range(n):
+            push.send(b"%d" % i)
+        assert [pull.recv() for _ in range(n)] == [b"%d" % i for i in range(n)]
+        (conn,) = made
+        assert sum(conn.batches) == n
+        assert len(conn.batches) < n // 4  # batched, not one send per message
+    finally:
+        nanopy.transports.unregister("sendonly")
 
 
 # -- entry points (fake distributions on PYTHONPATH) ---------------------------------------

@@ -14,6 +14,7 @@ See ``docs/transports.md`` for the interface and a worked example.
 from __future__ import annotations
 
 from .._registry import transports as _registry
+from ._base import ChannelConnection as ChannelConnection
 from ._base import Connection as Connection
 from ._base import Listener as Listener
 from ._base import PipeContext as PipeContext

@@ -58,21 +58,13 @@ class Connection(abc.ABC):
 
     #: text form of the peer's address, for Pipe.remote_address
     remote_address: str = ""
-    #: True while bytes accepted by ``try_send`` still wait to be written; the
-    #: engine then calls ``send([])`` to flush them.
-    has_pending: bool = False
-    #: If True, messages taken by ``try_send`` are not counted as sent until the
-    #: connection calls ``release_credit(n)`` (in-memory transports use this to
-    #: pass the receiver's back-pressure on).
-    manages_credit: bool = False
-    release_credit: Callable[[int], None] = staticmethod(lambda n: None)
 
     async def handshake(self) -> None:
         """Complete the SP handshake (header exchange, HTTP upgrade, TLS...)."""
 
     @abc.abstractmethod
     async def send(self, payloads: list[bytes]) -> None:
-        """Write every payload (after anything ``try_send`` left pending)."""
+        """Write every payload, in order (the engine's writer task calls it with a batch)."""
 
     @abc.abstractmethod
     async def receive(self) -> list[bytes]:
@@ -84,25 +76,55 @@ class Connection(abc.ABC):
         that breaks the contract, at a cost; built-in transports never do.
         """
 
-    def try_send(self, payload: bytes) -> bool:
-        """Optional fast path, callable from any thread while no ``send`` runs.
-
-        Take ``payload`` without blocking and return True, or return False
-        (the engine then queues it for ``send``). The default never takes.
-        """
-        return False
-
-    def try_send_batch(self, payloads: list[bytes]) -> bool:
-        """Optional fast path for a batch: like :meth:`try_send`, all or nothing.
-
-        True means every payload is taken (written, or the rest left pending with
-        ``has_pending`` set). The default never takes.
-        """
-        return False
-
     @abc.abstractmethod
     async def aclose(self) -> None:
         """Close the connection; idempotent; must not raise."""
+
+
+class ChannelConnection(Connection):
+    """A connection the engine writes as a channel (every built-in transport).
+
+    The pipe's driver is the connection's only writer. It keeps what is not
+    written yet (one outbox per pipe) and writes through three operations:
+
+    * ``frame(payloads)`` turns a batch of payloads into one chunk of wire data
+      (bytes for a byte stream; in-memory transports may hand the list itself);
+    * ``write_nowait(chunk)`` (any thread, never blocks) writes what the channel
+      takes at once and returns how much of ``chunk`` that was (bytes, or items of
+      a list) -- 0 when it is full or cannot write from this thread;
+    * ``await write_all(chunk)`` writes all of it, waiting for room (engine thread).
+
+    The driver never runs two writes at once, and writes a chunk's rest (what
+    ``write_nowait`` left) before anything else. A payload's credit goes back to the
+    socket once its whole chunk is taken, so a channel that takes nothing while its
+    peer reads nothing (a full kernel buffer, a full inproc inbox) is back-pressure.
+
+    A connection whose reader produces frames of its own (WebSocket PONGs) writes
+    them through the function given to ``attach_control``: it goes out before any
+    queued payload, on a chunk boundary.
+    """
+
+    def frame(self, payloads: list[bytes]) -> Any:
+        """The wire data for ``payloads`` (a ``bytes``-like chunk or a list)."""
+        return payloads
+
+    def write_nowait(self, chunk: Any) -> int:
+        """Write what can go at once, from any thread; return how much of ``chunk`` went."""
+        return 0
+
+    @abc.abstractmethod
+    async def write_all(self, chunk: Any) -> None:
+        """Write all of ``chunk`` (engine thread; waits for room)."""
+
+    def attach_control(self, send_control: Callable[[bytes], bool]) -> None:
+        """Receive the pipe's control-frame writer (see the class docstring).
+
+        ``send_control(frame)`` queues ``frame`` ahead of every payload, replacing a
+        control frame not written yet; it returns True if it replaced one.
+        """
+
+    async def send(self, payloads: list[bytes]) -> None:
+        await self.write_all(self.frame(payloads))
 
 
 class Listener(abc.ABC):

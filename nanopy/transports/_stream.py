@@ -2,7 +2,7 @@
 
 Uses plain non-blocking stdlib sockets with trio's readiness waits: no stream
 wrapper on the hot path, many frames per ``recv``, one ``send`` per batch, and a
-``try_send`` that writes straight from the caller's thread when the socket is idle.
+``write_nowait`` the pipe's driver calls from the sending thread when the socket is idle.
 
 The framing (:class:`FramedConnection`) is written once over two byte operations,
 ``_send_all`` and ``_recv_some``; :class:`StreamConnection` supplies them from a
@@ -20,7 +20,7 @@ import trio
 
 from .._errors import RemoteProtocolError
 from .._wire import HEADER_SIZE, FrameDecoder, encode_frame, encode_frames, encode_header, parse_header
-from ._base import Connection, Listener, PipeContext
+from ._base import ChannelConnection, Connection, Listener, PipeContext
 
 RECV_SIZE = 64 * 1024  # below glibc's mmap threshold: a bigger buffer costs an mmap per read
 #: how long a listener out of descriptors (or memory) waits before it tries again
@@ -101,20 +101,27 @@ class SocketIO:
         close_socket(self._sock)
 
 
-class FramedConnection(Connection):
+class FramedConnection(ChannelConnection):
     """SP over a byte stream: the 8-byte header exchange and u64-length frames.
 
     Subclasses supply ``_send_all(data)`` and ``_recv_some(size)`` (``_recv_some``
-    returns ``b""`` at end of stream).
+    returns ``b""`` at end of stream), and ``write_nowait`` where the stream can be
+    written from any thread (a plain socket can; a TLS stream cannot).
     """
 
     def __init__(self, ctx: PipeContext, ipc: bool, remote_address: str) -> None:
         self._ctx = ctx
         self._ipc = ipc
         self._decoder = FrameDecoder(ipc, ctx.recv_max_size)
-        # Bytes a fast-path write (StreamConnection.try_send) left unwritten.
-        self._pending: memoryview | None = None
         self.remote_address = remote_address
+
+    def frame(self, payloads: list[bytes]) -> bytes:
+        if len(payloads) == 1:  # an idle pipe's send: skip the join
+            return encode_frame(payloads[0], self._ipc)
+        return encode_frames(payloads, self._ipc)
+
+    async def write_all(self, chunk: bytes | memoryview) -> None:
+        await self._send_all(chunk)
 
     async def _send_all(self, data: bytes | memoryview) -> None:
         raise NotImplementedError
@@ -138,17 +145,6 @@ class FramedConnection(Connection):
                 raise RemoteProtocolError("peer closed during the SP handshake")
             header += chunk
         parse_header(header, self._ctx.peer_id)
-
-    async def send(self, payloads: list[bytes]) -> None:
-        pending = self._pending
-        if pending is not None:
-            self._pending = None
-            self.has_pending = False
-            await self._send_all(pending)
-        if payloads:
-            await self._send_all(encode_frames(payloads, self._ipc))
-        else:
-            await trio.lowlevel.checkpoint()
 
     async def receive(self) -> list[bytes]:
         if self._decoder.error is not None:  # found after the frames we returned last
@@ -221,28 +217,13 @@ class StreamConnection(SocketIO, FramedConnection):
         self.read_more = len(chunk) == RECV_SIZE
         return decoder.feed(chunk)
 
-    def try_send(self, payload: bytes) -> bool:
-        if self._pending is not None or self._closed:
-            return False
-        return self._write_now(encode_frame(payload, self._ipc))
-
-    def try_send_batch(self, payloads: list[bytes]) -> bool:
-        if self._pending is not None or self._closed:
-            return False
-        return self._write_now(encode_frames(payloads, self._ipc))
-
-    def _write_now(self, data: bytes) -> bool:
-        """Write without blocking; keep an unwritten tail as pending."""
+    def write_nowait(self, chunk: bytes | memoryview) -> int:
+        """Write what the kernel takes now (any thread); an error is left for
+        ``write_all`` to meet (and report)."""
         try:
-            n = self._sock.send(data)
-        except (BlockingIOError, InterruptedError):
-            return False  # the socket is full: the writer task will wait for it
-        except OSError:
-            return False  # let the writer task meet (and report) the error
-        if n < len(data):
-            self._pending = memoryview(data)[n:]
-            self.has_pending = True
-        return True
+            return self._sock.send(chunk)
+        except OSError:  # full (BlockingIOError), closed, reset...
+            return 0
 
 
 async def accept_socket(sock: socket.socket, describe: str = "listener") -> tuple[socket.socket, object]:

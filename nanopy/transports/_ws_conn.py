@@ -1,8 +1,9 @@
 """One SP-over-WebSocket connection (client or server side) and its frame encoder.
 
-Data frames are encoded here so ``try_send`` can write from any thread; the Sans-I/O
-protocol objects of ``websockets`` parse incoming bytes, run the HTTP upgrade and
-produce control frames. The per-port HTTP server that accepts connections is in
+Data frames are encoded here (``frame``), and written by the pipe's driver, the
+connection's only writer while the pipe runs; the Sans-I/O protocol objects of
+``websockets`` parse incoming bytes, run the HTTP upgrade and produce control
+frames. The per-port HTTP server that accepts connections is in
 :mod:`nanopy.transports._ws_server`; URLs and the transport in :mod:`nanopy.transports.ws`.
 
 Hostile peers are bounded here: a partial message costs its payload and no more
@@ -18,8 +19,7 @@ import logging
 import os
 import struct
 import sys
-import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import trio
@@ -38,7 +38,7 @@ except ImportError:  # pragma: no cover - pure-Python build of websockets
     from websockets.utils import apply_mask
 
 from .._errors import MessageTooLarge, RemoteProtocolError
-from ._base import Connection, PipeContext
+from ._base import ChannelConnection, PipeContext
 from ._stream import SocketChannel
 from .tls import CLOSE_TIMEOUT, StreamChannel
 
@@ -200,14 +200,19 @@ def encode_message(payload: bytes, masked: bool, out: list[Any]) -> None:
 
 
 # -- the connection ---------------------------------------------------------------------
-class WsConnection(Connection):
+class WsConnection(ChannelConnection):
     """One WebSocket connection carrying SP messages.
 
-    Data frames are encoded here (so ``try_send`` can write from any thread); the
-    ``websockets`` protocol object parses incoming bytes and produces the CLOSE
-    frames; PONGs are coalesced here. All writes are serialised: at most one async
-    writer at a time, and bytes a writer could not take wait in ``_pending`` (and
-    the one PONG owed in ``_pong``) for the active one.
+    A channel (see :class:`ChannelConnection`): ``frame`` encodes data frames,
+    ``write_nowait`` writes from any thread on ``ws://`` (a TLS stream cannot:
+    ``wss://`` pipes write from the writer task). The ``websockets`` protocol object
+    parses incoming bytes and produces the CLOSE frames; PONGs are coalesced here.
+
+    One writer at a time, without locks: the handshake writes before the pipe
+    runs; while it runs the pipe's driver is the only writer, and the reader hands
+    it the PONG it owes (``attach_control``: ahead of queued data, replacing one
+    not written yet). A CLOSE the reader produces ends the pipe, so it waits in
+    ``_unsent`` for ``aclose``, which writes it once the pipe's writer has stopped.
     """
 
     def __init__(
@@ -236,12 +241,9 @@ class WsConnection(Connection):
         self._error: Exception | None = None  # found after messages we returned first
         self._peer_closed = False
         self._closed = False
-        self._tlock = threading.Lock()  # guards _pending/_pong/_writing against try_send's thread
-        self._alock = trio.Lock()  # one async writer at a time
-        self._pending: list[bytes | memoryview] = []
-        self._pong: bytes | None = None  # the one PONG owed (answers the latest PING)
-        self._unanswered = 0  # PINGs that arrived while _pong waited to be written
-        self._writing = False
+        self._unsent: list[bytes] = []  # protocol output (CLOSE, EOF) left for aclose
+        self._control: Callable[[bytes], bool] | None = None  # the pipe's control-frame writer
+        self._unanswered = 0  # PINGs that arrived while our last PONG waited to be written
         self._broken = False  # a write was cut short: no more frames on this stream
         self._direct = channel.send_nowait
 
@@ -341,93 +343,47 @@ class WsConnection(Connection):
             except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
 
-    # -- writing ------------------------------------------------------------------
-    def try_send(self, payload: bytes) -> bool:
-        direct = self._direct
-        if direct is None:
-            return False
-        with self._tlock:
-            if self._writing or self._pending or self._pong is not None or self._closed:
-                return False
-            parts: list[Any] = []
-            encode_message(payload, self._client, parts)
-            data = b"".join(parts)
-            try:
-                n = direct(data)
-            except OSError:
-                return False  # the writer task meets (and reports) the error
-            if n < len(data):
-                self._pending.append(memoryview(data)[n:])
-                self.has_pending = True
-        return True
-
-    async def send(self, payloads: list[bytes]) -> None:
-        if not payloads:
-            await self._write(b"")
-            return
+    # -- writing (the pipe's driver; see ChannelConnection) ----------------------------
+    def frame(self, payloads: list[bytes]) -> bytes:
         parts: list[Any] = []
         masked = self._client
         for payload in payloads:
             encode_message(payload, masked, parts)
-        await self._write(b"".join(parts))
+        return b"".join(parts)
 
-    def _take_pending(self) -> list[bytes | memoryview]:
-        """Everything waiting to be written, the owed PONG last (tlock held).
+    def write_nowait(self, chunk: bytes | memoryview) -> int:
+        direct = self._direct
+        if direct is None or self._closed:
+            return 0
+        try:
+            n = direct(chunk)
+        except OSError:
+            return 0  # write_all meets (and reports) the error
+        if n and n < len(chunk):
+            self._broken = True  # in the middle of a frame until write_all writes the rest
+        return n
 
-        Each pending item ends on a frame boundary, so the PONG goes between frames.
-        """
-        chunks = self._pending
-        self._pending = []
-        if self._pong is not None:
-            chunks.append(self._pong)
-            self._pong = None
-            self._unanswered = 0
-        self.has_pending = False
-        return chunks
+    async def write_all(self, chunk: bytes | memoryview) -> None:
+        self._broken = True  # until the whole chunk is written: a cancelled write cuts a frame
+        await self._chan.send_all(chunk)
+        self._broken = False
 
-    async def _write(self, data: bytes) -> None:
-        """Write ``data`` after everything pending (engine thread; one writer at a time)."""
-        async with self._alock:
-            with self._tlock:
-                chunks = self._take_pending()
-                self._writing = True
-            try:
-                if data:
-                    chunks.append(data)
-                while chunks:
-                    await self._chan.send_all(chunks[0] if len(chunks) == 1 else b"".join(chunks))
-                    with self._tlock:
-                        chunks = self._take_pending()
-                        if not chunks:
-                            self._writing = False
-                if not data:
-                    await trio.lowlevel.checkpoint()
-            except BaseException:
-                self._broken = True
-                raise
-            finally:
-                with self._tlock:
-                    self._writing = False
+    def attach_control(self, send_control: Callable[[bytes], bool]) -> None:
+        self._control = send_control
 
     async def _flush_proto(self) -> None:
-        """Write what the protocol object produced (handshake, CLOSE, EOF) and the owed PONG."""
+        """Write what the protocol object produced (handshake, CLOSE, EOF) -- only
+        while nobody else writes (handshake, aclose)."""
         proto = self._proto
         assert proto is not None
-        out = proto.data_to_send()
-        if not out and self._pong is None:
+        out = self._unsent + proto.data_to_send()
+        self._unsent = []
+        if not out:
             return
-        eof = b"" in out
         data = b"".join(out)
-        if self._alock.locked() and not eof:
-            # A writer is busy: it takes our bytes before it lets go (the reader
-            # never waits on a slow writer just to answer a PING).
-            if data:
-                with self._tlock:
-                    self._pending.append(data)
-                    self.has_pending = True
-            return
-        await self._write(data)
-        if eof:
+        if data:
+            await self._chan.send_all(data)
+        if b"" in out:
             await self._chan.send_eof()
 
     def _owe_pong(self, proto: ClientProtocol | ServerProtocol) -> None:
@@ -438,12 +394,14 @@ class WsConnection(Connection):
         count = proto.pings  # type: ignore[union-attr]
         proto.ping, proto.pings = None, 0  # type: ignore[union-attr]
         pong = Frame(Opcode.PONG, ping).serialize(mask=self._client)
-        with self._tlock:
-            if self._pong is not None:
-                self._unanswered += count  # our last PONG is still unwritten
-            self._pong = pong
-            self.has_pending = True
-            unanswered = self._unanswered
+        if self._control is None:  # no pipe runs this connection: aclose writes it
+            self._unsent.append(pong)
+            return
+        if self._control(pong):
+            self._unanswered += count  # our last PONG was still unwritten
+        else:
+            self._unanswered = 0
+        unanswered = self._unanswered
         if unanswered > MAX_UNANSWERED_PINGS and self._error is None:
             self._fail(CloseCode.POLICY_VIOLATION, "PING flood")
             self._error = RemoteProtocolError(
@@ -513,7 +471,8 @@ class WsConnection(Connection):
         self._owe_pong(proto)
         if self._error is None:
             self._error = self._parser_error(proto, cut)
-        await self._flush_proto()  # PONG, CLOSE echo, failure CLOSE
+        # A CLOSE (an echo, or ours failing the connection) ends the pipe: aclose writes it.
+        self._unsent += proto.data_to_send()
         if self._error is not None:
             self._peer_closed = True
             if not msgs:
@@ -576,10 +535,9 @@ class WsConnection(Connection):
 
     # -- closing ------------------------------------------------------------------------
     async def aclose(self) -> None:
-        with self._tlock:
-            if self._closed:
-                return
-            self._closed = True
+        if self._closed:
+            return
+        self._closed = True
         proto = self._proto
         with trio.CancelScope(shield=True):
             opened = proto is not None and proto.state in (State.OPEN, State.CLOSING)

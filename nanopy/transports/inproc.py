@@ -2,13 +2,19 @@
 
 Nothing is framed or copied: a payload travels as the same ``bytes`` object.
 
-Delivery is direct: the receiving pipe attaches a *sink* to its inbox (a function
-feeding its socket's core), and a sender hands each payload to that sink from its
-own thread -- no engine hop -- and gets its credit back at once. Only while the
-receiver's queue is full (the sink reports it paused) or older payloads still wait
-do payloads queue in the inbox; the receiving pipe's reader task drains them into
-the sink, in order, once the queue has room, and only then returns their credit,
-so the receiver's back-pressure reaches the sender as on a real wire.
+Each direction of a pipe is an inbox that behaves like a small kernel buffer
+(``INBOX_SIZE`` messages). The sending pipe writes into it as into a socket: a
+non-blocking write takes what fits and the sender's own pipe driver gives the
+credit back for what was taken; a full inbox makes the sender's writer task wait
+for room -- that is the receiver's back-pressure. No connection ever calls into a
+socket.
+
+Delivery is direct: the receiving pipe driver attaches a *sink* to its inbox (its
+own function feeding its socket's core), and while the receiver keeps up (nothing
+queued, the sink not paused) a write hands the payloads to that sink from the
+sender's thread -- no engine hop. Otherwise payloads queue in the inbox and the
+receiving pipe's reader task drains them into the sink, in order, once the core
+has room, which makes room for the sender again.
 """
 
 from __future__ import annotations
@@ -19,24 +25,28 @@ from collections.abc import Callable
 import trio
 
 from .._errors import AddressError, AddressInUse, RemoteProtocolError
-from ._base import Connection, Listener, PipeContext, Transport
+from ._base import ChannelConnection, Connection, Listener, PipeContext, Transport
 from ._table import ProcessTable
+
+#: messages an inbox holds for a receiver that does not keep up (its "kernel buffer")
+INBOX_SIZE = 64
 
 
 class _Inbox:
-    """One direction of an inproc pipe: senders deliver (or queue), the receiver drains.
+    """One direction of an inproc pipe: the sender writes, the receiver drains.
 
     ``_lock`` orders everything that reaches the receiving core: a direct delivery
     and a drain of the queue both happen under it, so payloads arrive in order.
     """
 
-    __slots__ = ("_lock", "_items", "_event", "_token", "_sink", "_paused", "closed")
+    __slots__ = ("_lock", "_items", "_readable", "_writable", "_sink", "_paused", "closed")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._items: list[bytes] = []
-        self._event: trio.Event | None = None
-        self._token: trio.lowlevel.TrioToken | None = None
+        # (event, its trio token): the reader waiting for items, the writer for room
+        self._readable: tuple[trio.Event, trio.lowlevel.TrioToken] | None = None
+        self._writable: tuple[trio.Event, trio.lowlevel.TrioToken] | None = None
         self._sink: Callable[[list[bytes]], object] | None = None
         self._paused: Callable[[], bool] = lambda: True
         self.closed = False
@@ -46,107 +56,127 @@ class _Inbox:
             self._sink = sink
             self._paused = paused
 
-    def put(self, items: list[bytes]) -> int:
-        """Deliver or queue ``items``; returns how many were delivered (-1: closed)."""
+    def put_nowait(self, items: list[bytes]) -> int:
+        """Deliver or queue what fits of ``items`` (any thread); returns how many."""
         with self._lock:
             if self.closed:
-                return -1
+                raise EOFError("inproc peer closed")
+            queued = self._items
             sink = self._sink
-            if sink is not None and not self._items and not self._paused():
+            if sink is not None and not queued and not self._paused():
                 sink(items)  # straight into the receiving core, from this thread
                 return len(items)
-            self._items.extend(items)
-            event, self._event = self._event, None
-        if event is not None:
-            self._wake(event)
-        return 0
+            room = INBOX_SIZE - len(queued)
+            if room <= 0:
+                return 0
+            taken = items if len(items) <= room else items[:room]
+            queued.extend(taken)
+            waiter, self._readable = self._readable, None
+        if waiter is not None:
+            _wake(waiter)
+        return len(taken)
 
-    async def drain(self) -> int:
-        """Wait for queued payloads and hand them all to the sink; returns how many."""
+    async def put(self, items: list[bytes]) -> None:
+        """Deliver or queue all of ``items``, waiting for room (engine thread)."""
+        while True:
+            n = self.put_nowait(items)
+            if n == len(items):
+                await trio.lowlevel.checkpoint()
+                return
+            items = items[n:]
+            with self._lock:
+                if self.closed:
+                    raise EOFError("inproc peer closed")
+                if len(self._items) < INBOX_SIZE:
+                    continue  # room was made meanwhile
+                event = trio.Event()
+                self._writable = (event, trio.lowlevel.current_trio_token())
+            await event.wait()
+
+    async def drain(self) -> None:
+        """Wait for queued payloads and hand them all to the sink (reader task)."""
         while True:
             with self._lock:
                 items = self._items
                 if items and self._sink is not None:
                     self._items = []
                     self._sink(items)
+                    waiter, self._writable = self._writable, None
                     break
                 if self.closed:
                     raise EOFError("inproc peer closed")
-                event = self._event = trio.Event()
-                self._token = trio.lowlevel.current_trio_token()
+                event = trio.Event()
+                self._readable = (event, trio.lowlevel.current_trio_token())
             await event.wait()
+        if waiter is not None:
+            _wake(waiter)
         await trio.lowlevel.checkpoint()
-        return len(items)
-
-    def close(self) -> None:
-        with self._lock:
-            self.closed = True
-            event, self._event = self._event, None
-        if event is not None:
-            self._wake(event)
-
-    def _wake(self, event: trio.Event) -> None:
-        try:
-            self._token.run_sync_soon(event.set)  # type: ignore[union-attr]
-        except trio.RunFinishedError:
-            pass
 
     async def take_all(self) -> list[bytes]:
+        """Everything queued, waiting for at least one payload (``receive``)."""
         while True:
             with self._lock:
                 if self._items:
                     items, self._items = self._items, []
+                    waiter, self._writable = self._writable, None
                     break
                 if self.closed:
                     raise EOFError("inproc peer closed")
-                event = self._event = trio.Event()
-                self._token = trio.lowlevel.current_trio_token()
+                event = trio.Event()
+                self._readable = (event, trio.lowlevel.current_trio_token())
             await event.wait()
+        if waiter is not None:
+            _wake(waiter)
         await trio.lowlevel.checkpoint()
         return items
 
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+            waiters = (self._readable, self._writable)
+            self._readable = self._writable = None
+        for waiter in waiters:
+            if waiter is not None:
+                _wake(waiter)
 
-class InprocConnection(Connection):
-    manages_credit = True
+
+def _wake(waiter: tuple[trio.Event, trio.lowlevel.TrioToken]) -> None:
+    """Set a waiting task's event from any thread."""
+    event, token = waiter
+    try:
+        token.run_sync_soon(event.set)
+    except trio.RunFinishedError:
+        pass
+
+
+class InprocConnection(ChannelConnection):
+    """One end of an inproc pipe: a channel whose chunks are lists of payloads."""
 
     def __init__(self, inbox: _Inbox, outbox: _Inbox, remote_address: str) -> None:
         self._inbox = inbox
         self._outbox = outbox
         self.remote_address = remote_address
-        self.peer: InprocConnection | None = None
-        self.release_credit: Callable[[int], None] = lambda n: None
 
-    def try_send(self, payload: bytes) -> bool:
-        delivered = self._outbox.put([payload])
-        if delivered > 0:
-            self.release_credit(delivered)  # it is in the peer's core already
-        return delivered >= 0
+    def frame(self, payloads: list[bytes]) -> list[bytes]:
+        return payloads
 
-    async def send(self, payloads: list[bytes]) -> None:
-        if payloads:
-            delivered = self._outbox.put(payloads)
-            if delivered < 0:
-                raise EOFError("inproc peer closed")
-            if delivered:
-                self.release_credit(delivered)
-        await trio.lowlevel.checkpoint()
+    def write_nowait(self, chunk: list[bytes]) -> int:
+        return self._outbox.put_nowait(chunk)
+
+    async def write_all(self, chunk: list[bytes]) -> None:
+        await self._outbox.put(chunk)
 
     def attach_sink(self, sink: Callable[[list[bytes]], object], paused: Callable[[], bool]) -> None:
         """Deliver what the peer sends through ``sink`` (payloads -> the core) while
-        ``paused()`` is false; the receiving pipe calls this before reading."""
+        ``paused()`` is false; the receiving pipe driver calls this before reading."""
         self._inbox.attach(sink, paused)
 
     async def drain_to_sink(self) -> None:
-        """Hand payloads queued while the sink was paused to it; then their credit goes back."""
-        n = await self._inbox.drain()
-        if self.peer is not None:
-            self.peer.release_credit(n)
+        """Hand payloads queued while the sink was paused to it (reader task)."""
+        await self._inbox.drain()
 
     async def receive(self) -> list[bytes]:
-        items = await self._inbox.take_all()
-        if self.peer is not None:
-            self.peer.release_credit(len(items))
-        return items
+        return await self._inbox.take_all()
 
     async def aclose(self) -> None:
         self._inbox.close()
@@ -214,7 +244,6 @@ class InprocTransport(Transport):
         to_listener, to_dialer = _Inbox(), _Inbox()
         mine = InprocConnection(to_dialer, to_listener, url)
         theirs = InprocConnection(to_listener, to_dialer, url)
-        mine.peer, theirs.peer = theirs, mine
         listener.offer(theirs)
         await trio.lowlevel.checkpoint()
         return mine

@@ -80,12 +80,6 @@ async def test_a_lone_message_is_flushed_within_the_bound(
         assert written_at - sent_at <= FLUSH_BOUND
 
 
-@pytest.mark.xfail(
-    reason="nanopy/_pipe.py: the writer's linger sleeps 0.2 + 0.4 + 0.8 ms before it looks at "
-    "MAX_HOLD, and measures the hold with time.monotonic instead of the engine's clock: a message "
-    "of a steady trickle waits up to 1.4 ms (issue 11 step 3)",
-    strict=False,
-)
 async def test_a_trickle_is_never_held_longer_than_the_bound(
     fake: FakeTransport, connected: Connect, autojump_clock: MockClock
 ) -> None:

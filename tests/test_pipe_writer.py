@@ -1,0 +1,204 @@
+"""One writer per pipe: the pipe driver owns unwritten data, on every transport.
+
+The transport contract these tests hold the engine to: a connection is a channel
+(frame / write_nowait / write_all) written by its pipe's driver alone, credit comes
+back from the sender's own writes, and no connection calls into a socket.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import pytest
+from conftest import bind_url, wait_until
+
+import nanopy
+from nanopy.transports import ChannelConnection, inproc
+from nanopy.transports._stream import StreamConnection
+from nanopy.transports._ws_conn import WsConnection
+from nanopy.transports.tls import TlsConnection
+
+Factory = Callable[..., nanopy.Socket]
+
+BUILTIN_CONNECTIONS = [StreamConnection, TlsConnection, WsConnection, inproc.InprocConnection]
+
+
+@pytest.mark.parametrize("cls", BUILTIN_CONNECTIONS, ids=lambda c: c.__name__)
+def test_builtin_connections_are_channels_without_side_channels(cls: type) -> None:
+    assert issubclass(cls, ChannelConnection)
+    for name in ("has_pending", "manages_credit", "release_credit", "try_send", "try_send_batch"):
+        assert not hasattr(cls, name), f"{cls.__name__}.{name} is gone from the contract"
+
+
+def _url(transport: str, tag: str) -> str:
+    if transport == "ws":
+        return "ws://127.0.0.1:0/pw"
+    return bind_url(transport, f"pipe-writer-{tag}")
+
+
+def test_inproc_push_to_a_non_reading_pull_stops_after_a_bounded_number(make_socket: Factory) -> None:
+    """The inbox is a bounded buffer: a full one stops the sender's writes, and the
+    sender's credit (from its own writes) stops the sender."""
+    push = make_socket("push", send_buffer=4)
+    pull = make_socket("pull", recv_buffer=4)
+    push.connect(pull.bind(_url("inproc", "bound")).url)
+    wait_until(lambda: len(push.pipes) == 1 and len(pull.pipes) == 1, what="the pipe")
+    sent = 0
+    with pytest.raises(nanopy.Timeout):
+        for sent in range(10_000):  # noqa: B007 - the count is the result
+            push.send(b"%d" % sent, timeout=0.3)
+    # The receiving core takes a delivered batch whole (and then pauses), so it may hold
+    # up to one inbox's worth beyond recv_buffer: bounded, not exact.
+    assert inproc.INBOX_SIZE <= sent <= 4 + 4 + 2 * inproc.INBOX_SIZE
+    assert [pull.recv(timeout=5) for _ in range(sent)] == [b"%d" % i for i in range(sent)]
+    push.send(b"again", timeout=5)  # room again once the receiver read
+    assert pull.recv(timeout=5) == b"again"
+
+
+@pytest.mark.parametrize("transport", ["tcp", "ipc", "inproc", "ws"])
+def test_many_sending_threads_share_one_pipe(make_socket: Factory, transport: str) -> None:
+    """Sending threads and the writer task all write through the pipe's driver:
+    every message arrives once, each thread's in its order."""
+    pull = make_socket("pull", recv_timeout=10)
+    push = make_socket("push", send_timeout=10)
+    push.connect(pull.bind(_url(transport, "threads")).url)
+    wait_until(lambda: len(push.pipes) == 1 and len(pull.pipes) == 1, what="the pipe")
+    threads, each = 4, 3000
+
+    def sender(t: int) -> None:
+        for i in range(each):
+            push.send(b"%d:%d" % (t, i))
+
+    workers = [threading.Thread(target=sender, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    got: dict[int, list[int]] = {t: [] for t in range(threads)}
+    for _ in range(threads * each):
+        t, i = pull.recv().split(b":")
+        got[int(t)].append(int(i))
+    for w in workers:
+        w.join(10)
+    assert got == {t: list(range(each)) for t in range(threads)}
+
+
+def test_inproc_both_directions_at_once_never_deadlock(make_socket: Factory) -> None:
+    """inproc delivers from the sending thread into the peer socket; two threads
+    sending on both ends of one pipe (each delivery may send back on the same
+    thread) must never lock each other out."""
+    a = make_socket("pair", send_timeout=10, recv_timeout=10)
+    b = make_socket("pair", send_timeout=10, recv_timeout=10)
+    b.connect(a.bind(_url("inproc", "both")).url)
+    wait_until(lambda: len(a.pipes) == 1 and len(b.pipes) == 1, what="the pipe")
+    n = 20_000
+    received: dict[str, list[bytes]] = {"a": [], "b": []}
+
+    def send(sock: nanopy.Socket) -> None:
+        for i in range(n):
+            sock.send(b"%d" % i)
+
+    def recv(sock: nanopy.Socket, key: str) -> None:
+        received[key] = [sock.recv() for _ in range(n)]
+
+    workers = [
+        threading.Thread(target=send, args=(a,)),
+        threading.Thread(target=send, args=(b,)),
+        threading.Thread(target=recv, args=(a, "a")),
+        threading.Thread(target=recv, args=(b, "b")),
+    ]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(30)
+    assert not any(w.is_alive() for w in workers), "a sender or receiver is stuck"
+    expected = [b"%d" % i for i in range(n)]
+    assert received == {"a": expected, "b": expected}
+
+
+# -- a plug-in channel: partial writes and control frames ----------------------------------
+class _TrickleChannel(ChannelConnection):
+    """A third-party channel over a tcp connection whose non-blocking write takes at
+    most 7 bytes (every direct write cuts a frame: the pipe must finish the rest
+    before anything else) and which keeps the pipe's control-frame writer."""
+
+    def __init__(self, inner: StreamConnection) -> None:
+        self.inner = inner
+        self.remote_address = inner.remote_address
+        self.send_control: Callable[[bytes], bool] | None = None
+
+    async def handshake(self) -> None:
+        await self.inner.handshake()
+
+    def frame(self, payloads: list[bytes]) -> bytes:
+        return self.inner.frame(payloads)
+
+    def write_nowait(self, chunk: bytes | memoryview) -> int:
+        return self.inner.write_nowait(chunk[:7])
+
+    async def write_all(self, chunk: bytes | memoryview) -> None:
+        await self.inner.write_all(chunk)
+
+    def attach_control(self, send_control: Callable[[bytes], bool]) -> None:
+        self.send_control = send_control
+
+    async def receive(self) -> list[bytes]:
+        return await self.inner.receive()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def test_plugin_channel_with_partial_writes_and_control_frames(make_socket: Factory) -> None:
+    tcp = nanopy.transports.get("tcp")
+    made: list[_TrickleChannel] = []
+
+    class Trickle(type(tcp)):  # type: ignore[misc]
+        schemes = ("trickle",)
+
+        def check_url(self, url: str) -> None:
+            super().check_url(url.replace("trickle://", "tcp://"))
+
+        def check_dial_url(self, url: str) -> None:
+            super().check_dial_url(url.replace("trickle://", "tcp://"))
+
+        async def listen(self, url, ctx):  # type: ignore[no-untyped-def]
+            listener = await super().listen(url.replace("trickle://", "tcp://"), ctx)
+            listener.url = listener.url.replace("tcp://", "trickle://")
+            return listener
+
+        async def dial(self, url, ctx):  # type: ignore[no-untyped-def]
+            conn = _TrickleChannel(await super().dial(url.replace("trickle://", "tcp://"), ctx))
+            made.append(conn)
+            return conn
+
+    nanopy.transports.register("trickle", Trickle())
+    try:
+        pull = make_socket("pull", recv_timeout=10)
+        push = make_socket("push", send_timeout=10)
+        push.connect(pull.bind("trickle://127.0.0.1:0").url)
+        wait_until(lambda: len(push.pipes) == 1 and len(pull.pipes) == 1, what="the pipe")
+        (conn,) = made
+        assert conn.send_control is not None and push.pipes[0]._driver.channel is conn
+        # Every direct write leaves the rest of a frame: the pipe finishes it first.
+        n = 500
+        for i in range(n):
+            push.send(b"message %d" % i)
+        assert [pull.recv() for _ in range(n)] == [b"message %d" % i for i in range(n)]
+        # Two control frames in one engine step: the second replaces the first
+        # (never written), and it goes out on a frame boundary.
+        answers: list[bool] = []
+        done = threading.Event()
+        send_control = conn.send_control
+
+        def in_engine() -> None:
+            answers.append(send_control(conn.frame([b"control 1"])))
+            answers.append(send_control(conn.frame([b"control 2"])))
+            done.set()
+
+        push._engine.call_soon(in_engine)
+        assert done.wait(5)
+        assert answers == [False, True]
+        push.send(b"after")
+        assert [pull.recv(), pull.recv()] == [b"control 2", b"after"]
+    finally:
+        nanopy.transports.unregister("trickle")
