@@ -64,6 +64,14 @@ log = logging.getLogger("nanopy")
 
 T = TypeVar("T")
 
+# A round that transmits within this time of the end of a round that wrote to
+# several pipes (a PUB's fan-out) is a burst: its payloads are queued and batched.
+# Left to each pipe's own judgement (nanopy._pipe.DIRECT_IDLE, measured from the
+# start of its last write), a fan-out that writes each of many pipes directly
+# takes long enough to make every pipe look idle again at the next send, and
+# never batches. A lone pipe keeps its own judgement (ping-pong latency).
+FANOUT_GAP = 50e-6
+
 
 class _Blocked:
     """The marker of an attempt that would block."""
@@ -122,8 +130,10 @@ class SocketDriver:
         self.spawn_task: Callable[..., None] | None = None
         self._wake_fd_box = [-1]  # eventfd waking a thread that reads a pipe directly
         self._direct_users = 0  # threads inside _direct_recv
+        self._poll_cache: tuple[int, Any] | None = None  # (pid, poll object) of the direct reader
         self._due: deque[tuple[int, int]] = deque()
         self._lazy_credit = _credit_is_bookkeeping(core)
+        self.fanout_end = 0.0  # when the last round that wrote to several pipes ended
         # counters (stats)
         self.sent = self.received = self.bytes_sent = self.bytes_received = 0
         self.dropped = 0
@@ -212,6 +222,8 @@ class SocketDriver:
         are appended to it and carried out by the same loop.
         """
         pipes = self.pipes
+        burst: bool | None = None  # judged at the first TRANSMIT (see FANOUT_GAP)
+        transmits = 0
         for action in actions:
             kind = action[0]
             if kind == TRANSMIT:
@@ -219,7 +231,12 @@ class SocketDriver:
                 if driver is None:
                     self.dropped += 1
                     continue
-                done = driver.transmit(action[2])
+                if burst is None:
+                    burst = time.monotonic() - self.fanout_end < FANOUT_GAP
+                transmits += 1
+                # None: the pipe judges idle vs burst by itself (a lone pipe's
+                # ping-pong is written directly); False: queue it, a fan-out burst.
+                done = driver.transmit(action[2], False if burst else None)
                 if done:
                     more = self._credit_back(action[1], done)
                     if more:
@@ -241,6 +258,8 @@ class SocketDriver:
                 if self.timers is not None:
                     self.timers.cancel(action[1])
             # READY was handled when the actions were drained.
+        if transmits > 1:
+            self.fanout_end = time.monotonic()
 
     def _credit_back(self, pid: int, n: int) -> list[Action] | None:
         """``n`` messages left pipe ``pid``: give the credit back; returns new actions."""
@@ -364,7 +383,12 @@ class SocketDriver:
                 return None
             self.received += 1
             self.bytes_received += len(body)
-            actions = self._drain()
+            # The drain written out: most receives emit nothing and find nobody
+            # waiting, and then cost no call at all.
+            if self.core.actions or self.send_q.waiters or self.recv_q.waiters or self.watchers:
+                actions = self._drain()
+            else:
+                actions = None
         finally:
             lock.release()
         if actions:
@@ -501,15 +525,18 @@ class SocketDriver:
     def _direct_recv(self, attempt: Callable[[], T], deadline: float | None) -> T | _Blocked:
         """Receive on the socket's only pipe by reading it from this thread.
 
-        Takes the pipe's read role (see nanopy/_pipe.py) and loops: a round that
-        tries ``attempt`` (parking a waiter that writes an eventfd if it would
-        block); a non-blocking read whose payloads are fed to the core in a round
+        Takes the pipe's read role (see nanopy/_pipe.py), reads what the kernel
+        holds and, if that completes a message, takes it in the same round that
+        feeds the payloads to the core (a busy receiver pays one round per read).
+        Otherwise it loops: a round that tries ``attempt`` and parks a waiter that
+        writes an eventfd if it would block; ``poll`` on the connection and the
+        eventfd; a non-blocking read whose payloads are fed to the core in a round
         taken while still holding the pipe's ``read_lock`` (so reads reach the core
-        in order, whoever makes them); ``poll`` on the connection and the eventfd.
-        Returns BLOCKED when the role is not available or the pipe stops being
-        readable here; the caller then waits the ordinary way.
+        in order, whoever makes them). Returns BLOCKED when the role is not
+        available or the pipe stops being readable here; the caller then waits
+        the ordinary way.
         """
-        pipes = list(self.pipes.values())
+        pipes = self.pipes
         if (
             len(pipes) != 1
             or self.recv_q.waiters
@@ -517,7 +544,10 @@ class SocketDriver:
             or self._engine().in_engine_thread()
         ):
             return BLOCKED  # (other receivers waiting: the engine shares messages out fairly)
-        pipe = pipes[0]
+        try:
+            (pipe,) = pipes.values()
+        except ValueError:  # the pipe went (or another came) meanwhile
+            return BLOCKED
         if not pipe.direct:
             return BLOCKED
         with self.lock:
@@ -532,37 +562,46 @@ class SocketDriver:
         read_lock = pipe.read_lock
         state = _DirectState(pipe.pid, wake_fd, deadline)
         try:
-            fd = conn.fileno()
-            if fd < 0:
-                return BLOCKED  # the connection closed under us: the pipe is going away
-            poller = select.poll()
-            poller.register(fd, select.POLLIN)
-            poller.register(wake_fd, select.POLLIN)
-            result = self._direct_round(state, None, attempt)
+            # Read first: a busy pipe has bytes waiting, and then no waiter is
+            # parked, no poll is made.
+            result: T | _Blocked = BLOCKED
+            tried = False  # a round has tried the attempt
+            read = False  # read since the last poll: poll next, do not read again
             while True:
-                if not isinstance(result, _Blocked) or state.waiter is None:
-                    return result  # a result, or BLOCKED at the deadline (the caller times out)
-                if pipe.paused or pipe.closed or pipe.pid not in self.pipes or len(self.recv_q.waiters) > 1:
-                    return BLOCKED  # (more receivers now: let the engine share messages out)
-                # Read; what was read goes to the core before anyone else may read.
-                with read_lock:
-                    try:
-                        payloads = None if pipe.closed else conn.read_nowait()
-                    except (EOFError, OSError, RemoteProtocolError, MessageTooLarge) as exc:
-                        failure: BaseException | None = exc
-                        payloads = None
-                    else:
-                        failure = None
-                        if payloads:
-                            result = self._direct_round(state, payloads, attempt)
-                if failure is not None:
-                    pipe.direct_failed(failure)  # (Timeout, an OSError, never comes from here)
-                    return BLOCKED
-                if payloads is not None:
-                    continue  # read something (maybe a partial frame): look again at once
+                if tried:
+                    if not isinstance(result, _Blocked) or state.waiter is None:
+                        return result  # a result, or BLOCKED at the deadline (the caller times out)
+                    if pipe.paused or pipe.closed or pipe.pid not in self.pipes or len(self.recv_q.waiters) > 1:
+                        return BLOCKED  # (more receivers now: let the engine share messages out)
+                if not read:
+                    # Read; what was read goes to the core before anyone else may read.
+                    with read_lock:
+                        try:
+                            payloads = None if pipe.closed else conn.read_nowait()
+                        except (EOFError, OSError, RemoteProtocolError, MessageTooLarge) as exc:
+                            failure: BaseException | None = exc
+                            payloads = None
+                        else:
+                            failure = None
+                            if payloads:
+                                result = self._direct_round(state, payloads, attempt)
+                                tried = True
+                    if failure is not None:
+                        pipe.direct_failed(failure)  # (Timeout, an OSError, never comes from here)
+                        return BLOCKED
+                    if payloads is not None:
+                        continue  # read something (maybe a partial frame): look again at once
+                    read = True
+                if state.waiter is None:
+                    result = self._direct_round(state, None, attempt)  # try, and park a waiter
+                    tried = True
+                    continue
                 if not state.waiter.woken:
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is None or left > 0:
+                        poller = self._direct_poller(pipe.pid, conn, wake_fd)
+                        if poller is None:
+                            return BLOCKED
                         events = poller.poll(None if left is None else max(1, int(left * 1000 + 0.999)))
                         for fd, _ in events:
                             if fd == wake_fd:
@@ -571,13 +610,30 @@ class SocketDriver:
                                 except BlockingIOError:
                                     pass
                         if events and not state.waiter.woken:
+                            read = False
                             continue  # readable: read it
+                read = False
                 result = self._direct_round(state, None, attempt)  # woken or timed out: look again
         finally:
             if state.waiter is not None:
                 self._abandon(self.recv_q, state.waiter)
             pipe.release_role()
             self._direct_done()
+
+    def _direct_poller(self, pid: int, conn: Any, wake_fd: int) -> Any:
+        """The poll object watching pipe ``pid`` and the wake eventfd (only the read
+        role's holder uses it: made once per pipe, not once per wait)."""
+        cached = self._poll_cache
+        if cached is not None and cached[0] == pid:
+            return cached[1]
+        fd = conn.fileno()
+        if fd < 0:
+            return None  # the connection closed under us: the pipe is going away
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        poller.register(wake_fd, select.POLLIN)
+        self._poll_cache = (pid, poller)
+        return poller
 
     def _direct_done(self) -> None:
         with self.lock:

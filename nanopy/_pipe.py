@@ -162,8 +162,13 @@ class PipeDriver:
         pipe._driver = self
 
     # -- any thread ------------------------------------------------------------
-    def transmit(self, payload: bytes) -> int:
-        """Send or queue ``payload``; returns how many credits may be returned now."""
+    def transmit(self, payload: bytes, idle: bool | None = None) -> int:
+        """Send or queue ``payload``; returns how many credits may be returned now.
+
+        ``idle=False``: the socket's driver judged the whole round a burst (a PUB's
+        fan-out to many pipes, see ``FANOUT_GAP`` in nanopy/_driver.py): queue it.
+        None: this pipe judges by itself.
+        """
         lock = self.lock
         lock.acquire()
         if self.closed:
@@ -190,7 +195,8 @@ class PipeDriver:
         # Idle: nothing sent lately, or the socket received since our last send
         # (an answer in a request/reply or ping-pong exchange, not a burst).
         received = self.sock.received
-        idle = now - self.last_tx > DIRECT_IDLE or received != self.received_mark
+        if idle is None:
+            idle = now - self.last_tx > DIRECT_IDLE or received != self.received_mark
         self.last_tx = now
         self.received_mark = received
         if idle and self.writes_directly:

@@ -93,34 +93,54 @@ class FrameDecoder:
         self.error: Exception | None = None
 
     def feed(self, chunk: bytes) -> list[bytes]:
+        # The chunk is never re-sliced or joined to a leftover as a whole: a frame
+        # cut by the previous read is completed from the front of this one, and
+        # parsing goes on at an offset (each copy of a 64 KiB read costs as much
+        # as parsing dozens of frames).
         if self.error is not None:
             raise self.error
         out: list[bytes] = []
-        if self._need:
-            # Continue collecting a large payload without re-copying what we have.
-            if len(chunk) < self._need:
-                self._parts.append(chunk)
-                self._need -= len(chunk)
+        pos = 0
+        end = len(chunk)
+        prefix = self._prefix
+        if self._buf:
+            # The previous read ended inside a length prefix: complete it, then
+            # collect its payload as a payload cut by the read (below).
+            pos = prefix - len(self._buf)
+            head = self._buf + chunk[:pos]
+            if len(head) < prefix:
+                self._buf = head
                 return out
-            self._parts.append(chunk[: self._need])
+            self._buf = b""
+            size = self._size(head, out)
+            if size < 0:
+                return out  # (or raised)
+            if size:
+                self._need = size
+            else:
+                out.append(b"")
+        if self._need:
+            # Continue collecting a cut payload without re-copying what we have.
+            need = self._need
+            if end - pos < need:
+                self._parts.append(chunk[pos:])
+                self._need = need - (end - pos)
+                return out
+            self._parts.append(chunk[pos : pos + need])
             out.append(b"".join(self._parts))
-            chunk = chunk[self._need :]
             self._parts = []
             self._need = 0
-        data = self._buf + chunk if self._buf else chunk
-        pos = 0
-        end = len(data)
-        prefix = self._prefix
+            pos += need
         limit = self.max_size
         ipc = self._ipc
         unpack = _U64.unpack_from
         while end - pos >= prefix:
             if ipc:
-                if data[pos] != IPC_MSG_NORMAL:
-                    return self._fail(out, RemoteProtocolError(f"ipc message type {data[pos]} is not 1"))
-                (size,) = unpack(data, pos + 1)
+                if chunk[pos] != IPC_MSG_NORMAL:
+                    return self._fail(out, RemoteProtocolError(f"ipc message type {chunk[pos]} is not 1"))
+                (size,) = unpack(chunk, pos + 1)
             else:
-                (size,) = unpack(data, pos)
+                (size,) = unpack(chunk, pos)
             if limit and size > limit:
                 return self._fail(
                     out, MessageTooLarge(f"peer sent a {size}-byte message; recv_max_size is {limit}")
@@ -129,14 +149,30 @@ class FrameDecoder:
             stop = start + size
             if stop > end:
                 # Partial payload: keep what we have, wait for the rest.
-                self._parts = [data[start:]]
+                self._parts = [chunk[start:]]
                 self._need = stop - end
-                self._buf = b""
                 return out
-            out.append(data[start:stop])
+            out.append(chunk[start:stop])
             pos = stop
-        self._buf = data[pos:] if pos < end else b""
+        if pos < end:
+            self._buf = chunk[pos:]  # the start of a length prefix
         return out
+
+    def _size(self, head: bytes, out: list[bytes]) -> int:
+        """The payload size a complete length prefix announces (checked), or -1
+        after :meth:`_fail` kept the error for the next feed."""
+        if self._ipc:
+            if head[0] != IPC_MSG_NORMAL:
+                self._fail(out, RemoteProtocolError(f"ipc message type {head[0]} is not 1"))
+                return -1
+            (size,) = _U64.unpack_from(head, 1)
+        else:
+            (size,) = _U64.unpack_from(head, 0)
+        limit = self.max_size
+        if limit and size > limit:
+            self._fail(out, MessageTooLarge(f"peer sent a {size}-byte message; recv_max_size is {limit}"))
+            return -1
+        return int(size)
 
     def _fail(self, out: list[bytes], exc: Exception) -> list[bytes]:
         """Raise ``exc`` now, or after handing over the frames that preceded it."""

@@ -58,7 +58,7 @@ class _InstantPipe:
     def __init__(self) -> None:
         self.written: list[bytes] = []
 
-    def transmit(self, payload: bytes) -> int:
+    def transmit(self, payload: bytes, idle: bool | None = None) -> int:
         self.written.append(payload)
         return 1
 
@@ -360,22 +360,35 @@ def test_trio_aclose_lingers_without_a_worker_thread(
     push = make_socket("push", connect=url)
     wait_pipes(push)
 
+    got: list[bytes] = []
+    threads: list[threading.Thread] = []
+
     async def main() -> None:
+        token = trio.lowlevel.current_trio_token()
+        received = trio.Event()
+
+        def receive() -> None:
+            try:
+                got.extend(pull.recv(timeout=5) for _ in range(200))
+            finally:
+                token.run_sync_soon(received.set)
+
+        # Receive in the meantime so the linger flush has somewhere to go.
+        threads.append(threading.Thread(target=receive))
+        threads[0].start()
         for i in range(200):
             await push.asend(b"%d" % i)
         await push.aclose(linger=5)
         assert push.closed
+        # (inproc: aclose returns once the messages are in pull's queue, which
+        # the receiving thread may not have emptied yet)
+        with trio.fail_after(10):
+            await received.wait()
+        await pull.aclose(linger=0)  # nothing queued: closes at once
 
-    # Receive in the meantime so the linger flush has somewhere to go.
-    got: list[bytes] = []
-    receiver = threading.Thread(target=lambda: got.extend(pull.recv(timeout=5) for _ in range(200)))
-    receiver.start()
     trio.run(main)
-    # The last messages may still be on their way when push's close returns
-    # (written is not yet read): the receiver finishes before pull closes.
-    receiver.join(10)
+    threads[0].join(10)
     assert got == [b"%d" % i for i in range(200)]
-    trio.run(pull.aclose, 0)  # nothing queued: closes at once
     assert pull.closed
 
 

@@ -12,6 +12,7 @@ from conftest import bind_url, wait_until
 
 import nanopy
 from nanopy._core import TRANSMIT, PipeInfo
+from nanopy._errors import WouldBlock
 from nanopy._options import new_options
 from nanopy.protocols.pubsub import Pub0, Sub0
 from nanopy.testing import wait_pipes
@@ -49,6 +50,50 @@ def test_pub_sends_to_every_pipe_with_credit_and_counts_misses() -> None:
     pub.pipe_credit(2, 1)
     pub.send(b"m3")
     assert pub.actions == [(TRANSMIT, 2, b"m3")] and pub.dropped == 4
+
+
+def test_blocking_pub_waits_exactly_while_some_pipe_has_no_credit() -> None:
+    # PUB keeps a count of pipes without credit rather than scanning them per
+    # send; drive it through random pipe events and compare with the scan.
+    import random
+
+    rng = random.Random(7)
+    opts = new_options("pub")
+    opts.overflow = "block"
+    pub = Pub0(opts)
+    credit: dict[int, int] = {}
+    next_pid = 1
+    for _ in range(5000):
+        op = rng.random()
+        if op < 0.1 or not credit:
+            c = rng.randint(0, 3)
+            pub.add_pipe(PipeInfo(next_pid, str(next_pid), 8, 8), c)
+            credit[next_pid] = c
+            next_pid += 1
+        elif op < 0.2:
+            pid = rng.choice(list(credit))
+            pub.remove_pipe(pid)
+            del credit[pid]
+        elif op < 0.5:
+            pid = rng.choice(list(credit))
+            n = rng.randint(1, 2)
+            pub.pipe_credit(pid, n)
+            credit[pid] += n
+        else:
+            expect_block = any(c <= 0 for c in credit.values())
+            assert pub.can_send() is not expect_block
+            try:
+                pub.send(b"m")
+            except WouldBlock:
+                assert expect_block
+            else:
+                assert not expect_block
+                assert sorted(a[1] for a in pub.actions) == sorted(credit)
+                for pid in credit:
+                    credit[pid] -= 1
+            pub.actions.clear()
+    opts.overflow = "drop"  # the option may change at any time: never blocks then
+    assert pub.can_send()
 
 
 def test_pub_with_no_pipes_never_blocks() -> None:

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._core import TRANSMIT, BodyQueuing, Distributing, FairQueue
+from .._core import TRANSMIT, BodyQueuing, Distributing, FairQueue, PipeInfo
 from .._errors import ProtocolError, WouldBlock
 from .._message import Message
 from .._radix import RadixTree
@@ -53,26 +53,50 @@ class Pub0(Distributing):
     receives = False
     overflow_modes = ("drop", "block")
 
+    #: pipe_credit only records credit (the driver may fold returned credit lazily)
+    credit_only = True
+
+    def __init__(self, options: Any, raw: bool = False) -> None:
+        super().__init__(options, raw)
+        self._starved = 0  # pipes with no credit left: "block" waits while there are any
+
+    def add_pipe(self, pipe: PipeInfo, credit: int) -> None:
+        super().add_pipe(pipe, credit)
+        if credit <= 0:
+            self._starved += 1
+
+    def remove_pipe(self, pid: int) -> None:
+        if self._credit.get(pid, 1) <= 0:
+            self._starved -= 1
+        super().remove_pipe(pid)
+
+    def pipe_credit(self, pid: int, n: int) -> None:
+        c = self._credit.get(pid)
+        if c is not None:
+            self._credit[pid] = c + n
+            if c <= 0 < c + n:
+                self._starved -= 1
+
     def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
         return True  # a SUB has nothing to say; ignore it and keep reading
 
     def send(self, body: bytes, header: bytes = b"") -> None:
         # Distributing.distribute without a skip, inlined: PUB's hot path.
-        credit = self._credit
-        if self.options.overflow == "block" and not self.can_send():
+        if self._starved and self.options.overflow == "block":
             raise WouldBlock  # some subscriber pipe is full: wait until all have room
+        credit = self._credit
         append = self.actions.append
         for pid, c in credit.items():
             if c > 0:
                 credit[pid] = c - 1
                 append((TRANSMIT, pid, body))
+                if c == 1:
+                    self._starved += 1
             else:
                 self.dropped += 1
 
     def can_send(self) -> bool:
-        if self.options.overflow == "block":
-            return all(c > 0 for c in self._credit.values())
-        return True
+        return not self._starved or self.options.overflow != "block"
 
     def recv(self) -> Message:
         raise ProtocolError("PUB sockets cannot receive; use a SUB socket")
@@ -135,13 +159,18 @@ class Sub0(BodyQueuing):
     def __init__(self, options: Any, raw: bool = False) -> None:
         super().__init__(options, raw)
         self.topics = RadixTree()
+        # Every message is kept (raw, or subscribed to b""): no tree walk per
+        # message. Kept current by subscribe/unsubscribe.
+        self._keep_all = raw
 
     def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
         # Queue bare payloads; a Message is built only if the user asks for one.
-        if self.raw:
+        if self._keep_all:
             msgs = payloads
-        else:
+        elif self.topics:
             msgs = list(filter(self.topics.match, payloads))
+        else:
+            msgs = []  # no subscription: nothing is kept
         fq = self._fq
         keep = fq.push(pid, msgs)
         if fq.dropped:
@@ -159,6 +188,7 @@ class Sub0(BodyQueuing):
         """Add one subscription to ``topic`` (``b""`` matches every message)."""
         self._check_cooked("subscribe")
         self.topics.add(topic)
+        self._keep_all = b"" in self.topics
 
     def unsubscribe(self, topic: bytes) -> None:
         """Remove one subscription to ``topic``; messages already queued stay queued."""
@@ -167,6 +197,7 @@ class Sub0(BodyQueuing):
             self.topics.remove(topic)
         except KeyError:
             raise ValueError(f"unsubscribe({topic!r}): this SUB socket is not subscribed to that topic") from None
+        self._keep_all = b"" in self.topics
 
     def _check_cooked(self, what: str) -> None:
         if self.raw:
