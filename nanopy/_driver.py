@@ -303,8 +303,9 @@ class SocketDriver:
         with self._flush_lock:
             self._flush_armed = False  # (before taking the list: a later pipe arms anew)
             pipes, self._flush_pipes = self._flush_pipes, []
+        framed: dict[Any, tuple[list[bytes], Any]] = {}  # a batch equal on many pipes is framed once
         for pipe in pipes:
-            done = pipe.flush_queued()
+            done = pipe.flush_queued(framed)
             if done:
                 self.credit(pipe.pid, done)
 

@@ -151,6 +151,8 @@ class PipeDriver:
         self._idle_event: trio.Event | None = None
         # In-memory connections (inproc) take every payload at once, in order.
         self.hands_over = hasattr(conn, "attach_sink")
+        # Pipes with equal framing share a fan-out batch's chunk (ChannelConnection.framing).
+        self.framing = self.channel.framing if isinstance(self.channel, ChannelConnection) else None
         # The read role (see the module docstring).
         self.direct = hasattr(conn, "read_nowait")
         self.read_lock = threading.Lock()
@@ -230,9 +232,10 @@ class PipeDriver:
         lock.release()
         return self.transmit(payload, False)
 
-    def flush_queued(self) -> int:
+    def flush_queued(self, framed: dict[Any, tuple[list[bytes], Any]]) -> int:
         """Write the outbox now if nobody else is writing (the socket's flush round,
-        engine thread); returns the credit to give back."""
+        engine thread); returns the credit to give back. ``framed`` holds the last
+        chunk framed per ``framing``: a batch equal to its payloads reuses it."""
         lock = self.lock
         lock.acquire()
         if self.closed or self.writing or self.tail is not None or self.control is not None or not self.outbox:
@@ -243,15 +246,25 @@ class PipeDriver:
         self.flush_at = CALLER_BATCH
         self.writing = True
         lock.release()
-        return self._write_claimed(batch)
+        key = self.framing
+        if key is None:
+            return self._write_claimed(batch)
+        last = framed.get(key)
+        if last is not None and last[0] == batch:  # (payloads compared by identity first)
+            return self._write_claimed(batch, last[1])
+        chunk = self.channel.frame(batch)
+        framed[key] = (batch, chunk)
+        return self._write_claimed(batch, chunk)
 
-    def _write_claimed(self, batch: list[bytes]) -> int:
-        """Write ``batch`` without blocking from this thread, which claimed the
-        channel (``writing``) with the pipe lock released -- an in-memory channel
-        may deliver into a socket that sends straight back on this thread.
+    def _write_claimed(self, batch: list[bytes], chunk: Any = None) -> int:
+        """Write ``batch`` (already framed as ``chunk`` if given) without blocking
+        from this thread, which claimed the channel (``writing``) with the pipe lock
+        released -- an in-memory channel may deliver into a socket that sends
+        straight back on this thread.
         Returns the credit to give back now; the writer task takes over a rest."""
         channel = self.channel
-        chunk = channel.frame(batch)
+        if chunk is None:
+            chunk = channel.frame(batch)
         try:
             n = channel.write_nowait(chunk)
         except _WRITE_ERRORS:

@@ -222,3 +222,22 @@ def test_fan_out_burst_reaches_every_subscriber_in_order(make_socket: Factory, t
             pub.send(b"%d:%d" % (round_, i))
         for sub in subs:
             assert [sub.recv() for _ in range(count)] == [b"%d:%d" % (round_, i) for i in range(count)]
+
+
+def test_stream_pipes_share_framing_and_frame_equal_chunks(make_socket: Factory) -> None:
+    """tcp pipes declare one framing (a fan-out batch is framed once for all of
+    them); ipc differs from tcp; ws and inproc declare none."""
+    keys: dict[str, object] = {}
+    for transport in ("tcp", "ipc", "ws", "inproc"):
+        pub = make_socket("pub")
+        url = pub.bind(_url(transport, "framing")).url
+        subs = [make_socket("sub", connect=url) for _ in range(2)]
+        wait_until(lambda: len(pub.pipes) == 2 and all(len(s.pipes) == 1 for s in subs), what="the pipes")
+        drivers = list(pub._driver.pipes.values())
+        assert drivers[0].framing == drivers[1].framing
+        keys[transport] = drivers[0].framing
+        if drivers[0].framing is not None:
+            batch = [b"a", b"bc" * 100]
+            assert drivers[0].channel.frame(batch) == drivers[1].channel.frame(batch)
+    assert keys["tcp"] is not None and keys["ipc"] is not None and keys["tcp"] != keys["ipc"]
+    assert keys["ws"] is None and keys["inproc"] is None

@@ -13,7 +13,7 @@ See ``docs/transports.md`` for a worked example.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,6 +103,11 @@ class ChannelConnection(Connection):
     them through the function given to ``attach_control``: it goes out before any
     queued payload, on a chunk boundary.
     """
+
+    #: Connections whose ``framing`` is equal and not None turn the same payloads
+    #: into equal chunks, and only read them: a socket writing one batch to many
+    #: such pipes (a PUB's fan-out) frames it once for all of them.
+    framing: Hashable | None = None
 
     def frame(self, payloads: list[bytes]) -> Any:
         """The wire data for ``payloads`` (a ``bytes``-like chunk or a list)."""

@@ -112,6 +112,7 @@ class FramedConnection(ChannelConnection):
     def __init__(self, ctx: PipeContext, ipc: bool, remote_address: str) -> None:
         self._ctx = ctx
         self._ipc = ipc
+        self.framing = ("sp-stream", ipc)  # the same bytes for every stream pipe (TLS encrypts later)
         self._decoder = FrameDecoder(ipc, ctx.recv_max_size)
         self.remote_address = remote_address
 
