@@ -426,6 +426,7 @@ class SocketDriver:
         loop; from the first other action on, ``execute`` carries out the rest."""
         pipes = self.pipes
         more: list[Action] = []
+        framed: dict[Any, tuple[list[bytes], Any]] = {}  # pipes due in the same round share a chunk
         for i, action in enumerate(actions):
             if action[0] is not TRANSMIT:
                 more[:0] = actions[i:]  # (in order, before what credit released)
@@ -434,7 +435,7 @@ class SocketDriver:
             if driver is None:
                 self.dropped += 1
                 continue
-            done = driver.queue_burst(action[2])
+            done = driver.queue_burst(action[2], framed)
             if done:
                 released = self._credit_back(action[1], done)
                 if released:

@@ -164,12 +164,14 @@ class PipeDriver:
         pipe._driver = self
 
     # -- any thread ------------------------------------------------------------
-    def transmit(self, payload: bytes, idle: bool | None = None) -> int:
+    def transmit(
+        self, payload: bytes, idle: bool | None = None, framed: dict[Any, tuple[list[bytes], Any]] | None = None
+    ) -> int:
         """Send or queue ``payload``; returns how many credits may be returned now.
 
         ``idle=False``: the socket's driver judged the whole round a burst (a PUB's
         fan-out to many pipes, see ``FANOUT_GAP`` in nanopy/_driver.py): queue it.
-        None: this pipe judges by itself.
+        None: this pipe judges by itself. ``framed``: see ``_write_shared``.
         """
         lock = self.lock
         lock.acquire()
@@ -190,7 +192,7 @@ class PipeDriver:
                     self.writing = True
                     self.last_tx = time.monotonic()
                     lock.release()
-                    return self._write_claimed(outbox)
+                    return self._write_shared(outbox, framed)
             lock.release()
             return 0
         now = time.monotonic()
@@ -218,10 +220,11 @@ class PipeDriver:
         lock.release()
         return 0
 
-    def queue_burst(self, payload: bytes) -> int:
+    def queue_burst(self, payload: bytes, framed: dict[Any, tuple[list[bytes], Any]] | None = None) -> int:
         """``transmit(payload, idle=False)`` with the common case written out: the
         outbox already holds part of a fan-out burst and is not due to be written
-        yet, so the payload is only appended (one call per pipe per message)."""
+        yet, so the payload is only appended (one call per pipe per message).
+        ``framed``: chunks framed in this round (see ``_write_shared``)."""
         lock = self.lock
         lock.acquire()
         outbox = self.outbox
@@ -230,7 +233,7 @@ class PipeDriver:
             lock.release()
             return 0
         lock.release()
-        return self.transmit(payload, False)
+        return self.transmit(payload, False, framed)
 
     def flush_queued(self, framed: dict[Any, tuple[list[bytes], Any]]) -> int:
         """Write the outbox now if nobody else is writing (the socket's flush round,
@@ -246,8 +249,14 @@ class PipeDriver:
         self.flush_at = CALLER_BATCH
         self.writing = True
         lock.release()
+        return self._write_shared(batch, framed)
+
+    def _write_shared(self, batch: list[bytes], framed: dict[Any, tuple[list[bytes], Any]] | None) -> int:
+        """``_write_claimed(batch)``, reusing the chunk in ``framed`` when the last
+        batch framed for this pipe's ``framing`` holds the same payloads (a fan-out
+        fills every pipe's outbox alike)."""
         key = self.framing
-        if key is None:
+        if key is None or framed is None:
             return self._write_claimed(batch)
         last = framed.get(key)
         if last is not None and last[0] == batch:  # (payloads compared by identity first)
