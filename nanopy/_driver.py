@@ -53,7 +53,7 @@ from ._core import (
 )
 from ._errors import Closed, MessageTooLarge, RemoteProtocolError, Timeout, WouldBlock
 from ._message import Message
-from ._pipe import FLUSH_DELAY, MAX_HOLD
+from ._pipe import FLUSH_DELAY, MAX_HOLD, queue_fan_out
 from ._timers import Timers
 from ._waiters import ThreadWaiter, WaitQueue, async_waiter
 
@@ -424,22 +424,13 @@ class SocketDriver:
     def _fan_out(self, actions: list[Action]) -> None:
         """``execute`` for a burst round (see FANOUT_GAP), its TRANSMITs in a tight
         loop; from the first other action on, ``execute`` carries out the rest."""
-        pipes = self.pipes
-        more: list[Action] = []
-        framed: dict[Any, tuple[list[bytes], Any]] = {}  # pipes due in the same round share a chunk
-        for i, action in enumerate(actions):
-            if action[0] is not TRANSMIT:
-                more[:0] = actions[i:]  # (in order, before what credit released)
-                break
-            driver = pipes.get(action[1])
-            if driver is None:
-                self.dropped += 1
-                continue
-            done = driver.queue_burst(action[2], framed)
-            if done:
-                released = self._credit_back(action[1], done)
-                if released:
-                    more.extend(released)
+        handled, gone, credit = queue_fan_out(self.pipes, actions)
+        self.dropped += gone
+        more = actions[handled:]  # from the first action that is not a TRANSMIT on
+        for pid, n in credit:
+            released = self._credit_back(pid, n)
+            if released:
+                more.extend(released)
         self.fanout_end = time.monotonic()
         if more:
             self.execute(more)

@@ -56,12 +56,14 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from ._core import TRANSMIT
 from ._errors import MessageTooLarge, RemoteProtocolError
 from .transports._base import ChannelConnection
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
+    from ._core import Action
     from ._driver import SocketDriver
     from ._engine import Engine
     from ._message import Pipe
@@ -606,3 +608,38 @@ class PipeDriver:
                     return
                 self._idle_event = event = trio.Event()
             await event.wait()
+
+
+def queue_fan_out(pipes: Mapping[int, PipeDriver], actions: list[Action]) -> tuple[int, int, list[tuple[int, int]]]:
+    """Queue a fan-out burst round's leading TRANSMITs (``SocketDriver._fan_out``).
+
+    ``PipeDriver.queue_burst`` written out in one loop -- this is the publisher's
+    cost per pipe per message: a pipe whose outbox holds part of the burst and is
+    not due yet only appends, under its lock. Pipes that fall due in this round
+    share one framed chunk. Returns how many actions were handled (up to the
+    first that is not a TRANSMIT), how many went to pipes that are gone, and the
+    credit (pipe id, messages) the writes made here give back.
+    """
+    credit: list[tuple[int, int]] = []
+    framed: dict[Any, tuple[list[bytes], Any]] = {}
+    gone = handled = 0
+    for action in actions:
+        if action[0] is not TRANSMIT:
+            break
+        handled += 1
+        driver = pipes.get(action[1])
+        if driver is None:
+            gone += 1
+            continue
+        lock = driver.lock
+        lock.acquire()
+        outbox = driver.outbox
+        if outbox and len(outbox) + 1 < driver.flush_at:
+            outbox.append(action[2])
+            lock.release()
+            continue
+        lock.release()
+        done = driver.transmit(action[2], False, framed)
+        if done:
+            credit.append((action[1], done))
+    return handled, gone, credit
