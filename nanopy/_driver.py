@@ -129,6 +129,7 @@ class SocketDriver:
         self._wake_fd_box = [-1]  # eventfd waking a thread that reads a pipe directly
         self._direct_users = 0  # threads inside _direct_recv
         self._poll_cache: tuple[int, Any] | None = None  # (pid, poll object) of the direct reader
+        self._epoll_cache: tuple[int, Any] | None = None  # (pid, epoll) of a trio task reading directly
         self._due: deque[tuple[int, int]] = deque()
         self._lazy_credit = _credit_is_bookkeeping(core)
         self.fanout_end = 0.0  # when the last round that wrote to several pipes ended
@@ -618,6 +619,111 @@ class SocketDriver:
             pipe.release_role()
             self._direct_done()
 
+    async def _adirect_recv(self, attempt: Callable[[], T], deadline: float | None) -> tuple[T | _Blocked, bool]:
+        """The trio twin of :meth:`_direct_recv`: this task reads the socket's only pipe.
+
+        A task of a trio loop other than the engine's takes the pipe's read role
+        and reads and parses in its own thread, so the bytes reach it without the
+        engine thread, a GIL hand-over or a cross-thread wake. It waits in its own
+        loop (``wait_readable``) on an epoll descriptor that holds both the
+        connection and the wake eventfd, so a wake (close, a message handed in by
+        another path, the pipe ending) interrupts it exactly as it does a thread.
+        Returns ``(result, waited)``; ``waited`` says whether the task yielded
+        (then the call already had its schedule point). A cancellation can only
+        arrive in that wait, before the attempt succeeded: the call took nothing.
+        """
+        pipes = self.pipes
+        if self.recv_q.waiters or type(self.recv_q) is not WaitQueue or self._engine().in_engine_thread():
+            return BLOCKED, False
+        try:
+            (pipe,) = pipes.values()
+        except ValueError:  # the pipe went (or another came) meanwhile
+            return BLOCKED, False
+        if not pipe.direct:
+            return BLOCKED, False
+        with self.lock:
+            if self.closed:
+                raise self.closed_error()
+            wake_fd = self._wake_fd()
+            self._direct_users += 1
+        if not pipe.take_role(wake_fd):
+            self._direct_done()
+            return BLOCKED, False
+        conn: Any = pipe.conn
+        read_lock = pipe.read_lock
+        state = _DirectState(pipe.pid, wake_fd, deadline)
+        waited = False
+        try:
+            result: T | _Blocked = BLOCKED
+            tried = False
+            read = False
+            while True:
+                if tried:
+                    if not isinstance(result, _Blocked) or state.waiter is None:
+                        return result, waited
+                    if pipe.paused or pipe.closed or pipe.pid not in self.pipes or len(self.recv_q.waiters) > 1:
+                        return BLOCKED, waited
+                if not read:
+                    with read_lock:
+                        try:
+                            payloads = None if pipe.closed else conn.read_nowait()
+                        except (EOFError, OSError, RemoteProtocolError, MessageTooLarge) as exc:
+                            failure: BaseException | None = exc
+                            payloads = None
+                        else:
+                            failure = None
+                            if payloads:
+                                result = self._direct_round(state, payloads, attempt)
+                                tried = True
+                    if failure is not None:
+                        pipe.direct_failed(failure)
+                        return BLOCKED, waited
+                    if payloads is not None:
+                        continue
+                    read = True
+                if state.waiter is None:
+                    result = self._direct_round(state, None, attempt)  # try, and park a waiter
+                    tried = True
+                    continue
+                if not state.waiter.woken:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is None or left > 0:
+                        epoll = self._direct_epoll(pipe.pid, conn, wake_fd)
+                        if epoll is None:
+                            return BLOCKED, waited
+                        waited = True
+                        with trio.move_on_after(float("inf") if left is None else left):
+                            await trio.lowlevel.wait_readable(epoll.fileno())
+                        try:
+                            os.eventfd_read(wake_fd)
+                        except BlockingIOError:
+                            pass
+                        if not state.waiter.woken:
+                            read = False
+                            continue  # readable (or a stray wake): read it
+                read = False
+                result = self._direct_round(state, None, attempt)  # woken or timed out: look again
+        finally:
+            if state.waiter is not None:
+                self._abandon(self.recv_q, state.waiter)
+            pipe.release_role()
+            self._direct_done()
+
+    def _direct_epoll(self, pid: int, conn: Any, wake_fd: int) -> Any:
+        """An epoll descriptor readable when pipe ``pid`` or the wake eventfd is
+        (a trio task waits on one descriptor; made once per pipe)."""
+        cached = self._epoll_cache
+        if cached is not None and cached[0] == pid:
+            return cached[1]
+        fd = conn.fileno()
+        if fd < 0:
+            return None
+        epoll = select.epoll()
+        epoll.register(fd, select.EPOLLIN)
+        epoll.register(wake_fd, select.EPOLLIN)
+        self._epoll_cache = (pid, epoll)
+        return epoll
+
     def _direct_poller(self, pid: int, conn: Any, wake_fd: int) -> Any:
         """The poll object watching pipe ``pid`` and the wake eventfd (only the read
         role's holder uses it: made once per pipe, not once per wait)."""
@@ -686,6 +792,12 @@ class SocketDriver:
             return _park(queue, deadline, async_waiter)
 
         waited = False
+        if trio_task and queue is self.recv_q and len(self.pipes) == 1:
+            result, waited = await self._adirect_recv(attempt, deadline)
+            if not isinstance(result, _Blocked):
+                if not waited:
+                    await trio.lowlevel.cancel_shielded_checkpoint()
+                return result
         while True:
             result, waiter = self._attempt(attempt, park)
             if not isinstance(result, _Blocked):
