@@ -31,7 +31,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import sniffio
@@ -619,13 +619,16 @@ class SocketDriver:
             pipe.release_role()
             self._direct_done()
 
-    async def _adirect_recv(self, attempt: Callable[[], T], deadline: float | None) -> tuple[T | _Blocked, bool]:
-        """The trio twin of :meth:`_direct_recv`: this task reads the socket's only pipe.
+    async def _adirect_recv(
+        self, attempt: Callable[[], T], deadline: float | None, wait: Callable[[int, float | None], Awaitable[None]]
+    ) -> tuple[T | _Blocked, bool]:
+        """The async twin of :meth:`_direct_recv`: this task reads the socket's only pipe.
 
-        A task of a trio loop other than the engine's takes the pipe's read role
-        and reads and parses in its own thread, so the bytes reach it without the
-        engine thread, a GIL hand-over or a cross-thread wake. It waits in its own
-        loop (``wait_readable``) on an epoll descriptor that holds both the
+        A trio task (of a loop other than the engine's) or an asyncio task takes
+        the pipe's read role and reads and parses in its own thread, so the bytes
+        reach it without the engine thread, a GIL hand-over or a cross-thread
+        wake. It waits in its own loop (``wait``: trio's ``wait_readable``,
+        asyncio's ``add_reader``) on an epoll descriptor that holds both the
         connection and the wake eventfd, so a wake (close, a message handed in by
         another path, the pipe ending) interrupts it exactly as it does a thread.
         Returns ``(result, waited)``; ``waited`` says whether the task yielded
@@ -692,8 +695,7 @@ class SocketDriver:
                         if epoll is None:
                             return BLOCKED, waited
                         waited = True
-                        with trio.move_on_after(float("inf") if left is None else left):
-                            await trio.lowlevel.wait_readable(epoll.fileno())
+                        await wait(epoll.fileno(), left)
                         try:
                             os.eventfd_read(wake_fd)
                         except BlockingIOError:
@@ -792,10 +794,11 @@ class SocketDriver:
             return _park(queue, deadline, async_waiter)
 
         waited = False
-        if trio_task and queue is self.recv_q and len(self.pipes) == 1:
-            result, waited = await self._adirect_recv(attempt, deadline)
+        if queue is self.recv_q and len(self.pipes) == 1:
+            wait = _trio_wait_readable if trio_task else _asyncio_wait_readable
+            result, waited = await self._adirect_recv(attempt, deadline, wait)
             if not isinstance(result, _Blocked):
-                if not waited:
+                if trio_task and not waited:
                     await trio.lowlevel.cancel_shielded_checkpoint()
                 return result
         while True:
@@ -944,6 +947,33 @@ def _park(queue: WaitQueue, deadline: float | None, make: Callable[[], Any]) -> 
     waiter = make()
     queue.park(waiter)  # a queue may key the waiter by caller (nanopy._callers)
     return waiter
+
+
+async def _trio_wait_readable(fd: int, timeout: float | None) -> None:
+    """Wait (in this trio loop) until ``fd`` is readable or ``timeout`` passes."""
+    with trio.move_on_after(float("inf") if timeout is None else timeout):
+        await trio.lowlevel.wait_readable(fd)
+
+
+async def _asyncio_wait_readable(fd: int, timeout: float | None) -> None:
+    """Wait (in this asyncio loop) until ``fd`` is readable or ``timeout`` passes."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[None] = loop.create_future()
+
+    def ready() -> None:
+        if not future.done():
+            future.set_result(None)
+
+    loop.add_reader(fd, ready)
+    timer = None if timeout is None else loop.call_later(timeout, ready)
+    try:
+        await future
+    finally:
+        loop.remove_reader(fd)
+        if timer is not None:
+            timer.cancel()
 
 
 async def checkpoint_before() -> bool:

@@ -1,4 +1,4 @@
-"""A trio task receiving on a socket with one stream pipe reads that pipe itself.
+"""A trio or asyncio task receiving on a socket with one stream pipe reads that pipe itself.
 
 It takes the pipe's read role and waits in its own trio loop; these tests check
 that it still follows trio's rules (a cancelled call takes nothing), that a close
@@ -8,6 +8,7 @@ receiving at the same time.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable
 
@@ -198,3 +199,50 @@ def test_task_and_thread_share_messages_in_order(make_socket: Factory, transport
     # Each receiver sees its share in sending order; together they got each message once.
     assert by_thread == sorted(by_thread) and by_task == sorted(by_task)
     assert sorted(by_thread + by_task) == list(range(total))
+
+
+# -- asyncio: the same direct path, waiting with the loop's add_reader ---------------------
+
+
+async def _asyncio_until_role_taken(sock: nanopy.Socket) -> None:
+    await asyncio.to_thread(wait_until, lambda: _role_taken(sock), 5.0, "task took the read role")
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_asyncio_task_reads_directly_in_order_and_cancel_takes_nothing(make_socket: Factory, transport: str) -> None:
+    push, pull = _single_pipe_pair(make_socket, transport)
+
+    async def main() -> list[bytes]:
+        waiting = asyncio.ensure_future(pull.arecv(timeout=30))
+        await _asyncio_until_role_taken(pull)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert not _role_taken(pull)
+        first = asyncio.ensure_future(pull.arecv(timeout=5))
+        await _asyncio_until_role_taken(pull)
+        push.send(b"direct")
+        got = [await asyncio.wait_for(first, 5)]
+        for i in range(2000):
+            push.send(b"%d" % i)
+        for _ in range(2000):
+            got.append(await asyncio.wait_for(pull.arecv(timeout=5), 5))
+        with pytest.raises(nanopy.Timeout):
+            await asyncio.wait_for(pull.arecv(timeout=0.05), 5)
+        return got
+
+    assert asyncio.run(main()) == [b"direct"] + [b"%d" % i for i in range(2000)]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_close_wakes_an_asyncio_task_waiting_directly(make_socket: Factory, transport: str) -> None:
+    push, pull = _single_pipe_pair(make_socket, transport)
+
+    async def main() -> None:
+        waiting = asyncio.ensure_future(pull.arecv(timeout=30))
+        await _asyncio_until_role_taken(pull)
+        await asyncio.to_thread(pull.close, linger=0)
+        with pytest.raises(nanopy.Closed):
+            await asyncio.wait_for(waiting, 1)  # within a second
+
+    asyncio.run(main())
