@@ -126,6 +126,8 @@ class SocketDriver:
         self.watchers: list[Any] = []  # blocked polls, woken after any change (nanopy._poller)
         self.id_queues: dict[int, WaitQueue] = {}
         self.timers: Timers | None = None
+        # Starts an engine task in the socket's task tree (set by the Socket).
+        self.spawn_task: Callable[..., None] | None = None
         self._wake_fd_box = [-1]  # eventfd waking a thread that reads a pipe directly
         self._direct_users = 0  # threads inside _direct_recv
         self._poll_cache: tuple[int, Any] | None = None  # (pid, poll object) of the direct reader
@@ -251,7 +253,7 @@ class SocketDriver:
                     driver.close_soon()
             elif kind == ARM_TIMER:
                 if self.timers is None:
-                    self.timers = Timers(self._engine(), self.timer_fired)
+                    self.timers = Timers(self._engine(), self.timer_fired, self.spawn_task)
                 self.timers.arm(action[1], action[2])
             elif kind == CANCEL_TIMER:
                 if self.timers is not None:

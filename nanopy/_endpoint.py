@@ -1,10 +1,12 @@
 """Endpoints: a socket's binds (listeners) and connects (dialers).
 
-Each endpoint runs as one task tree in the engine. A dialer connects, completes
-the handshake, runs the pipe until it ends, then redials after an exponential,
-jittered back-off (``reconnect_interval`` doubling up to ``reconnect_interval_max``,
-reset after a pipe that lived). A listener accepts and hands each connection to
-its own task, so a peer stalling in the handshake holds up nobody else.
+Each endpoint is one task in its socket's task tree (nanopy/_lifecycle.py). A
+dialer connects, completes the handshake, waits while the pipe runs, then redials
+after an exponential, jittered back-off (``reconnect_interval`` doubling up to
+``reconnect_interval_max``, reset after a pipe that lived). A listener binds, then
+accepts and hands each connection to its own handshake task, so a peer stalling
+in the handshake holds up nobody else. A pipe that completed its handshake runs
+in the socket's pipes nursery, not under its endpoint.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ._errors import Closed, MessageTooLarge, RemoteProtocolError
+from ._errors import MessageTooLarge, RemoteProtocolError
 from .transports._base import Connection, Listener, PipeContext, Transport
 
 if TYPE_CHECKING:
@@ -98,7 +100,7 @@ class Endpoint:
 
     @property
     def closed(self) -> bool:
-        """True once :meth:`close` ran."""
+        """True once :meth:`close` ran, or its socket closed."""
         return self._closed
 
     def close(self) -> None:
@@ -106,12 +108,25 @@ class Endpoint:
         if self._closed:
             return
         self._closed = True
-        self.socket._forget_endpoint(self)
-        engine = self.socket._engine
+        sock = self.socket
+        sock._forget_endpoint(self)
+        if sock._driver.fork_closed:
+            return  # inherited across a fork: the engine that ran it is gone
+        engine = sock._engine_obj
+        if engine is None:
+            return  # never started (the socket's engine never ran)
         if engine.in_engine_thread():
-            self._scope.cancel()
+            self.cancel()
         else:
-            engine.call_soon(self._scope.cancel)
+            engine.call_soon(self.cancel)
+        # A pipe handed over from a handshake after this point sees ``closed``.
+        for pipe in sock._driver.pipe_drivers():
+            if pipe.pipe.endpoint is self:
+                pipe.close_soon()
+
+    def cancel(self) -> None:
+        """Engine side: stop the listener or dialer task and its handshakes (not its pipes)."""
+        self._scope.cancel()
 
     def _context(self) -> PipeContext:
         return self.socket._pipe_context(self)
@@ -121,20 +136,16 @@ class Endpoint:
         self._warnings.warning("%s: closing %s on %s: %s", self.socket.name, where, self.url, exc)
 
     # -- engine side -----------------------------------------------------------
-    async def open_listener(self) -> str:
-        """Engine side: bind (run in the engine by ``Socket.bind``).
+    async def open_listener(self) -> Listener:
+        """Engine side: bind (``Socket.bind`` runs it, then hands the listener to
+        :meth:`run_listener` in the socket's task tree)."""
+        listener = self._listener = await self.transport.listen(self.url, self._context())
+        self.url = listener.url
+        return listener
 
-        Returns:
-            The bound URL, with the real port.
-        """
-        self._listener = await self.transport.listen(self.url, self._context())
-        self.url = self._listener.url
-        return self.url
-
-    async def run_listener(self) -> None:
-        """Engine side: accept connections until closed (started by ``Socket.bind``)."""
-        listener = self._listener
-        assert listener is not None
+    async def run_listener(self, listener: Listener) -> None:
+        """Engine side: accept connections until stopped; then close the listener, so
+        its address is free before the socket's task tree ends."""
         try:
             with self._scope:
                 async with trio.open_nursery() as nursery:
@@ -153,9 +164,10 @@ class Endpoint:
         """Engine side: dial, run the pipe, back off and dial again until closed."""
         opts = self.socket._options
         delay = opts.reconnect_interval
+        now = self.socket._engine.now  # the engine's clock (a test's virtual one too)
         with self._scope:
             while True:
-                started = time.monotonic()
+                started = now()
                 try:
                     conn = await self.transport.dial(self.url, self._context())
                 except (OSError, RemoteProtocolError) as exc:
@@ -163,7 +175,7 @@ class Endpoint:
                     self.socket._count_reconnect()
                 else:
                     ran = await self._handshake_and_run(conn)
-                    if ran and time.monotonic() - started >= HEALTHY_PIPE_SECONDS:
+                    if ran and now() - started >= HEALTHY_PIPE_SECONDS:
                         delay = opts.reconnect_interval
                     if not ran:
                         self.socket._count_reconnect()
@@ -193,8 +205,10 @@ class Endpoint:
             with trio.CancelScope(shield=True):
                 await conn.aclose()
             raise
-        try:
-            await sock._run_pipe(conn, self)
-        except Closed:
-            pass
+        # The pipe runs in the socket's pipes nursery: stopping this endpoint at
+        # close does not cut it off before its queued messages are written. A
+        # dialer waits for it to end before dialing again; a listener does not.
+        ended = sock._tasks.start_pipe(sock._run_pipe, conn, self)
+        if self.dialer:
+            await ended.wait()
         return True

@@ -3,8 +3,9 @@
 Started lazily by the first socket that needs it (never at import), re-created in
 a child after ``os.fork()``, and shut down at interpreter exit after live sockets
 have had their ``linger`` to flush. All pipe I/O, dialers, listeners and timers run
-here; user threads only touch socket state under each socket's lock and wake the
-loop when a task there is parked.
+here, each socket's tasks in one tree (nanopy/_lifecycle.py); user threads only
+touch socket state under each socket's lock and wake the loop when a task there is
+parked.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from typing import Any
 import trio
 
 log = logging.getLogger("nanopy")
+
+# At exit, after the sockets have closed, how long to wait for the engine thread.
+STOP_TIMEOUT = 5.0
 
 
 class Engine:
@@ -59,12 +63,14 @@ class Engine:
     def in_engine_thread(self) -> bool:
         return threading.get_ident() == self.thread_id
 
-    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Run ``fn(*args)`` on the engine thread soon (from any thread)."""
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> bool:
+        """Run ``fn(*args)`` on the engine thread soon (from any thread); False if the
+        engine has stopped (at interpreter exit) and it will never run."""
         try:
             self._token.run_sync_soon(fn, *args)  # type: ignore[union-attr]
         except trio.RunFinishedError:
-            pass
+            return False
+        return True
 
     def spawn(self, afn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         """Start ``afn(*args)`` as a task in the engine's nursery."""
@@ -96,13 +102,14 @@ class Engine:
         return future.result(timeout)
 
     def stop(self) -> None:
+        """Cancel every task and wait (at most ``STOP_TIMEOUT``) for the thread to end."""
         if self._stopped:
             return
         self._stopped = True
         if self._nursery is not None:
             self.call_soon(self._nursery.cancel_scope.cancel)
         if not self.in_engine_thread():
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=STOP_TIMEOUT)
 
 
 _lock = threading.Lock()
@@ -129,7 +136,11 @@ def track_socket(sock: Any) -> None:
 
 
 def _after_fork_in_child() -> None:
-    """The parent's engine thread does not exist here: start afresh, lazily."""
+    """The parent's engine thread does not exist here: start afresh, lazily.
+
+    Sockets inherited from the parent are closed (their tasks lived in the parent's
+    engine); any call on them raises ``Closed`` saying to create a new socket.
+    """
     global _engine, _lock
     _lock = threading.Lock()
     _engine = None
@@ -139,14 +150,24 @@ def _after_fork_in_child() -> None:
 
 
 def _shutdown_at_exit() -> None:
+    """Close every live socket as ``close()`` would, then stop the engine.
+
+    All sockets are closed together: each one's blocked calls are woken at once,
+    and their linger flushes run side by side, so the exit waits for the longest
+    linger (plus the close grace), not for their sum.
+    """
     engine = _engine
     if engine is None:
         return
+    closing = []
     for sock in list(_sockets):
         try:
-            sock.close()
+            sock._close_start(None)
+            closing.append(sock)
         except Exception:  # pragma: no cover
             log.debug("error closing %r at exit", sock, exc_info=True)
+    for sock in closing:
+        sock._tasks.wait()
     engine.stop()
 
 

@@ -312,11 +312,18 @@ class PipeDriver:
     # -- engine thread ---------------------------------------------------------
     async def run(self) -> None:
         """Drive the pipe until it fails, the peer leaves, or it is closed."""
-        with self._scope:
-            if not self.closed:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._until_failure, self._writer, nursery.cancel_scope)
-                    await self._until_failure(self._reader, nursery.cancel_scope)
+        try:
+            with self._scope:
+                if not self.closed:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(self._until_failure, self._writer, nursery.cancel_scope)
+                        await self._until_failure(self._reader, nursery.cancel_scope)
+        finally:  # also when the socket's task tree is cancelled around it
+            await self._stopped()
+
+    async def _stopped(self) -> None:
+        """The pipe's tasks are over: no thread may read or write it any more
+        (its waits are shielded: it also runs while being cancelled)."""
         with self.read_lock:  # no thread reads the connection from now on
             with self.lock:
                 self.closed = True

@@ -27,6 +27,7 @@ from ._core import Core, PipeInfo
 from ._driver import SocketDriver, _Blocked, checkpoint_after, checkpoint_before
 from ._endpoint import Endpoint
 from ._errors import AddressError, Closed, MessageTooLarge, ProtocolError, WouldBlock
+from ._lifecycle import SocketTasks
 from ._message import Message, Pipe
 from ._options import OptionAttributes, docstring_section, make_descriptors, new_options, validate_priority
 from ._pipe import PipeDriver
@@ -37,7 +38,7 @@ from ._requests import RequestMethods
 from ._stats import SocketStats
 from ._util import DEFAULT as _DEFAULT
 from ._util import as_bytes
-from ._waiters import WaitQueue, async_waiter
+from ._waiters import WaitQueue
 from .transports._base import Connection, PipeContext
 
 log = logging.getLogger("nanopy")
@@ -98,7 +99,6 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
         self._options = new_options(protocol)
         self._engine_obj: _engine.Engine | None = None
         self._endpoints: list[Endpoint] = []
-        self._endpoint_tasks: list[trio.Event] = []
         self._added_callbacks: list[Callable[[Pipe], Any]] = []
         self._removed_callbacks: list[Callable[[Pipe], Any]] = []
         self._pipes_changed = threading.Condition(threading.Lock())  # for nanopy.testing
@@ -112,6 +112,9 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
                 )
             setattr(self, key, value)
         self._driver = SocketDriver(core_cls(self._options, raw=raw), self._get_name, lambda: self._engine)
+        # Every engine task of this socket runs in this tree (nanopy/_lifecycle.py).
+        self._tasks = SocketTasks(self._get_name, lambda: self._engine, lambda: list(self._driver.pipe_drivers()))
+        self._driver.spawn_task = self._tasks.start_task
         self.raw = raw
         self._closing_q: WaitQueue | None = None  # made by the first _await_closed
         _engine.track_socket(self)
@@ -233,7 +236,11 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
             Closed: the socket is closed.
         """
         ep = self._make_endpoint(url, False, options)
-        self._engine.run(self._start_listener, ep)
+        if not self._tasks.reserve():
+            raise self._driver.closed_error()
+        self._engine.run(self._bind, ep)
+        # A close() since the bind began has closed the listener (or will): say so.
+        self._driver.feed(self._endpoints.append, ep)
         return ep
 
     def connect(self, url: str, **options: Any) -> Endpoint:
@@ -255,47 +262,28 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
             Closed: the socket is closed.
         """
         ep = self._make_endpoint(url, True, options)
-        self._add_endpoint(ep)
-        self._engine.spawn(self._run_endpoint, ep, ep.run_dialer)
+        self._driver.feed(self._endpoints.append, ep)
+        self._tasks.start_endpoint(ep, ep.run_dialer)
         return ep
 
-    async def _start_listener(self, ep: Endpoint) -> None:
-        # close() may run while the listener is being opened: it then waits for
-        # this bind to settle (``done``), and the listener is closed here, so no
-        # address outlives close().
-        done = trio.Event()
-        self._driver.feed(self._endpoint_tasks.append, done)  # Closed if closed already
+    async def _bind(self, ep: Endpoint) -> None:
+        """Engine side of :meth:`bind`: open the listener, then run it in the socket's
+        task tree. A close meanwhile waits for this bind (``SocketTasks.bind_begins``)
+        and the listener is closed here, so no address outlives ``close()``."""
+        tasks = self._tasks
+        if not tasks.bind_begins():
+            raise self._driver.closed_error()
+        listener = None
         try:
-            await ep.open_listener()
-            self._add_endpoint(ep, done)
-        except BaseException:
-            listener = ep._listener
+            listener = await ep.open_listener()
+            if not tasks.spawn_endpoint(ep, ep.run_listener, listener):
+                raise self._driver.closed_error()
+            listener = None  # the listener task owns it now
+        finally:
             if listener is not None:
                 with trio.CancelScope(shield=True):
                     await listener.aclose()
-            done.set()
-            self._driver.feed(self._endpoint_tasks.remove, done, check_open=False)
-            raise
-        self._engine.spawn(self._run_endpoint, ep, ep.run_listener)
-
-    def _add_endpoint(self, ep: Endpoint, done: trio.Event | None = None) -> None:
-        def add() -> None:
-            nonlocal done
-            self._endpoints.append(ep)
-            if done is None:
-                done = trio.Event()
-                self._endpoint_tasks.append(done)
-            ep._done = done  # type: ignore[attr-defined]
-
-        self._driver.feed(add)
-
-    async def _run_endpoint(self, ep: Endpoint, body: Callable[[], Any]) -> None:
-        try:
-            await body()
-        except Exception:
-            log.exception("%s: endpoint %s failed", self.name, ep.url)
-        finally:
-            ep._done.set()  # type: ignore[attr-defined]
+            tasks.bind_ends()
 
     def _forget_endpoint(self, ep: Endpoint) -> None:
         def forget() -> None:
@@ -319,9 +307,12 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
 
     # -- pipes (engine thread) -----------------------------------------------------
     async def _run_pipe(self, conn: Connection, ep: Endpoint) -> None:
+        """Run one pipe until it ends (a task of the socket's pipes nursery)."""
         pipe = Pipe(_new_pipe_id(), conn.remote_address, ep)
         driver = PipeDriver(self._driver, self.name, conn, pipe, self._engine, self._note_protocol_error)
         try:
+            if ep.closed:
+                return  # its endpoint was closed during the handshake
             if not self._call_pipe_callbacks(self._added_callbacks, pipe, accept=True):
                 log.info(
                     "%s: pipe %d from %s rejected: an on_pipe_added callback returned False",
@@ -331,6 +322,8 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
             info = PipeInfo(pipe.id, pipe, ep.priority, ep.recv_priority)
             if not self._driver.add_pipe(driver, info, self._options.send_buffer):
                 return
+            if ep.closed:
+                driver.close_soon()  # Endpoint.close() swept its pipes before this one was added
             self._connects += 1
             self._notify_pipes_changed()
             try:
@@ -379,6 +372,7 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
     def _forked(self) -> None:
         """Called in a child process: the engine serving this socket is gone."""
         self._driver.forked()
+        self._tasks.forked()
 
     @staticmethod
     def _timeout(timeout: Any, default: float | None) -> float | None:
@@ -742,95 +736,62 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
         self._removed_callbacks.append(callback)
 
     # -- closing -------------------------------------------------------------------------
+    # Both halves of closing are in _close_start; nanopy/_lifecycle.py has the order.
     def close(self, linger: float | None = None) -> None:
         """Close the socket; idempotent and callable from any thread.
 
-        Every blocked call on this socket raises :class:`Closed`.
+        Every blocked call on this socket raises :class:`Closed` at once. Then
+        the listeners stop (their addresses are free), then the dialers; the
+        messages queued on pipes get up to ``linger`` seconds to be written; then
+        the pipes close. ``close`` returns once all of that is done, waiting at
+        most ``linger`` + 2 s.
 
         Args:
-            linger: seconds queued sends get to be written first; defaults to
-                the ``linger`` option, ``0`` closes at once.
+            linger: seconds queued sends get to be written; defaults to the
+                ``linger`` option, ``0`` closes at once.
         """
-        driver = self._driver
-        if driver.closed:
-            return
-        if linger is None:
-            linger = self._options.linger
+        self._close_start(linger)
         engine = self._engine_obj
-        off_engine = engine is not None and not engine.in_engine_thread()
-        if linger > 0 and off_engine and driver.pipes:
-            try:
-                engine.run(self._flush, linger)  # type: ignore[union-attr]
-            except Exception:
-                log.debug("%s: linger flush failed", self.name, exc_info=True)
-        if not self._close_now():
-            return
-        if off_engine and self._endpoint_tasks:
-            try:
-                engine.run(self._wait_endpoints, timeout=5.0)  # type: ignore[union-attr]
-            except Exception:
-                log.debug("%s: endpoints slow to stop", self.name, exc_info=True)
-
-    def _close_now(self) -> bool:
-        """The synchronous half of closing: mark closed, close the core, wake every
-        waiter, stop endpoints and pipes. False if the socket was closed already."""
-        driver = self._driver
-        if not driver.close_core():
-            return False
-        for ep in list(self._endpoints):
-            ep.close()
-        for pipe in driver.pipe_drivers():
-            pipe.close_soon()
-        return True
-
-    async def _in_engine(self, timeout: float, afn: Callable[..., Any], *args: Any) -> None:
-        """Run ``afn(*args)`` in the engine and wait up to ``timeout`` for it in the
-        caller's own event loop (trio or asyncio; no worker thread)."""
-        engine = self._engine_obj
-        if engine is None or engine.in_engine_thread():
-            return
-        waiter = async_waiter()
-
-        async def runner() -> None:
-            try:
-                await afn(*args)
-            except Exception:
-                log.debug("%s: %s failed while closing", self.name, afn.__name__, exc_info=True)
-            finally:
-                waiter.wake()
-
-        engine.spawn(runner)
-        await waiter.wait(timeout)
-
-    async def _flush(self, linger: float) -> None:
-        with trio.move_on_after(linger):
-            for pipe in self._driver.pipe_drivers():
-                await pipe.wait_flushed()
-
-    async def _wait_endpoints(self) -> None:
-        for done in list(self._endpoint_tasks):
-            await done.wait()
+        if engine is not None and engine.in_engine_thread():
+            return  # from a pipe callback: the engine cannot wait for itself
+        self._tasks.wait()
 
     async def aclose(self, linger: float | None = None) -> None:
-        """Async :meth:`close`: the linger and shutdown waits happen in the caller's
-        event loop, without a worker thread. Cancelling it still closes the socket.
+        """Async :meth:`close`: waits (at most ``linger`` + 2 s) in the caller's trio or
+        asyncio loop, without a worker thread. It is a checkpoint; cancelling it
+        stops the wait only: the socket is closed, and its tasks end in the background.
 
         Args:
             linger: as for :meth:`close`.
         """
-        driver = self._driver
-        if driver.closed:
+        self._close_start(linger)
+        engine = self._engine_obj
+        if engine is not None and engine.in_engine_thread():
             await checkpoint_after(await checkpoint_before())
             return
+        if self._tasks.finished:
+            await checkpoint_after(await checkpoint_before())
+            return
+        await self._tasks.await_finished()
+
+    def _close_start(self, linger: float | None) -> None:
+        """Closing, without the wait: the synchronous half (mark closed, close the
+        core, wake every blocked call) here, then the asynchronous half started in
+        the engine (listeners, dialers, flush within ``linger``, pipes). A second
+        call changes nothing."""
         if linger is None:
             linger = self._options.linger
-        try:
-            if linger > 0 and driver.pipes:
-                await self._in_engine(linger, self._flush, linger)
-        finally:
-            closed_now = self._close_now()
-        if closed_now and self._endpoint_tasks:
-            await self._in_engine(5.0, self._wait_endpoints)
+        if self._driver.close_core():
+            for ep in list(self._endpoints):
+                ep._closed = True
+            self._endpoints.clear()
+        self._tasks.shutdown(linger)
+
+    async def _flush(self, timeout: float) -> None:
+        """Engine side: wait up to ``timeout`` until every pipe has written what it queued."""
+        with trio.move_on_after(timeout):
+            for pipe in self._driver.pipe_drivers():
+                await pipe.wait_flushed()
 
     def __enter__(self) -> Socket:
         return self

@@ -17,8 +17,9 @@ import trio
 
 
 class Timers:
-    def __init__(self, engine: Any, fire: Callable[[Any], None]) -> None:
+    def __init__(self, engine: Any, fire: Callable[[Any], None], spawn: Callable[..., None] | None = None) -> None:
         self._engine = engine
+        self._spawn = spawn or engine.spawn  # the socket's task tree, where there is one
         self._fire = fire
         self._lock = threading.Lock()
         self._heap: list[tuple[float, int, Any]] = []
@@ -42,7 +43,7 @@ class Timers:
             if wake is not None:
                 self._event = None
         if start:
-            self._engine.spawn(self._run)
+            self._spawn(self._run)
         elif wake is not None:
             if self._engine.in_engine_thread():
                 wake.set()

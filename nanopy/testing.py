@@ -102,11 +102,12 @@ class LoopEngine(_engine.Engine):
     def in_engine_thread(self) -> bool:
         return _in_engine_task.get()
 
-    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> bool:
         try:
             self._loop_token.run_sync_soon(_as_engine, fn, *args)
         except trio.RunFinishedError:
-            pass
+            return False
+        return True
 
     def spawn(self, afn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         if threading.get_ident() == self.thread_id:

@@ -389,6 +389,7 @@ def test_trio_aclose_lingers_without_a_worker_thread(
     trio.run(main)
     threads[0].join(10)
     assert got == [b"%d" % i for i in range(200)]
+    assert pull.closed
 
 
 def test_asyncio_aclose_and_cancelled_aclose_still_closes(make_socket: Factory) -> None:

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+from conftest import wait_until
 from faults import frame, raw_sp_client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -113,12 +114,17 @@ def test_generated_payloads_after_a_correct_handshake(
     pair_under_test: tuple[nanopy.Socket, nanopy.Socket, str], payloads: list[bytes]
 ) -> None:
     ours, healthy, url = pair_under_test
+    connects = ours.stats().connects
     hostile = raw_sp_client(url, ours._core.peer_id)
     try:
         try:
             hostile.sendall(b"".join(frame(p) for p in payloads))
         except OSError:
             pass  # closed on us already: allowed
+        # Our side finishes its handshake a moment after the hostile's: until its pipe
+        # is up, "no pipes" below would hold before it came and went (PAIR would
+        # then refuse the healthy peer in its place).
+        wait_until(lambda: ours.stats().connects > connects, what="the hostile pipe added")
         if ours.protocol not in SINGLE_PEER:
             _probe(ours, healthy)
     finally:

@@ -21,11 +21,6 @@ FLUSH_BOUND = 1e-3  # docs/testing.md
 SLACK = 0.01
 
 
-@pytest.mark.xfail(
-    reason="close order listeners -> dialers -> pipes is issue 11 step 5 (not on main yet): today "
-    "every endpoint and pipe is cancelled at once and unwinds in trio's scheduling order",
-    strict=False,
-)
 async def test_close_stops_listeners_then_dialers_then_pipes(fake: FakeTransport, autojump_clock: MockClock) -> None:
     for round_ in range(10):  # trio shuffles the order of tasks that run at the same time
         hub = nanopy.Socket("bus", bind=[f"fake://hub{round_}-a", f"fake://hub{round_}-b"])
@@ -150,11 +145,6 @@ async def test_closing_one_endpoint_keeps_the_others(fake: FakeTransport, autoju
     assert not push.closed and len(push.pipes) == 1
 
 
-@pytest.mark.xfail(
-    reason="close order listeners -> dialers -> pipes is issue 11 step 5 (not on main yet): today "
-    "endpoints stay open while linger flushes the pipes",
-    strict=False,
-)
 async def test_while_lingering_nothing_new_is_accepted_or_dialed(
     fake: FakeTransport, autojump_clock: MockClock
 ) -> None:
