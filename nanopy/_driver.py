@@ -83,6 +83,10 @@ class _Blocked:
 
 
 BLOCKED = _Blocked()
+# What one direct read found besides messages (see SocketDriver._direct_read).
+_NOTHING = object()
+_PARTIAL = object()
+_FAILED = object()
 
 
 def _credit_is_bookkeeping(core: Core) -> bool:
@@ -560,7 +564,6 @@ class SocketDriver:
             self._direct_done()
             return BLOCKED
         conn: Any = pipe.conn
-        read_lock = pipe.read_lock
         state = _DirectState(pipe.pid, wake_fd, deadline)
         try:
             # Read first: a busy pipe has bytes waiting, and then no waiter is
@@ -575,22 +578,12 @@ class SocketDriver:
                     if pipe.paused or pipe.closed or pipe.pid not in self.pipes or len(self.recv_q.waiters) > 1:
                         return BLOCKED  # (more receivers now: let the engine share messages out)
                 if not read:
-                    # Read; what was read goes to the core before anyone else may read.
-                    with read_lock:
-                        try:
-                            payloads = None if pipe.closed else conn.read_nowait()
-                        except (EOFError, OSError, RemoteProtocolError, MessageTooLarge) as exc:
-                            failure: BaseException | None = exc
-                            payloads = None
-                        else:
-                            failure = None
-                            if payloads:
-                                result = self._direct_round(state, payloads, attempt)
-                                tried = True
-                    if failure is not None:
-                        pipe.direct_failed(failure)  # (Timeout, an OSError, never comes from here)
+                    outcome = self._direct_read(pipe, state, attempt)
+                    if outcome is _FAILED:
                         return BLOCKED
-                    if payloads is not None:
+                    if outcome is not _NOTHING:
+                        if outcome is not _PARTIAL:
+                            result, tried = outcome, True
                         continue  # read something (maybe a partial frame): look again at once
                     read = True
                 if state.waiter is None:
@@ -655,7 +648,6 @@ class SocketDriver:
             self._direct_done()
             return BLOCKED, False
         conn: Any = pipe.conn
-        read_lock = pipe.read_lock
         state = _DirectState(pipe.pid, wake_fd, deadline)
         waited = False
         try:
@@ -669,21 +661,12 @@ class SocketDriver:
                     if pipe.paused or pipe.closed or pipe.pid not in self.pipes or len(self.recv_q.waiters) > 1:
                         return BLOCKED, waited
                 if not read:
-                    with read_lock:
-                        try:
-                            payloads = None if pipe.closed else conn.read_nowait()
-                        except (EOFError, OSError, RemoteProtocolError, MessageTooLarge) as exc:
-                            failure: BaseException | None = exc
-                            payloads = None
-                        else:
-                            failure = None
-                            if payloads:
-                                result = self._direct_round(state, payloads, attempt)
-                                tried = True
-                    if failure is not None:
-                        pipe.direct_failed(failure)
+                    outcome = self._direct_read(pipe, state, attempt)
+                    if outcome is _FAILED:
                         return BLOCKED, waited
-                    if payloads is not None:
+                    if outcome is not _NOTHING:
+                        if outcome is not _PARTIAL:
+                            result, tried = outcome, True
                         continue
                     read = True
                 if state.waiter is None:
@@ -712,6 +695,29 @@ class SocketDriver:
                 self._abandon(self.recv_q, state.waiter)
             pipe.release_role()
             self._direct_done()
+
+    def _direct_read(self, pipe: PipeDriver, state: _DirectState, attempt: Callable[[], T]) -> Any:
+        """One read by the read role's holder: what the kernel holds goes to the core,
+        and the attempt is tried, in one round taken before anyone else may read.
+
+        Returns the attempt's result (or BLOCKED) when messages were read,
+        ``_PARTIAL`` when only part of a frame was, ``_NOTHING`` when the kernel
+        held nothing, ``_FAILED`` when the connection ended (the pipe is closed).
+        """
+        conn: Any = pipe.conn
+        with pipe.read_lock:
+            try:
+                payloads = None if pipe.closed else conn.read_nowait()
+            except (EOFError, OSError, RemoteProtocolError, MessageTooLarge) as exc:
+                failure: BaseException = exc
+            else:
+                if payloads is None:
+                    return _NOTHING
+                if not payloads:
+                    return _PARTIAL
+                return self._direct_round(state, payloads, attempt)
+        pipe.direct_failed(failure)  # (Timeout, an OSError, never comes from here)
+        return _FAILED
 
     def _direct_epoll(self, pid: int, conn: Any, wake_fd: int) -> Any:
         """An epoll descriptor readable when pipe ``pid`` or the wake eventfd is
