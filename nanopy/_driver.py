@@ -753,7 +753,14 @@ class SocketDriver:
         with self.lock:
             self._direct_users -= 1
             if self.closed and not self._direct_users:
-                _close_fd_box(self._wake_fd_box)  # the last direct receiver of a closed socket
+                self._close_direct_fds()  # the last direct receiver of a closed socket
+
+    def _close_direct_fds(self) -> None:
+        """Close the wake eventfd and a task's epoll (lock held, no direct receiver left)."""
+        _close_fd_box(self._wake_fd_box)
+        cached, self._epoll_cache = self._epoll_cache, None
+        if cached is not None:
+            cached[1].close()
 
     def _direct_round(
         self, state: _DirectState, payloads: list[bytes] | None, attempt: Callable[[], T]
@@ -893,7 +900,7 @@ class SocketDriver:
                 queue.wake_all()
             self.notify_watchers()  # a blocked poll raises Closed
             if not self._direct_users:
-                _close_fd_box(self._wake_fd_box)
+                self._close_direct_fds()
         # Only timer cancellations matter now; pipes are closed by the caller.
         for action in actions:
             if action[0] == CANCEL_TIMER and self.timers is not None:

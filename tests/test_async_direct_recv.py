@@ -126,6 +126,8 @@ def test_close_wakes_a_task_waiting_directly(make_socket: Factory, transport: st
                     pull.close(linger=0)
                 await done.wait()
         assert len(outcome) == 1
+        # The last direct receiver of a closed socket closed its descriptors.
+        assert pull._driver._epoll_cache is None and pull._driver._wake_fd_box == [-1]
 
     trio.run(main)
 
