@@ -51,14 +51,22 @@ EXPECTED: dict[str, list[str]] = {
 
 
 def run_example(name: str, *args: str, timeout: float = 45) -> str:
-    proc = subprocess.run(
-        [sys.executable, str(GUIDE / name), *args],
-        capture_output=True,
+    """Run an example; one that hangs is stopped with SIGABRT, so that faulthandler
+    prints where every thread of it was waiting into the failure message."""
+    proc = subprocess.Popen(
+        [sys.executable, "-X", "faulthandler", str(GUIDE / name), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
     )
-    assert proc.returncode == 0, f"{name} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
-    return proc.stdout
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        out, err = proc.communicate(timeout=30)
+        pytest.fail(f"{name} hung for {timeout} s; its threads:\n{out}\n{err}")
+    assert proc.returncode == 0, f"{name} exited {proc.returncode}:\n{out}\n{err}"
+    return out
 
 
 def test_every_example_is_checked() -> None:
