@@ -31,7 +31,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import sniffio
@@ -84,6 +84,10 @@ class _Blocked:
 
 
 BLOCKED = _Blocked()
+# What one direct read found besides messages (see SocketDriver._direct_read).
+_NOTHING = object()
+_PARTIAL = object()
+_FAILED = object()
 
 
 def _credit_is_bookkeeping(core: Core) -> bool:
@@ -132,6 +136,7 @@ class SocketDriver:
         self._wake_fd_box = [-1]  # eventfd waking a thread that reads a pipe directly
         self._direct_users = 0  # threads inside _direct_recv
         self._poll_cache: tuple[int, Any] | None = None  # (pid, poll object) of the direct reader
+        self._epoll_cache: tuple[int, Any] | None = None  # (pid, epoll) of a trio task reading directly
         self._due: deque[tuple[int, int]] = deque()
         self._lazy_credit = _credit_is_bookkeeping(core)
         self.fanout_end = 0.0  # when the last round that wrote to several pipes ended
@@ -624,7 +629,6 @@ class SocketDriver:
             self._direct_done()
             return BLOCKED
         conn: Any = pipe.conn
-        read_lock = pipe.read_lock
         state = _DirectState(pipe.pid, wake_fd, deadline)
         try:
             # Read first: a busy pipe has bytes waiting, and then no waiter is
@@ -639,22 +643,12 @@ class SocketDriver:
                     if pipe.paused or pipe.closed or pipe.pid not in self.pipes or len(self.recv_q.waiters) > 1:
                         return BLOCKED  # (more receivers now: let the engine share messages out)
                 if not read:
-                    # Read; what was read goes to the core before anyone else may read.
-                    with read_lock:
-                        try:
-                            payloads = None if pipe.closed else conn.read_nowait()
-                        except (EOFError, OSError, RemoteProtocolError, MessageTooLarge) as exc:
-                            failure: BaseException | None = exc
-                            payloads = None
-                        else:
-                            failure = None
-                            if payloads:
-                                result = self._direct_round(state, payloads, attempt)
-                                tried = True
-                    if failure is not None:
-                        pipe.direct_failed(failure)  # (Timeout, an OSError, never comes from here)
+                    outcome = self._direct_read(pipe, state, attempt)
+                    if outcome is _FAILED:
                         return BLOCKED
-                    if payloads is not None:
+                    if outcome is not _NOTHING:
+                        if outcome is not _PARTIAL:
+                            result, tried = outcome, True
                         continue  # read something (maybe a partial frame): look again at once
                     read = True
                 if state.waiter is None:
@@ -685,6 +679,126 @@ class SocketDriver:
             pipe.release_role()
             self._direct_done()
 
+    async def _adirect_recv(
+        self, attempt: Callable[[], T], deadline: float | None, wait: Callable[[int, float | None], Awaitable[None]]
+    ) -> tuple[T | _Blocked, bool]:
+        """The async twin of :meth:`_direct_recv`: this task reads the socket's only pipe.
+
+        A trio task (of a loop other than the engine's) or an asyncio task takes
+        the pipe's read role and reads and parses in its own thread, so the bytes
+        reach it without the engine thread, a GIL hand-over or a cross-thread
+        wake. It waits in its own loop (``wait``: trio's ``wait_readable``,
+        asyncio's ``add_reader``) on an epoll descriptor that holds both the
+        connection and the wake eventfd, so a wake (close, a message handed in by
+        another path, the pipe ending) interrupts it exactly as it does a thread.
+        Returns ``(result, waited)``; ``waited`` says whether the task yielded
+        (then the call already had its schedule point). A cancellation can only
+        arrive in that wait, before the attempt succeeded: the call took nothing.
+        """
+        pipes = self.pipes
+        if self.recv_q.waiters or type(self.recv_q) is not WaitQueue or self._engine().in_engine_thread():
+            return BLOCKED, False
+        try:
+            (pipe,) = pipes.values()
+        except ValueError:  # the pipe went (or another came) meanwhile
+            return BLOCKED, False
+        if not pipe.direct:
+            return BLOCKED, False
+        with self.lock:
+            if self.closed:
+                raise self.closed_error()
+            wake_fd = self._wake_fd()
+            self._direct_users += 1
+        if not pipe.take_role(wake_fd):
+            self._direct_done()
+            return BLOCKED, False
+        conn: Any = pipe.conn
+        state = _DirectState(pipe.pid, wake_fd, deadline)
+        waited = False
+        try:
+            result: T | _Blocked = BLOCKED
+            tried = False
+            read = False
+            while True:
+                if tried:
+                    if not isinstance(result, _Blocked) or state.waiter is None:
+                        return result, waited
+                    if pipe.paused or pipe.closed or pipe.pid not in self.pipes or len(self.recv_q.waiters) > 1:
+                        return BLOCKED, waited
+                if not read:
+                    outcome = self._direct_read(pipe, state, attempt)
+                    if outcome is _FAILED:
+                        return BLOCKED, waited
+                    if outcome is not _NOTHING:
+                        if outcome is not _PARTIAL:
+                            result, tried = outcome, True
+                        continue
+                    read = True
+                if state.waiter is None:
+                    result = self._direct_round(state, None, attempt)  # try, and park a waiter
+                    tried = True
+                    continue
+                if not state.waiter.woken:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is None or left > 0:
+                        epoll = self._direct_epoll(pipe.pid, conn, wake_fd)
+                        if epoll is None:
+                            return BLOCKED, waited
+                        waited = True
+                        await wait(epoll.fileno(), left)
+                        try:
+                            os.eventfd_read(wake_fd)
+                        except BlockingIOError:
+                            pass
+                        if not state.waiter.woken:
+                            read = False
+                            continue  # readable (or a stray wake): read it
+                read = False
+                result = self._direct_round(state, None, attempt)  # woken or timed out: look again
+        finally:
+            if state.waiter is not None:
+                self._abandon(self.recv_q, state.waiter)
+            pipe.release_role()
+            self._direct_done()
+
+    def _direct_read(self, pipe: PipeDriver, state: _DirectState, attempt: Callable[[], T]) -> Any:
+        """One read by the read role's holder: what the kernel holds goes to the core,
+        and the attempt is tried, in one round taken before anyone else may read.
+
+        Returns the attempt's result (or BLOCKED) when messages were read,
+        ``_PARTIAL`` when only part of a frame was, ``_NOTHING`` when the kernel
+        held nothing, ``_FAILED`` when the connection ended (the pipe is closed).
+        """
+        conn: Any = pipe.conn
+        with pipe.read_lock:
+            try:
+                payloads = None if pipe.closed else conn.read_nowait()
+            except (EOFError, OSError, RemoteProtocolError, MessageTooLarge) as exc:
+                failure: BaseException = exc
+            else:
+                if payloads is None:
+                    return _NOTHING
+                if not payloads:
+                    return _PARTIAL
+                return self._direct_round(state, payloads, attempt)
+        pipe.direct_failed(failure)  # (Timeout, an OSError, never comes from here)
+        return _FAILED
+
+    def _direct_epoll(self, pid: int, conn: Any, wake_fd: int) -> Any:
+        """An epoll descriptor readable when pipe ``pid`` or the wake eventfd is
+        (a trio task waits on one descriptor; made once per pipe)."""
+        cached = self._epoll_cache
+        if cached is not None and cached[0] == pid:
+            return cached[1]
+        fd = conn.fileno()
+        if fd < 0:
+            return None
+        epoll = select.epoll()
+        epoll.register(fd, select.EPOLLIN)
+        epoll.register(wake_fd, select.EPOLLIN)
+        self._epoll_cache = (pid, epoll)
+        return epoll
+
     def _direct_poller(self, pid: int, conn: Any, wake_fd: int) -> Any:
         """The poll object watching pipe ``pid`` and the wake eventfd (only the read
         role's holder uses it: made once per pipe, not once per wait)."""
@@ -704,7 +818,14 @@ class SocketDriver:
         with self.lock:
             self._direct_users -= 1
             if self.closed and not self._direct_users:
-                _close_fd_box(self._wake_fd_box)  # the last direct receiver of a closed socket
+                self._close_direct_fds()  # the last direct receiver of a closed socket
+
+    def _close_direct_fds(self) -> None:
+        """Close the wake eventfd and a task's epoll (lock held, no direct receiver left)."""
+        _close_fd_box(self._wake_fd_box)
+        cached, self._epoll_cache = self._epoll_cache, None
+        if cached is not None:
+            cached[1].close()
 
     def _direct_round(
         self, state: _DirectState, payloads: list[bytes] | None, attempt: Callable[[], T]
@@ -753,6 +874,13 @@ class SocketDriver:
             return _park(queue, deadline, async_waiter)
 
         waited = False
+        if queue is self.recv_q and len(self.pipes) == 1:
+            wait = _trio_wait_readable if trio_task else _asyncio_wait_readable
+            result, waited = await self._adirect_recv(attempt, deadline, wait)
+            if not isinstance(result, _Blocked):
+                if trio_task and not waited:
+                    await trio.lowlevel.cancel_shielded_checkpoint()
+                return result
         while True:
             result, waiter = self._attempt(attempt, park)
             if not isinstance(result, _Blocked):
@@ -837,7 +965,7 @@ class SocketDriver:
                 queue.wake_all()
             self.notify_watchers()  # a blocked poll raises Closed
             if not self._direct_users:
-                _close_fd_box(self._wake_fd_box)
+                self._close_direct_fds()
         # Only timer cancellations matter now; pipes are closed by the caller.
         for action in actions:
             if action[0] == CANCEL_TIMER and self.timers is not None:
@@ -899,6 +1027,33 @@ def _park(queue: WaitQueue, deadline: float | None, make: Callable[[], Any]) -> 
     waiter = make()
     queue.park(waiter)  # a queue may key the waiter by caller (nanopy._callers)
     return waiter
+
+
+async def _trio_wait_readable(fd: int, timeout: float | None) -> None:
+    """Wait (in this trio loop) until ``fd`` is readable or ``timeout`` passes."""
+    with trio.move_on_after(float("inf") if timeout is None else timeout):
+        await trio.lowlevel.wait_readable(fd)
+
+
+async def _asyncio_wait_readable(fd: int, timeout: float | None) -> None:
+    """Wait (in this asyncio loop) until ``fd`` is readable or ``timeout`` passes."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[None] = loop.create_future()
+
+    def ready() -> None:
+        if not future.done():
+            future.set_result(None)
+
+    loop.add_reader(fd, ready)
+    timer = None if timeout is None else loop.call_later(timeout, ready)
+    try:
+        await future
+    finally:
+        loop.remove_reader(fd)
+        if timer is not None:
+            timer.cancel()
 
 
 async def checkpoint_before() -> bool:
