@@ -11,8 +11,9 @@ runs under the socket lock on the caller's own thread, so the answer is exact.
   REQ's classic request id); a caller that ends (a finished thread or task)
   drops its entry, so nothing leaks.
 * :class:`CallerWaitQueue` parks callers keyed by who they are and wakes exactly
-  those the core lists in ``ready_callers`` (a REQ whose reply arrived), where
-  a plain :class:`~nanopy._waiters.WaitQueue` would wake whoever waited longest.
+  the one a core names with ``(READY_CALLER, caller)`` (a REQ whose reply
+  arrived), where a plain :class:`~nanopy._waiters.WaitQueue` would wake
+  whoever waited longest.
 """
 
 from __future__ import annotations
@@ -89,35 +90,32 @@ class PerCaller(Generic[T]):
 class CallerWaitQueue:
     """Waiters keyed by caller: a wake reaches exactly the callers the core names.
 
-    Sits in ``Socket._wait_queues`` like a :class:`~nanopy._waiters.WaitQueue`.
-    The core appends the callers whose condition turned true to the shared list
-    ``ready`` (``core.ready_callers``); the socket's wake pass calls
-    :meth:`wake_one` whenever that list is non-empty, which wakes those callers'
-    waiters and empties it. A caller parks at most one waiter at a time.
+    Stands where a :class:`~nanopy._waiters.WaitQueue` would (the driver's
+    ``recv_q``), but is never woken by the general wake pass (``waiters`` is
+    always empty): the driver calls :meth:`wake_caller` for each
+    ``(READY_CALLER, caller)`` action. A caller parks at most one waiter at a time.
     """
 
-    __slots__ = ("_parked", "ready")
+    __slots__ = ("_parked",)
 
-    def __init__(self, ready: list[Any]) -> None:
-        self.ready = ready
+    #: nobody is woken in turn: wakes are keyed (see :meth:`wake_caller`)
+    waiters: tuple[Any, ...] = ()
+
+    def __init__(self) -> None:
         self._parked: dict[Any, Any] = {}
-
-    @property
-    def waiters(self) -> list[Any]:
-        # Truthy when the core named someone: the socket then calls wake_one.
-        return self.ready
 
     def park(self, waiter: Any) -> None:
         """Register ``waiter`` for the current caller (lock held, on the caller's thread)."""
         self._parked[current_caller()] = waiter
 
+    def wake_caller(self, caller: Any) -> None:
+        """``caller`` can go on: wake its waiter, if it parked one (lock held)."""
+        waiter = self._parked.pop(caller, None)
+        if waiter is not None:
+            waiter.wake()
+
     def wake_one(self) -> None:
-        parked = self._parked
-        for caller in self.ready:
-            waiter = parked.pop(caller, None)
-            if waiter is not None:
-                waiter.wake()
-        self.ready.clear()
+        """Keyed wakes only (:meth:`wake_caller`); nothing to pass on."""
 
     def wake_all(self) -> None:
         parked, self._parked = self._parked, {}

@@ -18,6 +18,8 @@ Outputs: after *any* input the engine drains ``core.actions`` (a list of tuples)
     (ARM_TIMER, key, delay)     call ``timer_fired(key)`` after ``delay`` seconds
     (CANCEL_TIMER, key)         forget that timer
     (READY, key)                request/survey ``key`` changed state: wake its caller
+    (READY_CALLER, caller)      a classic call of ``caller`` (a thread or task, see
+                                nanopy._callers) can go on: wake exactly that caller
 
 Flow control is by credits: a pipe added with ``credit`` n may be handed n
 TRANSMITs; the engine returns credits with ``pipe_credit`` as data leaves.
@@ -49,6 +51,7 @@ class ActionKind(enum.IntEnum):
     ARM_TIMER = 4
     CANCEL_TIMER = 5
     READY = 6
+    READY_CALLER = 7
 
 
 TRANSMIT = ActionKind.TRANSMIT
@@ -57,6 +60,7 @@ RESUME_READ = ActionKind.RESUME_READ
 ARM_TIMER = ActionKind.ARM_TIMER
 CANCEL_TIMER = ActionKind.CANCEL_TIMER
 READY = ActionKind.READY
+READY_CALLER = ActionKind.READY_CALLER
 
 #: ``(ActionKind, ...)``: see the module docstring for each kind's fields.
 Action = tuple[Any, ...]
@@ -94,6 +98,10 @@ class Core:
     #: next input instead of a round of its own. None: decided from the class
     #: (the building blocks' own ``pipe_credit`` qualifies).
     credit_only: ClassVar[bool | None] = None
+    #: True if a classic ``recv`` waits for something of its own caller (a REQ's
+    #: reply): the core then wakes it with ``(READY_CALLER, caller)``, and the
+    #: engine keys receive waiters by caller instead of waking the longest waiting.
+    per_caller_recv: ClassVar[bool] = False
     #: values of the ``overflow`` option this protocol honours (PUB/SUB add more)
     overflow_modes: ClassVar[tuple[str, ...]] = ("drop",)
 

@@ -43,6 +43,7 @@ from ._core import (
     CANCEL_TIMER,
     CLOSE_PIPE,
     READY,
+    READY_CALLER,
     RESUME_READ,
     TRANSMIT,
     Action,
@@ -123,10 +124,8 @@ class SocketDriver:
         self.send_q = WaitQueue(core.can_send)
         # Per-caller classic calls: a cooked REQ's recv() waits for *its caller's*
         # reply, so its waiters are keyed by caller (nanopy._callers).
-        ready_callers = getattr(core, "ready_callers", None)
-        self.recv_q: WaitQueue = (
-            CallerWaitQueue(ready_callers) if ready_callers is not None else WaitQueue(core.can_recv)  # type: ignore[assignment]
-        )
+        self.caller_q = CallerWaitQueue() if core.per_caller_recv else None
+        self.recv_q: WaitQueue = self.caller_q or WaitQueue(core.can_recv)  # type: ignore[assignment]
         self.queues: list[WaitQueue] = [self.send_q, self.recv_q]
         self.watchers: list[Any] = []  # blocked polls, woken after any change (nanopy._poller)
         self.id_queues: dict[int, WaitQueue] = {}
@@ -175,12 +174,15 @@ class SocketDriver:
         if actions:
             out = actions.copy()
             actions.clear()
-            if self.id_queues:
+            if self.id_queues or self.caller_q is not None:
                 for action in out:
-                    if action[0] == READY:
+                    kind = action[0]
+                    if kind == READY:
                         queue = self.id_queues.get(action[1])
                         if queue is not None:
                             queue.wake_one()
+                    elif kind == READY_CALLER:
+                        self.caller_q.wake_caller(action[1])  # type: ignore[union-attr]
         else:
             out = None
         for queue in self.queues:
@@ -267,7 +269,7 @@ class SocketDriver:
             elif kind == CANCEL_TIMER:
                 if self.timers is not None:
                     self.timers.cancel(action[1])
-            # READY was handled when the actions were drained.
+            # READY and READY_CALLER were handled when the actions were drained.
         if transmits > 1:
             self.fanout_end = time.monotonic()
 

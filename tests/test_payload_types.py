@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from nanopy._core import ARM_TIMER, CANCEL_TIMER, READY, TRANSMIT, PipeInfo
+from nanopy._core import ARM_TIMER, CANCEL_TIMER, READY, READY_CALLER, TRANSMIT, PipeInfo
 from nanopy._errors import WouldBlock
 from nanopy._options import new_options
 from nanopy._registry import protocols
@@ -36,7 +36,8 @@ def _ferry(src: Any, dst: Any, kind: type) -> None:
     src.actions.clear()
     if payloads:
         dst.messages_received(1, payloads)
-    allowed = (TRANSMIT, ARM_TIMER, CANCEL_TIMER, READY)  # READY: a request's caller is woken
+    # READY, READY_CALLER: a request's caller is woken
+    allowed = (TRANSMIT, ARM_TIMER, CANCEL_TIMER, READY, READY_CALLER)
     assert not any(a[0] not in allowed for a in dst.actions), dst.actions
 
 

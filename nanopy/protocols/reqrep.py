@@ -12,8 +12,8 @@ REQ (cooked) keeps any number of requests in flight, each with its own id. The
 classic ``send``/``recv`` pair uses one per caller -- thread, or trio/asyncio
 task (:mod:`nanopy._callers`): a caller's new ``send`` abandons only that
 caller's previous classic request, as nanomsg does for its one request, and its
-``recv`` returns the reply to its own request; the core lists the callers whose
-reply arrived in ``ready_callers`` so the socket wakes exactly them.
+``recv`` returns the reply to its own request; the core names a caller whose
+reply arrived with ``(READY_CALLER, caller)`` so the socket wakes exactly it.
 ``Socket.request()`` uses one id per call. Many threads or tasks thus share one
 socket without contexts. Ids start at
 a random 31-bit value and count up; the id is the whole first word (top bit set).
@@ -61,7 +61,7 @@ from collections import deque
 from typing import Any
 
 from .._callers import PerCaller, current_caller
-from .._core import ARM_TIMER, CANCEL_TIMER, READY, TRANSMIT, LoadBalancing, PipeInfo
+from .._core import ARM_TIMER, CANCEL_TIMER, READY, READY_CALLER, TRANSMIT, LoadBalancing, PipeInfo
 from .._errors import WouldBlock
 from .._message import Message
 from ._common import END_BIT, ID_MASK, BacktraceQueuing, RawReplier, RawVariant, Replier, StateTable
@@ -156,6 +156,7 @@ class Req0(RawVariant, LoadBalancing):
     name = "req"
     peer_name = "rep"
     raw_class = XReq0
+    per_caller_recv = True
 
     def __init__(self, options: Any, raw: bool = False) -> None:
         super().__init__(options, False)
@@ -168,7 +169,6 @@ class Req0(RawVariant, LoadBalancing):
         # (weakly: a caller that ends without recv() has its request cancelled).
         self._classic: PerCaller[int] = PerCaller()
         self._classic_owner: dict[int, weakref.ref[Any]] = {}
-        self.ready_callers: list[Any] = []  # callers whose classic reply arrived
         self._tick = 0
         self._ticking = False
 
@@ -329,7 +329,7 @@ class Req0(RawVariant, LoadBalancing):
             if owner is not None:
                 caller = owner()
                 if caller is not None:
-                    self.ready_callers.append(caller)  # wakes that caller's classic recv()
+                    self.actions.append((READY_CALLER, caller))  # wakes that caller's classic recv()
         return True
 
     # -- classic send/recv (per caller) --------------------------------------------------
