@@ -31,7 +31,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import sniffio
@@ -133,9 +133,8 @@ class SocketDriver:
         # Starts an engine task in the socket's task tree (set by the Socket).
         self.spawn_task: Callable[..., None] | None = None
         self._wake_fd_box = [-1]  # eventfd waking a thread that reads a pipe directly
-        self._direct_users = 0  # threads inside _direct_recv
-        self._poll_cache: tuple[int, Any] | None = None  # (pid, poll object) of the direct reader
-        self._epoll_cache: tuple[int, Any] | None = None  # (pid, epoll) of a trio task reading directly
+        self._direct_users = 0  # threads and tasks inside a direct receive
+        self._epoll_cache: tuple[int, Any] | None = None  # (pid, epoll) of the direct reader
         self._due: deque[tuple[int, int]] = deque()
         self._lazy_credit = _credit_is_bookkeeping(core)
         self.fanout_end = 0.0  # when the last round that wrote to several pipes ended
@@ -597,115 +596,77 @@ class SocketDriver:
     def _direct_recv(self, attempt: Callable[[], T], deadline: float | None) -> T | _Blocked:
         """Receive on the socket's only pipe by reading it from this thread.
 
-        Takes the pipe's read role (see nanopy/_pipe.py), reads what the kernel
-        holds and, if that completes a message, takes it in the same round that
-        feeds the payloads to the core (a busy receiver pays one round per read).
-        Otherwise it loops: a round that tries ``attempt`` and parks a waiter that
-        writes an eventfd if it would block; ``poll`` on the connection and the
-        eventfd; a non-blocking read whose payloads are fed to the core in a round
-        taken while still holding the pipe's ``read_lock`` (so reads reach the core
-        in order, whoever makes them). Returns BLOCKED when the role is not
-        available or the pipe stops being readable here; the caller then waits
-        the ordinary way.
+        Runs :meth:`_direct_steps`, blocking in ``epoll`` (the connection and the
+        wake eventfd) whenever they must wait. Returns BLOCKED when the read role
+        is not available or the pipe stops being readable here; the caller then
+        waits the ordinary way.
         """
-        pipes = self.pipes
-        if (
-            len(pipes) != 1
-            or self.recv_q.waiters
-            or type(self.recv_q) is not WaitQueue
-            or self._engine().in_engine_thread()
-        ):
-            return BLOCKED  # (other receivers waiting: the engine shares messages out fairly)
+        begun = self._direct_begin(deadline)
+        if begun is None:
+            return BLOCKED
+        pipe, state = begun
+        steps = self._direct_steps(pipe, state, attempt)
         try:
-            (pipe,) = pipes.values()
-        except ValueError:  # the pipe went (or another came) meanwhile
-            return BLOCKED
-        if not pipe.direct:
-            return BLOCKED
-        with self.lock:
-            if self.closed:
-                raise self.closed_error()
-            wake_fd = self._wake_fd()
-            self._direct_users += 1
-        if not pipe.take_role(wake_fd):
-            self._direct_done()
-            return BLOCKED
-        conn: Any = pipe.conn
-        state = _DirectState(pipe.pid, wake_fd, deadline)
-        try:
-            # Read first: a busy pipe has bytes waiting, and then no waiter is
-            # parked, no poll is made.
-            result: T | _Blocked = BLOCKED
-            tried = False  # a round has tried the attempt
-            read = False  # read since the last poll: poll next, do not read again
+            left = next(steps)
             while True:
-                if tried:
-                    if not isinstance(result, _Blocked) or state.waiter is None:
-                        return result  # a result, or BLOCKED at the deadline (the caller times out)
-                    if pipe.paused or pipe.closed or pipe.pid not in self.pipes or len(self.recv_q.waiters) > 1:
-                        return BLOCKED  # (more receivers now: let the engine share messages out)
-                if not read:
-                    outcome = self._direct_read(pipe, state, attempt)
-                    if outcome is _FAILED:
-                        return BLOCKED
-                    if outcome is not _NOTHING:
-                        if outcome is not _PARTIAL:
-                            result, tried = outcome, True
-                        continue  # read something (maybe a partial frame): look again at once
-                    read = True
-                if state.waiter is None:
-                    result = self._direct_round(state, None, attempt)  # try, and park a waiter
-                    tried = True
-                    continue
-                if not state.waiter.woken:
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is None or left > 0:
-                        poller = self._direct_poller(pipe.pid, conn, wake_fd)
-                        if poller is None:
-                            return BLOCKED
-                        events = poller.poll(None if left is None else max(1, int(left * 1000 + 0.999)))
-                        for fd, _ in events:
-                            if fd == wake_fd:
-                                try:
-                                    os.eventfd_read(wake_fd)
-                                except BlockingIOError:
-                                    pass
-                        if events and not state.waiter.woken:
-                            read = False
-                            continue  # readable: read it
-                read = False
-                result = self._direct_round(state, None, attempt)  # woken or timed out: look again
+                epoll = self._direct_epoll(pipe.pid, pipe.conn, state.wake_fd)
+                if epoll is None:
+                    return BLOCKED
+                epoll.poll(left)
+                left = next(steps)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
         finally:
-            if state.waiter is not None:
-                self._abandon(self.recv_q, state.waiter)
-            pipe.release_role()
-            self._direct_done()
+            steps.close()
+            self._direct_end(pipe, state)
 
     async def _adirect_recv(
         self, attempt: Callable[[], T], deadline: float | None, wait: Callable[[int, float | None], Awaitable[None]]
     ) -> tuple[T | _Blocked, bool]:
         """The async twin of :meth:`_direct_recv`: this task reads the socket's only pipe.
 
-        A trio task (of a loop other than the engine's) or an asyncio task takes
-        the pipe's read role and reads and parses in its own thread, so the bytes
-        reach it without the engine thread, a GIL hand-over or a cross-thread
-        wake. It waits in its own loop (``wait``: trio's ``wait_readable``,
-        asyncio's ``add_reader``) on an epoll descriptor that holds both the
-        connection and the wake eventfd, so a wake (close, a message handed in by
-        another path, the pipe ending) interrupts it exactly as it does a thread.
+        A trio task (of a loop other than the engine's) or an asyncio task runs
+        :meth:`_direct_steps` in its own thread, so the bytes reach it without the
+        engine thread, a GIL hand-over or a cross-thread wake. It waits in its own
+        loop (``wait``: trio's ``wait_readable``, asyncio's ``add_reader``) on the
+        epoll descriptor, so a wake (close, a message handed in by another path,
+        the pipe ending) interrupts it exactly as it does a thread.
         Returns ``(result, waited)``; ``waited`` says whether the task yielded
         (then the call already had its schedule point). A cancellation can only
         arrive in that wait, before the attempt succeeded: the call took nothing.
         """
-        pipes = self.pipes
-        if self.recv_q.waiters or type(self.recv_q) is not WaitQueue or self._engine().in_engine_thread():
+        begun = self._direct_begin(deadline)
+        if begun is None:
             return BLOCKED, False
+        pipe, state = begun
+        steps = self._direct_steps(pipe, state, attempt)
+        waited = False
         try:
-            (pipe,) = pipes.values()
+            left = next(steps)
+            while True:
+                epoll = self._direct_epoll(pipe.pid, pipe.conn, state.wake_fd)
+                if epoll is None:
+                    return BLOCKED, waited
+                waited = True
+                await wait(epoll.fileno(), left)
+                left = next(steps)
+        except StopIteration as done:
+            return done.value, waited
+        finally:
+            steps.close()
+            self._direct_end(pipe, state)
+
+    def _direct_begin(self, deadline: float | None) -> tuple[PipeDriver, _DirectState] | None:
+        """Take the read role of the socket's only pipe (see nanopy/_pipe.py) for a
+        direct receive; None when that is not possible now."""
+        if self.recv_q.waiters or type(self.recv_q) is not WaitQueue or self._engine().in_engine_thread():
+            return None  # (other receivers waiting: the engine shares messages out fairly)
+        try:
+            (pipe,) = self.pipes.values()
         except ValueError:  # the pipe went (or another came) meanwhile
-            return BLOCKED, False
+            return None
         if not pipe.direct:
-            return BLOCKED, False
+            return None
         with self.lock:
             if self.closed:
                 raise self.closed_error()
@@ -713,55 +674,64 @@ class SocketDriver:
             self._direct_users += 1
         if not pipe.take_role(wake_fd):
             self._direct_done()
-            return BLOCKED, False
-        conn: Any = pipe.conn
-        state = _DirectState(pipe.pid, wake_fd, deadline)
-        waited = False
-        try:
-            result: T | _Blocked = BLOCKED
-            tried = False
+            return None
+        return pipe, _DirectState(pipe.pid, wake_fd, deadline)
+
+    def _direct_end(self, pipe: PipeDriver, state: _DirectState) -> None:
+        if state.waiter is not None:
+            self._abandon(self.recv_q, state.waiter)
+        pipe.release_role()
+        self._direct_done()
+
+    def _direct_steps(
+        self, pipe: PipeDriver, state: _DirectState, attempt: Callable[[], T]
+    ) -> Generator[float | None, None, T | _Blocked]:
+        """The loop of a direct receive, without its waits (threads and tasks share it).
+
+        Reads first: a busy pipe has bytes waiting, and then no waiter is parked
+        and nobody waits. What a read completes is taken in the same round that
+        feeds it to the core (a busy receiver pays one round per read). Otherwise:
+        a round that tries ``attempt`` and parks a waiter that writes the eventfd
+        if it would block, then a wait -- the generator yields the seconds left
+        (None: no deadline) and its driver waits until the connection or the
+        eventfd is readable, or that time passes. Returns the result, or BLOCKED
+        at the deadline or when the pipe stops being readable here.
+        """
+        result: T | _Blocked = BLOCKED
+        tried = False  # a round has tried the attempt
+        read = False  # read since the last wait: wait next, do not read again
+        while True:
+            if tried:
+                if not isinstance(result, _Blocked) or state.waiter is None:
+                    return result  # a result, or BLOCKED at the deadline (the caller times out)
+                if pipe.paused or pipe.closed or pipe.pid not in self.pipes or len(self.recv_q.waiters) > 1:
+                    return BLOCKED  # (more receivers now: let the engine share messages out)
+            if not read:
+                outcome = self._direct_read(pipe, state, attempt)
+                if outcome is _FAILED:
+                    return BLOCKED
+                if outcome is not _NOTHING:
+                    if outcome is not _PARTIAL:
+                        result, tried = outcome, True
+                    continue  # read something (maybe a partial frame): look again at once
+                read = True
+            if state.waiter is None:
+                result = self._direct_round(state, None, attempt)  # try, and park a waiter
+                tried = True
+                continue
+            if not state.waiter.woken:
+                left = None if state.deadline is None else state.deadline - time.monotonic()
+                if left is None or left > 0:
+                    yield left
+                    try:
+                        os.eventfd_read(state.wake_fd)
+                    except BlockingIOError:
+                        pass
+                    if not state.waiter.woken:
+                        read = False
+                        continue  # readable (or a stray wake): read it
             read = False
-            while True:
-                if tried:
-                    if not isinstance(result, _Blocked) or state.waiter is None:
-                        return result, waited
-                    if pipe.paused or pipe.closed or pipe.pid not in self.pipes or len(self.recv_q.waiters) > 1:
-                        return BLOCKED, waited
-                if not read:
-                    outcome = self._direct_read(pipe, state, attempt)
-                    if outcome is _FAILED:
-                        return BLOCKED, waited
-                    if outcome is not _NOTHING:
-                        if outcome is not _PARTIAL:
-                            result, tried = outcome, True
-                        continue
-                    read = True
-                if state.waiter is None:
-                    result = self._direct_round(state, None, attempt)  # try, and park a waiter
-                    tried = True
-                    continue
-                if not state.waiter.woken:
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is None or left > 0:
-                        epoll = self._direct_epoll(pipe.pid, conn, wake_fd)
-                        if epoll is None:
-                            return BLOCKED, waited
-                        waited = True
-                        await wait(epoll.fileno(), left)
-                        try:
-                            os.eventfd_read(wake_fd)
-                        except BlockingIOError:
-                            pass
-                        if not state.waiter.woken:
-                            read = False
-                            continue  # readable (or a stray wake): read it
-                read = False
-                result = self._direct_round(state, None, attempt)  # woken or timed out: look again
-        finally:
-            if state.waiter is not None:
-                self._abandon(self.recv_q, state.waiter)
-            pipe.release_role()
-            self._direct_done()
+            result = self._direct_round(state, None, attempt)  # woken or timed out: look again
 
     def _direct_read(self, pipe: PipeDriver, state: _DirectState, attempt: Callable[[], T]) -> Any:
         """One read by the read role's holder: what the kernel holds goes to the core,
@@ -787,8 +757,9 @@ class SocketDriver:
         return _FAILED
 
     def _direct_epoll(self, pid: int, conn: Any, wake_fd: int) -> Any:
-        """An epoll descriptor readable when pipe ``pid`` or the wake eventfd is
-        (a trio task waits on one descriptor; made once per pipe)."""
+        """An epoll descriptor readable when pipe ``pid`` or the wake eventfd is (a
+        thread blocks in it, a task waits for its descriptor; made once per pipe:
+        only the read role's holder uses it)."""
         cached = self._epoll_cache
         if cached is not None and cached[0] == pid:
             return cached[1]
@@ -800,21 +771,6 @@ class SocketDriver:
         epoll.register(wake_fd, select.EPOLLIN)
         self._epoll_cache = (pid, epoll)
         return epoll
-
-    def _direct_poller(self, pid: int, conn: Any, wake_fd: int) -> Any:
-        """The poll object watching pipe ``pid`` and the wake eventfd (only the read
-        role's holder uses it: made once per pipe, not once per wait)."""
-        cached = self._poll_cache
-        if cached is not None and cached[0] == pid:
-            return cached[1]
-        fd = conn.fileno()
-        if fd < 0:
-            return None  # the connection closed under us: the pipe is going away
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        poller.register(wake_fd, select.POLLIN)
-        self._poll_cache = (pid, poller)
-        return poller
 
     def _direct_done(self) -> None:
         with self.lock:
