@@ -93,31 +93,18 @@ class _Inbox:
                 self._writable = (event, trio.lowlevel.current_trio_token())
             await event.wait()
 
-    async def drain(self) -> None:
-        """Wait for queued payloads and hand them all to the sink (reader task)."""
+    async def take(self, into_sink: bool) -> list[bytes]:
+        """Wait for queued payloads and take them all (reader task): into the sink,
+        under the lock so they stay in order with direct deliveries (``drain``),
+        or returned (``receive``, when no sink is attached)."""
         while True:
             with self._lock:
                 items = self._items
-                if items and self._sink is not None:
+                sink = self._sink if into_sink else None
+                if items and (sink is not None or not into_sink):
                     self._items = []
-                    self._sink(items)
-                    waiter, self._writable = self._writable, None
-                    break
-                if self.closed:
-                    raise EOFError("inproc peer closed")
-                event = trio.Event()
-                self._readable = (event, trio.lowlevel.current_trio_token())
-            await event.wait()
-        if waiter is not None:
-            _wake(waiter)
-        await trio.lowlevel.checkpoint()
-
-    async def take_all(self) -> list[bytes]:
-        """Everything queued, waiting for at least one payload (``receive``)."""
-        while True:
-            with self._lock:
-                if self._items:
-                    items, self._items = self._items, []
+                    if sink is not None:
+                        sink(items)
                     waiter, self._writable = self._writable, None
                     break
                 if self.closed:
@@ -173,10 +160,10 @@ class InprocConnection(ChannelConnection):
 
     async def drain_to_sink(self) -> None:
         """Hand payloads queued while the sink was paused to it (reader task)."""
-        await self._inbox.drain()
+        await self._inbox.take(into_sink=True)
 
     async def receive(self) -> list[bytes]:
-        return await self._inbox.take_all()
+        return await self._inbox.take(into_sink=False)
 
     async def aclose(self) -> None:
         self._inbox.close()
