@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -135,3 +139,50 @@ def ws_close_times(monkeypatch: pytest.MonkeyPatch) -> WsCloseTimes:
 
     monkeypatch.setattr(WsConnection, "aclose", timed_aclose)
     return times
+
+
+def reap_child(pid: int, timeout: float) -> int:
+    """waitpid with a deadline: a hung child is killed (by its PID) and reaped."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    return os.waitpid(pid, 0)[1]
+
+
+@contextlib.contextmanager
+def tcp_plugin(scheme: str, wrap: Callable[[Any], Any]) -> Iterator[list[Any]]:
+    """Register ``scheme`` as a plug-in transport: tcp underneath, each dialled
+    connection passed through ``wrap``. Yields the wrapped connections (in dial
+    order); the scheme is unregistered afterwards."""
+    tcp = nanopy.transports.get("tcp")
+    made: list[Any] = []
+    prefix = f"{scheme}://"
+
+    class Wrapped(type(tcp)):  # type: ignore[misc]
+        schemes = (scheme,)
+
+        def check_url(self, url: str) -> None:
+            super().check_url(url.replace(prefix, "tcp://"))
+
+        def check_dial_url(self, url: str) -> None:
+            super().check_dial_url(url.replace(prefix, "tcp://"))
+
+        async def listen(self, url, ctx):  # type: ignore[no-untyped-def]
+            listener = await super().listen(url.replace(prefix, "tcp://"), ctx)
+            listener.url = listener.url.replace("tcp://", prefix)
+            return listener
+
+        async def dial(self, url, ctx):  # type: ignore[no-untyped-def]
+            conn = wrap(await super().dial(url.replace(prefix, "tcp://"), ctx))
+            made.append(conn)
+            return conn
+
+    nanopy.transports.register(scheme, Wrapped())
+    try:
+        yield made
+    finally:
+        nanopy.transports.unregister(scheme)

@@ -12,7 +12,6 @@ linger side by side.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from typing import Any
 
 import pytest
 import trio
-from conftest import bind_url, wait_until
+from conftest import bind_url, reap_child, wait_until
 from peers import free_tcp_port
 from tls_certs import tls_files
 
@@ -556,7 +555,7 @@ def test_after_fork_inherited_sockets_close_at_once_and_new_ones_work() -> None:
         try:
             assert pull.recv() == b"child"
         finally:
-            status = _reap(pid, 15)
+            status = reap_child(pid, 15)
         assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child failed at step {status >> 8}"
         old.send(b"parent")  # the parent's socket is untouched
         assert pull.recv() == b"parent"
@@ -587,13 +586,3 @@ def _forked_child(old: nanopy.Socket, old_ep: Endpoint, url: str) -> int:
         return 30
 
 
-def _reap(pid: int, timeout: float) -> int:
-    """waitpid with a deadline: a hung child is killed (by its PID) and reaped."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return status
-        time.sleep(0.01)
-    os.kill(pid, signal.SIGKILL)
-    return os.waitpid(pid, 0)[1]

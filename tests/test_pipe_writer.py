@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 
 import pytest
-from conftest import bind_url, wait_until
+from conftest import bind_url, tcp_plugin, wait_until
 
 import nanopy
 from nanopy.transports import ChannelConnection, inproc
@@ -149,30 +149,7 @@ class _TrickleChannel(ChannelConnection):
 
 
 def test_plugin_channel_with_partial_writes_and_control_frames(make_socket: Factory) -> None:
-    tcp = nanopy.transports.get("tcp")
-    made: list[_TrickleChannel] = []
-
-    class Trickle(type(tcp)):  # type: ignore[misc]
-        schemes = ("trickle",)
-
-        def check_url(self, url: str) -> None:
-            super().check_url(url.replace("trickle://", "tcp://"))
-
-        def check_dial_url(self, url: str) -> None:
-            super().check_dial_url(url.replace("trickle://", "tcp://"))
-
-        async def listen(self, url, ctx):  # type: ignore[no-untyped-def]
-            listener = await super().listen(url.replace("trickle://", "tcp://"), ctx)
-            listener.url = listener.url.replace("tcp://", "trickle://")
-            return listener
-
-        async def dial(self, url, ctx):  # type: ignore[no-untyped-def]
-            conn = _TrickleChannel(await super().dial(url.replace("trickle://", "tcp://"), ctx))
-            made.append(conn)
-            return conn
-
-    nanopy.transports.register("trickle", Trickle())
-    try:
+    with tcp_plugin("trickle", _TrickleChannel) as made:
         pull = make_socket("pull", recv_timeout=10)
         push = make_socket("push", send_timeout=10)
         push.connect(pull.bind("trickle://127.0.0.1:0").url)
@@ -200,8 +177,6 @@ def test_plugin_channel_with_partial_writes_and_control_frames(make_socket: Fact
         assert answers == [False, True]
         push.send(b"after")
         assert [pull.recv(), pull.recv()] == [b"control 2", b"after"]
-    finally:
-        nanopy.transports.unregister("trickle")
 
 
 @pytest.mark.parametrize("transport", ["tcp", "ipc", "inproc", "ws"])

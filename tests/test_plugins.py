@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import wait_until
+from conftest import tcp_plugin, wait_until
 
 import nanopy
 import nanopy.protocols
@@ -125,30 +125,7 @@ class _SendOnly(nanopy.transports.Connection):
 def test_send_only_plugin_connection_is_written_by_the_pipe_in_batches(make_socket) -> None:
     """A third-party connection that implements only send()/receive() keeps working:
     the pipe's driver adapts it (every write through its writer task, batched)."""
-    tcp = nanopy.transports.get("tcp")
-    made: list[_SendOnly] = []
-
-    class SendOnlyTcp(type(tcp)):  # type: ignore[misc]
-        schemes = ("sendonly",)
-
-        def check_url(self, url: str) -> None:
-            super().check_url(url.replace("sendonly://", "tcp://"))
-
-        def check_dial_url(self, url: str) -> None:
-            super().check_dial_url(url.replace("sendonly://", "tcp://"))
-
-        async def listen(self, url, ctx):
-            listener = await super().listen(url.replace("sendonly://", "tcp://"), ctx)
-            listener.url = listener.url.replace("tcp://", "sendonly://")
-            return listener
-
-        async def dial(self, url, ctx):
-            conn = _SendOnly(await super().dial(url.replace("sendonly://", "tcp://"), ctx))
-            made.append(conn)
-            return conn
-
-    nanopy.transports.register("sendonly", SendOnlyTcp())
-    try:
+    with tcp_plugin("sendonly", _SendOnly) as made:
         pull = make_socket("pull", recv_timeout=5)
         push = make_socket("push", send_timeout=5)
         push.connect(pull.bind("sendonly://127.0.0.1:0").url)
@@ -162,8 +139,6 @@ def test_send_only_plugin_connection_is_written_by_the_pipe_in_batches(make_sock
         (conn,) = made
         assert sum(conn.batches) == n
         assert len(conn.batches) < n // 4  # batched, not one send per message
-    finally:
-        nanopy.transports.unregister("sendonly")
 
 
 # -- entry points (fake distributions on PYTHONPATH) ---------------------------------------

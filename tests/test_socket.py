@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import trio
-from conftest import bind_url, wait_until
+from conftest import bind_url, reap_child, wait_until
 from peers import ipv6_available
 
 import nanopy
@@ -1299,23 +1299,11 @@ def test_fork_old_socket_is_closed_new_one_works(make_socket: Factory) -> None:
     try:
         assert parent_pull.recv(timeout=10) == b"from child"
     finally:
-        status = _reap(pid, timeout=15)
+        status = reap_child(pid, timeout=15)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child exit status {status}"
     # The parent's sockets are unaffected.
     old.send(b"parent still works", timeout=5)
     assert parent_pull.recv(timeout=5) == b"parent still works"
-
-
-def _reap(pid: int, timeout: float) -> int:
-    """waitpid with a deadline: a hung child is killed (by its PID) and reaped."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return status
-        time.sleep(0.01)
-    os.kill(pid, signal.SIGKILL)
-    return os.waitpid(pid, 0)[1]
 
 
 def _child(old: nanopy.Socket, url: str) -> int:
