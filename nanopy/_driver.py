@@ -235,19 +235,34 @@ class SocketDriver:
         pipes = self.pipes
         burst: bool | None = None  # judged at the first TRANSMIT (see FANOUT_GAP)
         transmits = 0
-        for action in actions:
+        i = 0
+        while i < len(actions):
+            action = actions[i]
+            i += 1
             kind = action[0]
             if kind == TRANSMIT:
+                if burst is None:
+                    burst = time.monotonic() - self.fanout_end < FANOUT_GAP
+                if burst:
+                    # A fan-out burst: this and the TRANSMITs after it are queued
+                    # (and batched) in one tight loop.
+                    handled, gone, credit = queue_fan_out(pipes, actions, i - 1)
+                    i += handled - 1
+                    transmits += handled - gone
+                    self.dropped += gone
+                    for pid, n in credit:
+                        more = self._credit_back(pid, n)
+                        if more:
+                            actions.extend(more)
+                    continue
                 driver = pipes.get(action[1])
                 if driver is None:
                     self.dropped += 1
                     continue
-                if burst is None:
-                    burst = time.monotonic() - self.fanout_end < FANOUT_GAP
                 transmits += 1
-                # A fan-out burst is queued (and batched); otherwise the pipe judges
-                # idle vs burst by itself (a lone pipe's ping-pong is written directly).
-                done = driver.queue_burst(action[2]) if burst else driver.transmit(action[2])
+                # Not a burst: the pipe judges idle vs burst by itself (a lone
+                # pipe's ping-pong is written directly).
+                done = driver.transmit(action[2])
                 if done:
                     more = self._credit_back(action[1], done)
                     if more:
@@ -421,25 +436,8 @@ class SocketDriver:
                     if more:
                         self.execute(more)
                 return True
-            if len(actions) > 1 and time.monotonic() - self.fanout_end < FANOUT_GAP:
-                self._fan_out(actions)  # a PUB's send in a burst: every pipe queues it
-                return True
-            self.execute(actions)
+            self.execute(actions)  # (a PUB's send in a burst: every pipe queues it)
         return True
-
-    def _fan_out(self, actions: list[Action]) -> None:
-        """``execute`` for a burst round (see FANOUT_GAP), its TRANSMITs in a tight
-        loop; from the first other action on, ``execute`` carries out the rest."""
-        handled, gone, credit = queue_fan_out(self.pipes, actions)
-        self.dropped += gone
-        more = actions[handled:]  # from the first action that is not a TRANSMIT on
-        for pid, n in credit:
-            released = self._credit_back(pid, n)
-            if released:
-                more.extend(released)
-        self.fanout_end = time.monotonic()
-        if more:
-            self.execute(more)
 
     def try_recv_body(self) -> bytes | None:
         """The next body if one is queued now, else None."""

@@ -48,6 +48,7 @@ thread.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -175,82 +176,64 @@ class PipeDriver:
         fan-out to many pipes, see ``FANOUT_GAP`` in nanopy/_driver.py): queue it.
         None: this pipe judges by itself. ``framed``: see ``_write_shared``.
         """
-        lock = self.lock
-        lock.acquire()
-        if self.closed:
-            lock.release()
-            return 0
-        self.appended += 1
-        outbox = self.outbox
-        if outbox or self.writing or self.tail is not None or self.control is not None:
-            outbox.append(payload)
-            n = len(outbox)
-            if n >= self.flush_at and not self.writing and self.tail is None and self.writes_directly:
+        with self.lock:
+            if self.closed:
+                return 0
+            self.appended += 1
+            outbox = self.outbox
+            if outbox or self.writing or self.tail is not None or self.control is not None:
+                outbox.append(payload)
+                n = len(outbox)
+                if n < self.flush_at or self.writing or self.tail is not None or not self.writes_directly:
+                    return 0
                 if n < CALLER_BATCH_MAX and sum(map(len, outbox)) < CALLER_BYTES:
                     self.flush_at = n + CALLER_BATCH  # small messages: gather more first
+                    return 0
+                # Due: this thread writes the whole outbox itself.
+                self.flush_at = CALLER_BATCH
+                self.outbox = []
+                self.writing = True
+                self.last_tx = time.monotonic()
+                batch = outbox
+            else:
+                now = time.monotonic()
+                # Idle: nothing sent lately, or the socket received since our last send
+                # (an answer in a request/reply or ping-pong exchange, not a burst).
+                received = self.sock.received
+                fanout = idle is False and self.writes_directly
+                if idle is None:
+                    idle = now - self.last_tx > DIRECT_IDLE or received != self.received_mark
+                self.last_tx = now
+                self.received_mark = received
+                if not fanout and not (idle and self.writes_directly):
+                    outbox.append(payload)
+                    self._kick_writer()
+                    return 0
+                if fanout:
+                    # A fan-out burst: the socket's one flush round writes what the
+                    # burst leaves on every pipe (one engine wake-up per round, not
+                    # one per pipe).
+                    outbox.append(payload)
+                    batch = None
                 else:
-                    self.flush_at = CALLER_BATCH
-                    self.outbox = []
                     self.writing = True
-                    self.last_tx = time.monotonic()
-                    lock.release()
-                    return self._write_shared(outbox, framed)
-            lock.release()
-            return 0
-        now = time.monotonic()
-        # Idle: nothing sent lately, or the socket received since our last send
-        # (an answer in a request/reply or ping-pong exchange, not a burst).
-        received = self.sock.received
-        fanout = idle is False and self.writes_directly
-        if idle is None:
-            idle = now - self.last_tx > DIRECT_IDLE or received != self.received_mark
-        self.last_tx = now
-        self.received_mark = received
-        if fanout:
-            # A fan-out burst: the socket's one flush round writes what the burst
-            # leaves on every pipe (one engine wake-up per round, not one per pipe).
-            outbox.append(payload)
-            lock.release()
+                    batch = [payload]
+        if batch is None:
             self.sock.flush_later(self)
             return 0
-        if idle and self.writes_directly:
-            self.writing = True
-            lock.release()
-            return self._write_claimed([payload])
-        outbox.append(payload)
-        self._kick_writer()
-        lock.release()
-        return 0
-
-    def queue_burst(self, payload: bytes, framed: dict[Any, tuple[list[bytes], Any]] | None = None) -> int:
-        """``transmit(payload, idle=False)`` with the common case written out: the
-        outbox already holds part of a fan-out burst and is not due to be written
-        yet, so the payload is only appended (one call per pipe per message).
-        ``framed``: chunks framed in this round (see ``_write_shared``)."""
-        lock = self.lock
-        lock.acquire()
-        outbox = self.outbox
-        if outbox and len(outbox) + 1 < self.flush_at:
-            outbox.append(payload)
-            lock.release()
-            return 0
-        lock.release()
-        return self.transmit(payload, False, framed)
+        return self._write_shared(batch, framed)
 
     def flush_queued(self, framed: dict[Any, tuple[list[bytes], Any]]) -> int:
         """Write the outbox now if nobody else is writing (the socket's flush round,
         engine thread); returns the credit to give back. ``framed`` holds the last
         chunk framed per ``framing``: a batch equal to its payloads reuses it."""
-        lock = self.lock
-        lock.acquire()
-        if self.closed or self.writing or self.tail is not None or self.control is not None or not self.outbox:
-            lock.release()  # the writer task holds (or was woken for) the channel, or nothing is left
-            return 0
-        batch = self.outbox
-        self.outbox = []
-        self.flush_at = CALLER_BATCH
-        self.writing = True
-        lock.release()
+        with self.lock:
+            if self.closed or self.writing or self.tail is not None or self.control is not None or not self.outbox:
+                return 0  # the writer task holds (or was woken for) the channel, or nothing is left
+            batch = self.outbox
+            self.outbox = []
+            self.flush_at = CALLER_BATCH
+            self.writing = True
         return self._write_shared(batch, framed)
 
     def _write_shared(self, batch: list[bytes], framed: dict[Any, tuple[list[bytes], Any]] | None) -> int:
@@ -274,24 +257,30 @@ class PipeDriver:
         straight back on this thread.
         Returns the credit to give back now; the writer task takes over a rest."""
         channel = self.channel
-        if chunk is None:
-            chunk = channel.frame(batch)
         try:
+            if chunk is None:
+                chunk = channel.frame(batch)
             n = channel.write_nowait(chunk)
         except _WRITE_ERRORS:
             n = 0
-        lock = self.lock
-        lock.acquire()
-        self.writing = False
-        if n >= len(chunk):
-            done = len(batch)
-        else:
-            self.tail = memoryview(chunk)[n:] if isinstance(chunk, bytes) else chunk[n:]
-            self.tail_credit = len(batch)
-            done = 0
-        if self.tail is not None or self.outbox or self.control is not None or self._idle_event is not None:
-            self._kick_writer()  # something is left (or a flush waits): the writer task goes on
-        lock.release()
+        except BaseException:
+            # Interrupted (Ctrl-C) inside the write: how much of the chunk went out
+            # is unknown, so this pipe's stream cannot go on. Give the claim back
+            # (a closing pipe waits for it) and end the pipe.
+            with self.lock:
+                self.writing = False
+            self.close_soon()
+            raise
+        with self.lock:
+            self.writing = False
+            if n >= len(chunk):
+                done = len(batch)
+            else:
+                self.tail = memoryview(chunk)[n:] if isinstance(chunk, bytes) else chunk[n:]
+                self.tail_credit = len(batch)
+                done = 0
+            if self.tail is not None or self.outbox or self.control is not None or self._idle_event is not None:
+                self._kick_writer()  # something is left (or a flush waits): the writer task goes on
         return done
 
     def send_control(self, frame: bytes) -> bool:
@@ -610,12 +599,15 @@ class PipeDriver:
             await event.wait()
 
 
-def queue_fan_out(pipes: Mapping[int, PipeDriver], actions: list[Action]) -> tuple[int, int, list[tuple[int, int]]]:
-    """Queue a fan-out burst round's leading TRANSMITs (``SocketDriver._fan_out``).
+def queue_fan_out(
+    pipes: Mapping[int, PipeDriver], actions: list[Action], start: int = 0
+) -> tuple[int, int, list[tuple[int, int]]]:
+    """Queue the TRANSMITs of a fan-out burst round from ``actions[start]`` on
+    (``SocketDriver.execute``), in one loop.
 
-    ``PipeDriver.queue_burst`` written out in one loop -- this is the publisher's
-    cost per pipe per message: a pipe whose outbox holds part of the burst and is
-    not due yet only appends, under its lock. Pipes that fall due in this round
+    This is the publisher's cost per pipe per message: a pipe whose outbox holds
+    part of the burst and is not due yet only appends, under its lock; others go
+    through ``transmit(payload, idle=False)``. Pipes that fall due in this round
     share one framed chunk. Returns how many actions were handled (up to the
     first that is not a TRANSMIT), how many went to pipes that are gone, and the
     credit (pipe id, messages) the writes made here give back.
@@ -623,7 +615,7 @@ def queue_fan_out(pipes: Mapping[int, PipeDriver], actions: list[Action]) -> tup
     credit: list[tuple[int, int]] = []
     framed: dict[Any, tuple[list[bytes], Any]] = {}
     gone = handled = 0
-    for action in actions:
+    for action in itertools.islice(actions, start, None):
         if action[0] is not TRANSMIT:
             break
         handled += 1
@@ -631,14 +623,11 @@ def queue_fan_out(pipes: Mapping[int, PipeDriver], actions: list[Action]) -> tup
         if driver is None:
             gone += 1
             continue
-        lock = driver.lock
-        lock.acquire()
-        outbox = driver.outbox
-        if outbox and len(outbox) + 1 < driver.flush_at:
-            outbox.append(action[2])
-            lock.release()
-            continue
-        lock.release()
+        with driver.lock:
+            outbox = driver.outbox
+            if outbox and len(outbox) + 1 < driver.flush_at:
+                outbox.append(action[2])
+                continue
         done = driver.transmit(action[2], False, framed)
         if done:
             credit.append((action[1], done))

@@ -216,3 +216,33 @@ def test_stream_pipes_share_framing_and_frame_equal_chunks(make_socket: Factory)
             assert drivers[0].channel.frame(batch) == drivers[1].channel.frame(batch)
     assert keys["tcp"] is not None and keys["ipc"] is not None and keys["tcp"] != keys["ipc"]
     assert keys["ws"] is None and keys["inproc"] is None
+
+
+class _InterruptedChannel(_TrickleChannel):
+    """A channel whose first direct write is interrupted as Ctrl-C would interrupt it."""
+
+    interrupted = False
+
+    def write_nowait(self, chunk: bytes | memoryview) -> int:
+        if not _InterruptedChannel.interrupted:
+            _InterruptedChannel.interrupted = True
+            raise KeyboardInterrupt
+        return self.inner.write_nowait(chunk)
+
+
+def test_ctrl_c_inside_a_write_ends_that_pipe_and_the_socket_goes_on(make_socket: Factory) -> None:
+    """How much of an interrupted write went out is unknown: the pipe is closed (its
+    claim on the channel given back, so closing it does not wait), the caller gets
+    the KeyboardInterrupt, and the socket reconnects and sends on."""
+    _InterruptedChannel.interrupted = False
+    with tcp_plugin("interrupted", _InterruptedChannel) as made:
+        pull = make_socket("pull", recv_timeout=10)
+        push = make_socket("push", send_timeout=10, reconnect_interval=0.01)
+        push.connect(pull.bind("interrupted://127.0.0.1:0").url)
+        wait_until(lambda: len(push.pipes) == 1, what="the pipe")
+        with pytest.raises(KeyboardInterrupt):
+            push.send(b"interrupted")
+        wait_until(lambda: len(made) == 2 and len(push.pipes) == 1, what="a new pipe")
+        push.send(b"after")
+        assert pull.recv() == b"after"
+        push.close(linger=0)
