@@ -413,30 +413,40 @@ class SocketDriver:
                 raise self.closed_error()
             if self._due:
                 self._fold_due()
+            core = self.core
             try:
-                self.core.send(body, header)
+                core.send(body, header)
             except WouldBlock:
                 return False
             self.sent += 1
             self.bytes_sent += len(body)
-            actions = self._drain()
+            actions = core.actions
+            if (
+                len(actions) == 1
+                and actions[0][0] is TRANSMIT
+                and not (self.send_q.waiters or self.recv_q.waiters or self.watchers)
+            ):
+                # The usual outcome (one TRANSMIT, nobody to wake) taken here rather
+                # than through _drain() and execute().
+                action = actions.pop()
+            else:
+                action = None
+                rest = self._drain()
         finally:
             lock.release()
-        if actions:
-            if len(actions) == 1 and actions[0][0] is TRANSMIT:
-                # The usual outcome, carried out here rather than through execute().
-                pid = actions[0][1]
-                driver = self.pipes.get(pid)
-                if driver is None:
-                    self.dropped += 1
-                    return True
-                done = driver.transmit(actions[0][2])
-                if done:
-                    more = self._credit_back(pid, done)
-                    if more:
-                        self.execute(more)
+        if action is not None:
+            pid = action[1]
+            driver = self.pipes.get(pid)
+            if driver is None:
+                self.dropped += 1
                 return True
-            self.execute(actions)  # (a PUB's send in a burst: every pipe queues it)
+            done = driver.transmit(action[2])
+            if done:
+                more = self._credit_back(pid, done)
+                if more:
+                    self.execute(more)
+        elif rest:
+            self.execute(rest)  # (a PUB's send in a burst: every pipe queues it)
         return True
 
     def try_recv_body(self) -> bytes | None:

@@ -34,6 +34,10 @@ class Engine:
         self._nursery: trio.Nursery | None = None
         self._ready = threading.Event()
         self._stopped = False
+        # The engine's clock in seconds, readable from any thread (timers and pipe
+        # writers use it; an engine inside a test's trio run reads that run's clock).
+        # An attribute, not a method: senders read it once per batch.
+        self.now: Callable[[], float] = time.monotonic
         self._thread = threading.Thread(target=self._thread_main, name="nanopy-engine", daemon=True)
         self._thread.start()
         self._ready.wait()
@@ -55,11 +59,6 @@ class Engine:
             await trio.sleep_forever()
 
     # -- doors in from other threads --------------------------------------------
-    def now(self) -> float:
-        """The engine's clock in seconds, readable from any thread (timers use it;
-        an engine inside a test's trio run answers with that run's clock)."""
-        return time.monotonic()
-
     def in_engine_thread(self) -> bool:
         return threading.get_ident() == self.thread_id
 

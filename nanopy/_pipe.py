@@ -144,7 +144,9 @@ class PipeDriver:
         self.control: bytes | None = None  # a control frame to write before the outbox
         self.writing = False  # a thread or the writer task holds the channel
         self.closed = False
-        self.last_tx = 0.0
+        self.now = engine.now
+        self.last_tx = 0.0  # when this pipe last sent (engine clock)
+        self.first_at = 0.0  # when the outbox's oldest payload was queued (engine clock)
         self.appended = 0  # messages handed to transmit (tells the writer a burst goes on)
         self.flush_at = CALLER_BATCH  # the outbox size at which a sender looks at writing it
         self.received_mark = 0  # the socket's receive count at our last idle-path send
@@ -176,7 +178,9 @@ class PipeDriver:
         fan-out to many pipes, see ``FANOUT_GAP`` in nanopy/_driver.py): queue it.
         None: this pipe judges by itself. ``framed``: see ``_write_shared``.
         """
-        with self.lock:
+        lock = self.lock
+        lock.acquire()  # (not ``with``: measurably dearer on this path)
+        try:
             if self.closed:
                 return 0
             self.appended += 1
@@ -184,6 +188,8 @@ class PipeDriver:
             if outbox or self.writing or self.tail is not None or self.control is not None:
                 outbox.append(payload)
                 n = len(outbox)
+                if n == 1:
+                    self.first_at = self.now()  # (a write is in progress)
                 if n < self.flush_at or self.writing or self.tail is not None or not self.writes_directly:
                     return 0
                 if n < CALLER_BATCH_MAX and sum(map(len, outbox)) < CALLER_BYTES:
@@ -193,17 +199,16 @@ class PipeDriver:
                 self.flush_at = CALLER_BATCH
                 self.outbox = []
                 self.writing = True
-                self.last_tx = time.monotonic()
                 batch = outbox
             else:
-                now = time.monotonic()
+                now = self.now()
                 # Idle: nothing sent lately, or the socket received since our last send
                 # (an answer in a request/reply or ping-pong exchange, not a burst).
                 received = self.sock.received
                 fanout = idle is False and self.writes_directly
                 if idle is None:
                     idle = now - self.last_tx > DIRECT_IDLE or received != self.received_mark
-                self.last_tx = now
+                self.last_tx = self.first_at = now
                 self.received_mark = received
                 if not fanout and not (idle and self.writes_directly):
                     outbox.append(payload)
@@ -218,6 +223,8 @@ class PipeDriver:
                 else:
                     self.writing = True
                     batch = [payload]
+        finally:
+            lock.release()
         if batch is None:
             self.sock.flush_later(self)
             return 0
@@ -227,13 +234,17 @@ class PipeDriver:
         """Write the outbox now if nobody else is writing (the socket's flush round,
         engine thread); returns the credit to give back. ``framed`` holds the last
         chunk framed per ``framing``: a batch equal to its payloads reuses it."""
-        with self.lock:
+        lock = self.lock
+        lock.acquire()
+        try:
             if self.closed or self.writing or self.tail is not None or self.control is not None or not self.outbox:
                 return 0  # the writer task holds (or was woken for) the channel, or nothing is left
             batch = self.outbox
             self.outbox = []
             self.flush_at = CALLER_BATCH
             self.writing = True
+        finally:
+            lock.release()
         return self._write_shared(batch, framed)
 
     def _write_shared(self, batch: list[bytes], framed: dict[Any, tuple[list[bytes], Any]] | None) -> int:
@@ -271,8 +282,11 @@ class PipeDriver:
                 self.writing = False
             self.close_soon()
             raise
-        with self.lock:
+        lock = self.lock
+        lock.acquire()
+        try:
             self.writing = False
+            self.last_tx = self.now()  # a long write is not a pause in the burst
             if n >= len(chunk):
                 done = len(batch)
             else:
@@ -281,6 +295,8 @@ class PipeDriver:
                 done = 0
             if self.tail is not None or self.outbox or self.control is not None or self._idle_event is not None:
                 self._kick_writer()  # something is left (or a flush waits): the writer task goes on
+        finally:
+            lock.release()
         return done
 
     def send_control(self, frame: bytes) -> bool:
@@ -552,31 +568,24 @@ class PipeDriver:
         """Wait while a burst goes on, so the sender keeps writing full batches itself.
 
         Returns once the sender has paused for a whole wait, a full batch, a
-        chunk's rest or a control frame is waiting, or a queued message may have
-        waited ``MAX_HOLD``. The waits double while the burst lasts, so a long
-        burst costs few wake-ups. The hold is counted on the engine's clock, over
-        the waits themselves: a message that came during a wait counts as queued
-        when that wait began, so none waits longer than ``MAX_HOLD``.
+        chunk's rest or a control frame is waiting, or the outbox's oldest payload
+        is due (queued ``MAX_HOLD`` ago, by ``first_at``). The waits double while
+        the burst lasts, so a long burst costs few wake-ups, and a sender that
+        writes its own batches in time is never interrupted by a partial flush.
         """
         delay = FLUSH_DELAY
-        held = 0.0  # the longest any message now queued may have waited
         while True:
             seen = self.appended
-            before = self.outbox  # the sender swaps in a new list when it writes the outbox
-            if before:
-                delay = min(delay, MAX_HOLD - held)
-            start = trio.current_time()
-            await trio.sleep(delay)
+            wait = delay
+            if self.outbox:  # read without the lock: a stale view never holds a payload past MAX_HOLD
+                wait = min(delay, self.first_at + MAX_HOLD - self.now())
+                if wait <= 0:
+                    return
+            await trio.sleep(wait)
             if self.appended == seen or self.tail is not None or self.control is not None:
                 return
-            outbox = self.outbox
-            if outbox:
-                waited = trio.current_time() - start
-                held = held + waited if outbox is before and before else waited
-                if len(outbox) >= CALLER_BATCH_MAX or held >= MAX_HOLD * (1 - 1e-9):
-                    return
-            else:
-                held = 0.0  # the sender wrote the outbox itself
+            if len(self.outbox) >= CALLER_BATCH_MAX:
+                return
             delay = min(delay * 2, MAX_HOLD)
 
     def _notify_idle(self) -> None:
@@ -623,11 +632,17 @@ def queue_fan_out(
         if driver is None:
             gone += 1
             continue
-        with driver.lock:
+        lock = driver.lock
+        lock.acquire()
+        try:
             outbox = driver.outbox
-            if outbox and len(outbox) + 1 < driver.flush_at:
+            queued = outbox and len(outbox) + 1 < driver.flush_at
+            if queued:
                 outbox.append(action[2])
-                continue
+        finally:
+            lock.release()
+        if queued:
+            continue
         done = driver.transmit(action[2], False, framed)
         if done:
             credit.append((action[1], done))

@@ -92,12 +92,9 @@ class LoopEngine(_engine.Engine):
     def __init__(self, nursery: trio.Nursery) -> None:  # no super().__init__: no thread
         self._token = self._loop_token = trio.lowlevel.current_trio_token()
         self._nursery = self._loop_nursery = nursery
-        self._clock = trio.lowlevel.current_clock()
+        self.now = trio.lowlevel.current_clock().current_time
         self._stopped = False
         self.thread_id = threading.get_ident()
-
-    def now(self) -> float:
-        return self._clock.current_time()
 
     def in_engine_thread(self) -> bool:
         return _in_engine_task.get()
