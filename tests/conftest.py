@@ -106,10 +106,13 @@ class WsCloseTimes:
         import threading
 
         self.closes: list[tuple[str, float, int | None]] = []  # (side, seconds, peer's code)
+        # per close: the peer's stream ended inside a frame (a CLOSE it cut short)
+        self.cut_short: list[bool] = []
         self._cond = threading.Condition()
 
-    def record(self, side: str, seconds: float, code: int | None) -> None:
+    def record(self, side: str, seconds: float, code: int | None, cut_short: bool = False) -> None:
         with self._cond:
+            self.cut_short.append(cut_short)
             self.closes.append((side, seconds, code))
             self._cond.notify_all()
 
@@ -133,9 +136,13 @@ def ws_close_times(monkeypatch: pytest.MonkeyPatch) -> WsCloseTimes:
             return
         start = trio.current_time()
         await real_aclose(self)
-        rcvd = self._proto.close_rcvd if self._proto is not None else None
+        proto = self._proto
+        rcvd = proto.close_rcvd if proto is not None else None
+        # websockets words an EOF inside a frame "stream ends after N bytes, expected M"
+        exc = proto.parser_exc if proto is not None else None
+        cut_short = isinstance(exc, EOFError) and "stream ends after" in str(exc)
         times.record("dialer" if self._client else "listener", trio.current_time() - start,
-                     rcvd.code if rcvd is not None else None)
+                     rcvd.code if rcvd is not None else None, cut_short)
 
     monkeypatch.setattr(WsConnection, "aclose", timed_aclose)
     return times

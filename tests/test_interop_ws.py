@@ -374,5 +374,10 @@ def test_wss_close_with_pynng_is_prompt_and_clean(
             pull.close()
         ((side, seconds, code),) = ws_close_times.wait(1)  # type: ignore[attr-defined]
     print(f"{role}, {first}: nanopy's {side} closed in {seconds * 1000:.1f} ms, peer's code {code}")
-    assert code == 1000, f"NNG's CLOSE not received ({role}, {first}): {code}"
+    if code is None and ws_close_times.cut_short[0]:  # type: ignore[attr-defined]
+        # Seen under load, NNG's bug rather than ours: NNG wrote its CLOSE frame's head
+        # and closed the connection before the two code bytes that follow it.
+        print("NNG cut its CLOSE frame short; nanopy still closed at once")
+    else:
+        assert code == 1000, f"NNG's CLOSE not received ({role}, {first}): {code}"
     assert seconds < 0.2, f"closing took {seconds:.3f} s ({role}, {first})"
