@@ -636,13 +636,11 @@ def queue_fan_out(
         lock.acquire()
         try:
             outbox = driver.outbox
-            queued = outbox and len(outbox) + 1 < driver.flush_at
-            if queued:
+            if outbox and len(outbox) + 1 < driver.flush_at:
                 outbox.append(action[2])
+                continue  # (the lock is released on the way)
         finally:
             lock.release()
-        if queued:
-            continue
         done = driver.transmit(action[2], False, framed)
         if done:
             credit.append((action[1], done))
