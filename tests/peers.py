@@ -23,6 +23,7 @@ Known tool quirks (nanomsg-utils 1.1.5, nng-utils 1.5.2):
 from __future__ import annotations
 
 import os
+import random
 import select
 import shutil
 import socket
@@ -182,12 +183,33 @@ def read_msgpack_messages(
     return parse_msgpack_bins(read_exactly(proc, total, timeout))
 
 
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_tcp_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago (for tools that cannot bind port 0)."""
+    """A port that was free a moment ago (for tools that cannot bind port 0).
+
+    Picked below the kernel's ephemeral range: a port from that range can be taken
+    by any outgoing connection (another test's dialer) before the tool binds it.
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    low = _ephemeral_low()
+    for _ in range(50):
+        port = random.randrange(max(10000, low - 12000), low)
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 def free_tcp_url(host: str = "127.0.0.1") -> str:
