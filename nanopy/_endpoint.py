@@ -115,10 +115,7 @@ class Endpoint:
         engine = sock._engine_obj
         if engine is None:
             return  # never started (the socket's engine never ran)
-        if engine.in_engine_thread():
-            self.cancel()
-        else:
-            engine.call_soon(self.cancel)
+        engine.run_soon(self.cancel)
         # A pipe handed over from a handshake after this point sees ``closed``.
         for pipe in sock._driver.pipe_drivers():
             if pipe.pipe.endpoint is self:

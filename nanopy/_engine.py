@@ -71,12 +71,17 @@ class Engine:
             return False
         return True
 
+    def run_soon(self, fn: Callable[..., Any], *args: Any) -> bool:
+        """Run ``fn(*args)`` on the engine thread: at once when called there, soon
+        otherwise; False if the engine has stopped and it will never run."""
+        if self.in_engine_thread():
+            fn(*args)
+            return True
+        return self.call_soon(fn, *args)
+
     def spawn(self, afn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         """Start ``afn(*args)`` as a task in the engine's nursery."""
-        if self.in_engine_thread():
-            self._nursery.start_soon(afn, *args)  # type: ignore[union-attr]
-        else:
-            self.call_soon(self._nursery.start_soon, afn, *args)  # type: ignore[union-attr]
+        self.run_soon(self._nursery.start_soon, afn, *args)  # type: ignore[union-attr]
 
     def run(self, afn: Callable[..., Awaitable[Any]], *args: Any, timeout: float | None = None) -> Any:
         """Run ``afn(*args)`` in the engine and block the calling thread for its result."""

@@ -109,11 +109,7 @@ class SocketTasks:
         """Run ``afn(*args)`` as endpoint ``ep``'s task (dropped if the socket is closing)."""
         if not self.reserve():
             return
-        engine = self._engine()
-        if engine.in_engine_thread():
-            self.spawn_endpoint(ep, afn, *args)
-        else:
-            engine.call_soon(self.spawn_endpoint, ep, afn, *args)
+        self._engine().run_soon(self.spawn_endpoint, ep, afn, *args)
 
     def start_task(self, afn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         """Run ``afn(*args)`` in the tree, beside the endpoints (the socket's timers)."""
@@ -130,10 +126,7 @@ class SocketTasks:
         if not used:
             self._finish()  # never had a task: nothing to take down (and no engine to start)
             return
-        engine = self._engine()
-        if engine.in_engine_thread():
-            self._begin_shutdown()
-        elif not engine.call_soon(self._begin_shutdown):
+        if not self._engine().run_soon(self._begin_shutdown):
             self._finish()  # the engine has stopped (at exit): its tasks are gone with it
 
     def wait(self) -> bool:

@@ -766,10 +766,8 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
         """
         self._close_start(linger)
         engine = self._engine_obj
-        if engine is not None and engine.in_engine_thread():
-            await checkpoint_after(await checkpoint_before())
-            return
-        if self._tasks.finished:
+        if self._tasks.finished or (engine is not None and engine.in_engine_thread()):
+            # Nothing to wait for, or a pipe callback (the engine cannot wait for itself).
             await checkpoint_after(await checkpoint_before())
             return
         await self._tasks.await_finished()

@@ -45,10 +45,7 @@ class Timers:
         if start:
             self._spawn(self._run)
         elif wake is not None:
-            if self._engine.in_engine_thread():
-                wake.set()
-            else:
-                self._engine.call_soon(wake.set)
+            self._engine.run_soon(wake.set)
 
     def cancel(self, key: Any) -> None:
         with self._lock:
