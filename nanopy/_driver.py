@@ -54,7 +54,7 @@ from ._core import (
 )
 from ._errors import Closed, MessageTooLarge, RemoteProtocolError, Timeout, WouldBlock
 from ._message import Message
-from ._pipe import FLUSH_DELAY, MAX_HOLD, queue_fan_out
+from ._pipe import MAX_HOLD, queue_fan_out, wait_out_burst
 from ._timers import Timers
 from ._waiters import ThreadWaiter, WaitQueue, async_waiter
 
@@ -142,6 +142,7 @@ class SocketDriver:
         self._flush_lock = threading.Lock()
         self._flush_pipes: list[PipeDriver] = []
         self._flush_armed = False
+        self._flush_due = 0.0  # when the armed round's oldest payload has waited MAX_HOLD
         # counters (stats)
         self.sent = self.received = self.bytes_sent = self.bytes_received = 0
         self.dropped = 0
@@ -300,27 +301,17 @@ class SocketDriver:
             if self._flush_armed:
                 return
             self._flush_armed = True
+            self._flush_due = pipe.first_at + MAX_HOLD  # the round's oldest payload
         self._engine().spawn(self._flush_round)
 
     async def _flush_round(self) -> None:
-        """Wait while the burst goes on, then write what it left on each pipe.
+        """Wait while the burst goes on (:func:`~nanopy._pipe.wait_out_burst`: no
+        payload waits past ``MAX_HOLD``), then write what it left on each pipe.
 
-        The waits double from ``FLUSH_DELAY`` while the socket keeps sending; no
-        payload waits longer than ``MAX_HOLD`` (counted from this task's start).
         A pipe whose channel is busy, or cannot take the whole chunk, is left to
         its own writer task.
         """
-        start = trio.current_time()
-        delay = FLUSH_DELAY
-        while True:
-            seen = self.sent
-            left = start + MAX_HOLD - trio.current_time()
-            if left <= 0:
-                break
-            await trio.sleep(min(delay, left))
-            if self.sent == seen:
-                break  # the burst is over
-            delay *= 2
+        await wait_out_burst(lambda: self.sent, lambda: self._flush_due, self._engine().now)
         with self._flush_lock:
             self._flush_armed = False  # (before taking the list: a later pipe arms anew)
             pipes, self._flush_pipes = self._flush_pipes, []
@@ -839,20 +830,15 @@ class SocketDriver:
         def park() -> Any:
             return _park(queue, deadline, async_waiter)
 
+        result: T | _Blocked = BLOCKED
         waited = False
         if queue is self.recv_q and len(self.pipes) == 1:
             wait = _trio_wait_readable if trio_task else _asyncio_wait_readable
             result, waited = await self._adirect_recv(attempt, deadline, wait)
-            if not isinstance(result, _Blocked):
-                if trio_task and not waited:
-                    await trio.lowlevel.cancel_shielded_checkpoint()
-                return result
-        while True:
+        while isinstance(result, _Blocked):
             result, waiter = self._attempt(attempt, park)
             if not isinstance(result, _Blocked):
-                if trio_task and not waited:
-                    await trio.lowlevel.cancel_shielded_checkpoint()
-                return result
+                break
             if waiter is None:
                 raise self._timed_out(what)
             waited = True
@@ -864,6 +850,9 @@ class SocketDriver:
             if not woken:
                 self._abandon(queue, waiter)
                 raise self._timed_out(what)
+        if trio_task and not waited:
+            await trio.lowlevel.cancel_shielded_checkpoint()  # the call's schedule point
+        return result
 
     # -- requests and surveys (per-id waiters) -----------------------------------------------
     def start_id(self, start: Callable[[], int], ready: Callable[[int], bool], body_len: int) -> int:

@@ -315,20 +315,14 @@ class PipeDriver:
         event = self._writer_event
         if event is not None:
             self._writer_event = None
-            self._set(event)
-
-    def _set(self, event: trio.Event) -> None:
-        if self.engine.in_engine_thread():
-            event.set()
-        else:
-            self.engine.call_soon(event.set)
+            self.engine.run_soon(event.set)
 
     def resume_read(self) -> None:
         with self.lock:
             self.paused = False
             event, self._reader_event = self._reader_event, None
         if event is not None:
-            self._set(event)
+            self.engine.run_soon(event.set)
 
     # -- the read role (any thread) --------------------------------------------
     def take_role(self, wake_fd: int) -> bool:
@@ -370,10 +364,7 @@ class PipeDriver:
         """Close this pipe (from any thread); the reader and writer stop."""
         with self.lock:
             self.closed = True
-        if self.engine.in_engine_thread():
-            self._scope.cancel()
-        else:
-            self.engine.call_soon(self._scope.cancel)
+        self.engine.run_soon(self._scope.cancel)
 
     # -- engine thread ---------------------------------------------------------
     async def run(self) -> None:
@@ -565,28 +556,17 @@ class PipeDriver:
             lingering = len(batch) < CALLER_BATCH
 
     async def _linger(self) -> None:
-        """Wait while a burst goes on, so the sender keeps writing full batches itself.
-
-        Returns once the sender has paused for a whole wait, a full batch, a
-        chunk's rest or a control frame is waiting, or the outbox's oldest payload
-        is due (queued ``MAX_HOLD`` ago, by ``first_at``). The waits double while
-        the burst lasts, so a long burst costs few wake-ups, and a sender that
-        writes its own batches in time is never interrupted by a partial flush.
-        """
-        delay = FLUSH_DELAY
-        while True:
-            seen = self.appended
-            wait = delay
-            if self.outbox:  # read without the lock: a stale view never holds a payload past MAX_HOLD
-                wait = min(delay, self.first_at + MAX_HOLD - self.now())
-                if wait <= 0:
-                    return
-            await trio.sleep(wait)
-            if self.appended == seen or self.tail is not None or self.control is not None:
-                return
-            if len(self.outbox) >= CALLER_BATCH_MAX:
-                return
-            delay = min(delay * 2, MAX_HOLD)
+        """Wait while a burst goes on, so the sender keeps writing full batches itself
+        (see :func:`wait_out_burst`); also done when a full batch, a chunk's rest or
+        a control frame is waiting. A sender that writes its own batches in time is
+        never interrupted by a partial flush."""
+        await wait_out_burst(
+            lambda: self.appended,
+            # (read without the lock: a stale view never holds a payload past MAX_HOLD)
+            lambda: self.first_at + MAX_HOLD if self.outbox else None,
+            self.now,
+            lambda: self.tail is not None or self.control is not None or len(self.outbox) >= CALLER_BATCH_MAX,
+        )
 
     def _notify_idle(self) -> None:
         event, self._idle_event = self._idle_event, None
@@ -606,6 +586,35 @@ class PipeDriver:
                     return
                 self._idle_event = event = trio.Event()
             await event.wait()
+
+
+async def wait_out_burst(
+    progress: Callable[[], int],
+    due: Callable[[], float | None],
+    now: Callable[[], float],
+    write_now: Callable[[], bool] = lambda: False,
+) -> None:
+    """Wait while a burst of sends goes on, so what it leaves is written in one go.
+
+    Sleeps ``FLUSH_DELAY``, doubling up to ``MAX_HOLD`` (a long burst costs few
+    wake-ups), as long as ``progress()`` (a send count) moved during each sleep.
+    Returns once it did not, once ``due()`` has come -- when the oldest waiting
+    payload has waited ``MAX_HOLD``, on the ``now`` clock (None: nothing waits) --
+    or when ``write_now()`` says so after a sleep.
+    """
+    delay = FLUSH_DELAY
+    while True:
+        seen = progress()
+        wait = delay
+        deadline = due()
+        if deadline is not None:
+            wait = min(delay, deadline - now())
+            if wait <= 0:
+                return
+        await trio.sleep(wait)
+        if progress() == seen or write_now():
+            return
+        delay = min(delay * 2, MAX_HOLD)
 
 
 def queue_fan_out(
