@@ -9,9 +9,10 @@ import pytest
 import trio.testing
 
 import nanopy
-from nanopy.testing import FakeTransport, engine_in_this_loop, fake_transport
+from nanopy.testing import FakeConnection, FakeTransport, engine_in_this_loop, fake_transport
 
 Connect = Callable[..., Awaitable[tuple[nanopy.Socket, nanopy.Socket]]]
+Wired = Callable[..., Awaitable[tuple[nanopy.Socket, nanopy.Socket, FakeConnection]]]
 
 
 @pytest.fixture
@@ -37,5 +38,23 @@ def connected(fake: FakeTransport) -> Connect:
         await trio.testing.wait_all_tasks_blocked()
         assert dialer.pipes and bound.pipes
         return dialer, bound
+
+    return connect
+
+
+@pytest.fixture
+def wired(fake: FakeTransport, connected: Connect) -> Wired:
+    """``await wired(client, server, url, hold=False, **client_options)``: as
+    ``connected``, plus the client's end of the fake wire -- held from the start
+    with ``hold=True`` (a peer that reads nothing)."""
+
+    async def connect(
+        client: str, server: str, url: str, hold: bool = False, **options: object
+    ) -> tuple[nanopy.Socket, nanopy.Socket, FakeConnection]:
+        dialer, bound = await connected(client, server, url, **options)
+        (wire,) = fake.ends(side="dialer")
+        if hold:
+            wire.hold()
+        return dialer, bound, wire
 
     return connect

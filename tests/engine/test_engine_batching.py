@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-
 import pytest
 import trio
 import trio.testing
 from trio.testing import MockClock
 
 import nanopy
+from engine.conftest import Connect, Wired
 from nanopy.testing import FakeTransport
 
 pytestmark = pytest.mark.trio
 
-# The `connected` fixture (conftest.py): await connected(client, server, url, **client_options).
-Connect = Callable[..., Awaitable[tuple[nanopy.Socket, nanopy.Socket]]]
 
 # docs/testing.md: a queued message waits at most this long for the pipe's writer.
 FLUSH_BOUND = 1e-3
@@ -36,12 +33,9 @@ async def test_a_burst_is_written_in_batches(
     assert len(wire.batches) <= len(sent) // 32, [len(b) for _, b in wire.batches]
 
 
-async def test_a_burst_under_back_pressure_keeps_order_and_batches(
-    fake: FakeTransport, connected: Connect, autojump_clock: MockClock
-) -> None:
-    push, pull = await connected("push", "pull", "fake://batch", send_buffer=50)
-    (wire,) = fake.ends(side="dialer")
-    wire.hold()  # a slow peer: credit runs out and the sender parks
+async def test_a_burst_under_back_pressure_keeps_order_and_batches(wired: Wired, autojump_clock: MockClock) -> None:
+    # a slow peer: credit runs out and the sender parks
+    push, pull, wire = await wired("push", "pull", "fake://batch", send_buffer=50, hold=True)
     sent = [b"%d" % i for i in range(500)]
 
     got: list[bytes] = []
@@ -65,11 +59,8 @@ async def _send_all(sock: nanopy.Socket, bodies: list[bytes]) -> None:
         await sock.asend(body)
 
 
-async def test_a_lone_message_is_flushed_within_the_bound(
-    fake: FakeTransport, connected: Connect, autojump_clock: MockClock
-) -> None:
-    push, pull = await connected("push", "pull", "fake://batch")
-    (wire,) = fake.ends(side="dialer")
+async def test_a_lone_message_is_flushed_within_the_bound(wired: Wired, autojump_clock: MockClock) -> None:
+    push, pull, wire = await wired("push", "pull", "fake://batch")
     for i in range(5):
         await trio.sleep(1)  # idle in between: each message is alone
         sent_at = trio.current_time()
@@ -80,11 +71,8 @@ async def test_a_lone_message_is_flushed_within_the_bound(
         assert written_at - sent_at <= FLUSH_BOUND
 
 
-async def test_a_trickle_is_never_held_longer_than_the_bound(
-    fake: FakeTransport, connected: Connect, autojump_clock: MockClock
-) -> None:
-    push, pull = await connected("push", "pull", "fake://batch")
-    (wire,) = fake.ends(side="dialer")
+async def test_a_trickle_is_never_held_longer_than_the_bound(wired: Wired, autojump_clock: MockClock) -> None:
+    push, pull, wire = await wired("push", "pull", "fake://batch")
     sent_at: dict[bytes, float] = {}
     for i in range(200):
         body = b"t%d" % i
@@ -102,12 +90,8 @@ async def test_a_trickle_is_never_held_longer_than_the_bound(
     assert not late, late[:5]
 
 
-async def test_a_held_write_is_flushed_when_the_peer_drains(
-    fake: FakeTransport, connected: Connect, autojump_clock: MockClock
-) -> None:
-    push, pull = await connected("push", "pull", "fake://batch")
-    (wire,) = fake.ends(side="dialer")
-    wire.hold()
+async def test_a_held_write_is_flushed_when_the_peer_drains(wired: Wired, autojump_clock: MockClock) -> None:
+    push, pull, wire = await wired("push", "pull", "fake://batch", hold=True)
     for i in range(10):
         await push.asend(b"%d" % i)
     await trio.sleep(5)  # virtual: nothing can be written

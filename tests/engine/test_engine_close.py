@@ -10,12 +10,11 @@ import trio.testing
 from trio.testing import MockClock
 
 import nanopy
+from engine.conftest import Connect, Wired
 from nanopy.testing import FakeTransport
 
 pytestmark = pytest.mark.trio
 
-# The `connected` fixture (conftest.py): await connected(client, server, url, **client_options).
-Connect = Callable[..., Awaitable[tuple[nanopy.Socket, nanopy.Socket]]]
 
 FLUSH_BOUND = 1e-3  # docs/testing.md
 SLACK = 0.01
@@ -56,12 +55,8 @@ async def test_close_frees_every_address_and_dials_no_more(fake: FakeTransport, 
     await again.aclose()
 
 
-async def test_linger_flushes_queued_messages(
-    fake: FakeTransport, connected: Connect, autojump_clock: MockClock
-) -> None:
-    push, pull = await connected("push", "pull", "fake://linger")
-    (wire,) = fake.ends(side="dialer")
-    wire.hold()
+async def test_linger_flushes_queued_messages(fake: FakeTransport, wired: Wired, autojump_clock: MockClock) -> None:
+    push, pull, wire = await wired("push", "pull", "fake://linger", hold=True)
     sent = [b"%d" % i for i in range(100)]
     for body in sent:
         await push.asend(body)
@@ -77,10 +72,8 @@ async def test_linger_flushes_queued_messages(
     assert await pull.arecv_batch(1000) == sent
 
 
-async def test_linger_is_a_bound(fake: FakeTransport, connected: Connect, autojump_clock: MockClock) -> None:
-    push, _ = await connected("push", "pull", "fake://linger-bound")
-    (wire,) = fake.ends(side="dialer")
-    wire.hold()  # a peer that never reads
+async def test_linger_is_a_bound(wired: Wired, autojump_clock: MockClock) -> None:
+    push, _, wire = await wired("push", "pull", "fake://linger-bound", hold=True)  # never reads
     for i in range(10):
         await push.asend(b"%d" % i)
     start = trio.current_time()
@@ -102,12 +95,8 @@ async def test_close_without_queued_messages_does_not_wait(
     assert trio.current_time() - start <= FLUSH_BOUND
 
 
-async def test_close_wakes_every_blocked_call_with_closed(
-    fake: FakeTransport, connected: Connect, autojump_clock: MockClock
-) -> None:
-    push, pull = await connected("push", "pull", "fake://wake", send_buffer=1)
-    (wire,) = fake.ends(side="dialer")
-    wire.hold()
+async def test_close_wakes_every_blocked_call_with_closed(wired: Wired, autojump_clock: MockClock) -> None:
+    push, pull, wire = await wired("push", "pull", "fake://wake", send_buffer=1, hold=True)
     await push.asend(b"takes the credit")
     outcomes: list[str] = []
 

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-
 import pytest
 import trio
 import trio.testing
 from trio.testing import MockClock
 
 import nanopy
+from engine.conftest import Connect, Wired
 from nanopy.testing import FakeTransport
 
 pytestmark = pytest.mark.trio
 
-# The `connected` fixture (conftest.py): await connected(client, server, url, **client_options).
-Connect = Callable[..., Awaitable[tuple[nanopy.Socket, nanopy.Socket]]]
 
 # The clock of a caller's own deadline is read with time.monotonic() next to the
 # virtual clock, so a timeout may end a few real microseconds early.
@@ -24,11 +21,8 @@ FLUSH_BOUND = 1e-3  # docs/testing.md
 
 
 @pytest.mark.parametrize("interval", [0.5, 2.0, 60.0])
-async def test_req_resends_every_resend_interval(
-    fake: FakeTransport, connected: Connect, autojump_clock: MockClock, interval: float
-) -> None:
-    req, rep = await connected("req", "rep", "fake://resend", resend_interval=interval)
-    (wire,) = fake.ends(side="dialer")
+async def test_req_resends_every_resend_interval(wired: Wired, autojump_clock: MockClock, interval: float) -> None:
+    req, rep, wire = await wired("req", "rep", "fake://resend", resend_interval=interval)
     replies: list[bytes] = []
 
     async def ask() -> None:
@@ -49,11 +43,8 @@ async def test_req_resends_every_resend_interval(
     assert len(wire.payloads) == 3
 
 
-async def test_req_without_resend_interval_never_resends(
-    fake: FakeTransport, connected: Connect, autojump_clock: MockClock
-) -> None:
-    req, rep = await connected("req", "rep", "fake://noresend", resend_interval=None)
-    (wire,) = fake.ends(side="dialer")
+async def test_req_without_resend_interval_never_resends(wired: Wired, autojump_clock: MockClock) -> None:
+    req, rep, wire = await wired("req", "rep", "fake://noresend", resend_interval=None)
     with pytest.raises(nanopy.Timeout):
         await req.arequest(b"q", timeout=10_000)
     assert len(wire.payloads) == 1
@@ -132,12 +123,8 @@ async def test_asend_without_a_peer_times_out(fake: FakeTransport, autojump_cloc
     assert push.stats().messages_sent == 0
 
 
-async def test_a_timed_out_asend_sends_nothing(
-    fake: FakeTransport, connected: Connect, autojump_clock: MockClock
-) -> None:
-    push, pull = await connected("push", "pull", "fake://full", send_buffer=2)
-    (wire,) = fake.ends(side="dialer")
-    wire.hold()
+async def test_a_timed_out_asend_sends_nothing(wired: Wired, autojump_clock: MockClock) -> None:
+    push, pull, wire = await wired("push", "pull", "fake://full", send_buffer=2, hold=True)
     await push.asend(b"1")
     await push.asend(b"2")
     with pytest.raises(nanopy.Timeout):

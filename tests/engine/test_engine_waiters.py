@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable
 
 import pytest
 import trio
@@ -11,12 +10,11 @@ import trio.testing
 from trio.testing import MockClock
 
 import nanopy
+from engine.conftest import Connect, Wired
 from nanopy.testing import FakeTransport
 
 pytestmark = pytest.mark.trio
 
-# The `connected` fixture (conftest.py): await connected(client, server, url, **client_options).
-Connect = Callable[..., Awaitable[tuple[nanopy.Socket, nanopy.Socket]]]
 
 
 async def _park_receivers(
@@ -63,12 +61,8 @@ async def test_a_batch_reaches_every_blocked_receiver_once(
     assert sorted(int(body) for _, body in got) == list(range(50))
 
 
-async def test_blocked_senders_are_served_in_arrival_order(
-    fake: FakeTransport, connected: Connect, autojump_clock: MockClock
-) -> None:
-    push, pull = await connected("push", "pull", "fake://fifo-send", send_buffer=1)
-    (wire,) = fake.ends(side="dialer")
-    wire.hold()
+async def test_blocked_senders_are_served_in_arrival_order(wired: Wired, autojump_clock: MockClock) -> None:
+    push, pull, wire = await wired("push", "pull", "fake://fifo-send", send_buffer=1, hold=True)
     await push.asend(b"first")  # takes the pipe's only credit
     async with trio.open_nursery() as nursery:
         for i in range(20):
@@ -79,12 +73,8 @@ async def test_blocked_senders_are_served_in_arrival_order(
     assert bodies == [b"first"] + [b"%d" % i for i in range(20)]
 
 
-async def test_cancelled_senders_send_nothing(
-    fake: FakeTransport, connected: Connect, autojump_clock: MockClock
-) -> None:
-    push, pull = await connected("push", "pull", "fake://cancel-send", send_buffer=1)
-    (wire,) = fake.ends(side="dialer")
-    wire.hold()
+async def test_cancelled_senders_send_nothing(wired: Wired, autojump_clock: MockClock) -> None:
+    push, pull, wire = await wired("push", "pull", "fake://cancel-send", send_buffer=1, hold=True)
     await push.asend(b"first")
     scopes = []
     async with trio.open_nursery() as nursery:
