@@ -121,8 +121,11 @@ def test_fork_under_load(make_socket: MakeSocket) -> None:
 
     def pump() -> None:
         while not stop.is_set():
-            push.send(tagged(sent[0]))
-            sent[0] += 1
+            try:
+                push.send(tagged(sent[0]), timeout=0.1)
+            except nanopy.Timeout:
+                continue  # the receiver paused (forking, or done): look at ``stop`` again
+            sent[0] += 1  # (a timed-out send sent nothing: the sequence has no gap)
 
     pumper = threading.Thread(target=pump, daemon=True)
     pumper.start()
