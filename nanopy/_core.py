@@ -104,6 +104,14 @@ class Core:
     per_caller_recv: ClassVar[bool] = False
     #: values of the ``overflow`` option this protocol honours (PUB/SUB add more)
     overflow_modes: ClassVar[tuple[str, ...]] = ("drop",)
+    #: The fair queue of bodies when a receive is a plain ordered pop with no state
+    #: of its own (``recv_body`` is ``body_queue.pop``): the engine may then take
+    #: several at once (:meth:`FairQueue.take_run`). None for every other core.
+    body_queue: FairQueue | None = None
+    #: True if, with one pipe, ``send`` only spends a credit of it and transmits the
+    #: body as it is: the engine may then take several credits at once
+    #: (:meth:`take_sole`) and spend them on sends that skip the core.
+    send_lane = False
 
     def __init__(self, options: Any, raw: bool = False) -> None:
         self.options = options
@@ -148,6 +156,12 @@ class Core:
     def timer_fired(self, key: Any) -> None:
         """A timer armed with ARM_TIMER expired."""
 
+    def take_sole(self, limit: int) -> tuple[int, int] | None:
+        """Up to ``limit`` send credits of the only pipe at once (``send_lane``
+        cores): ``(pid, n)``, as if ``n`` sends had each taken one; None when
+        there are several pipes or no credit. ``pipe_credit`` gives them back."""
+        return None
+
     # -- user operations -------------------------------------------------------
     def send(self, body: bytes, header: bytes = b"") -> None:
         raise ProtocolError(f"{self.name} sockets cannot send")
@@ -180,9 +194,13 @@ class FairQueue:
 
     Items are opaque (a core may queue Messages or raw payloads); after ``pop``,
     ``last_pid`` names the pipe the item came from.
+
+    ``run`` holds items that :meth:`take_run` took out of pipe ``run_pid``'s queue
+    and the engine has not handed to the user yet (it serves them before taking
+    again). They still count against that pipe's ``recv_buffer``.
     """
 
-    __slots__ = ("_actions", "_options", "_paused", "_priority", "_queues", "_ready", "last_pid")
+    __slots__ = ("_actions", "_options", "_paused", "_priority", "_queues", "_ready", "last_pid", "run", "run_pid")
 
     def __init__(self, actions: list[Action], options: Any) -> None:
         self._queues: dict[int, deque[Any]] = {}
@@ -192,6 +210,8 @@ class FairQueue:
         self._options = options
         self._priority: dict[int, int] = {}
         self.last_pid = 0
+        self.run: deque[Any] = deque()
+        self.run_pid = 0
 
     def add(self, pid: int, priority: int) -> None:
         self._queues[pid] = deque()
@@ -230,10 +250,14 @@ class FairQueue:
         q.extend(msgs)
         if q:
             self._ready.activate(pid, priority)
-        if len(q) >= self._options.recv_buffer:
+        if len(q) + self.in_run(pid) >= self._options.recv_buffer:
             self._paused.add(pid)
             return False
         return True
+
+    def in_run(self, pid: int) -> int:
+        """How many of ``pid``'s items wait in ``run``."""
+        return len(self.run) if pid == self.run_pid else 0
 
     def pop(self) -> Any:
         # The hot path of every receive: one PrioList call (take = current +
@@ -254,6 +278,36 @@ class FairQueue:
             self._actions.append((RESUME_READ, pid))
         self.last_pid = pid
         return msg
+
+    def take_run(self, limit: int) -> list[Any]:
+        """The next items in order: up to ``limit`` at once when one pipe alone has
+        any queued, else one (so fair queueing between pipes stays per message).
+
+        The engine serves the rest of a run (``run``, ``run_pid``) before it takes
+        again; raises WouldBlock when nothing is queued.
+        """
+        ready = self._ready
+        # (at most half the buffer, so a paused pipe resumes once its run is out)
+        limit = min(limit, self._options.recv_buffer // 2)
+        if len(ready) != 1 or limit < 2:
+            return [self.pop()]
+        pid: int = ready.take()  # type: ignore[assignment]  # (the only one)
+        q = self._queues[pid]
+        if len(q) <= limit:
+            items = list(q)
+            q.clear()
+            ready.deactivate(pid)
+            if pid not in self._priority:  # a retired pipe's queue has drained
+                del self._queues[pid]
+        else:
+            popleft = q.popleft
+            items = [popleft() for _ in range(limit)]
+        paused = self._paused
+        if paused and pid in paused and len(q) <= self._options.recv_buffer // 2:
+            paused.discard(pid)
+            self._actions.append((RESUME_READ, pid))
+        self.last_pid = self.run_pid = pid
+        return items
 
     def __bool__(self) -> bool:
         return bool(self._ready)
@@ -302,6 +356,21 @@ class LoadBalancer:
             self._ready.deactivate(pid)
         return pid
 
+    def take_sole(self, limit: int) -> tuple[int, int] | None:
+        """Up to ``limit`` credits of the only pipe at once: ``(pid, n)``; None when
+        there are several pipes (round robin stays per message) or no credit."""
+        credit = self._credit
+        if len(credit) != 1:
+            return None
+        ((pid, c),) = credit.items()
+        if c <= 0:
+            return None
+        n = min(c, limit)
+        credit[pid] = c - n
+        if c <= n:
+            self._ready.deactivate(pid)
+        return pid, n
+
     def take_pipe(self, pid: int) -> bool:
         """Consume one credit of a specific pipe; False if it cannot send now."""
         c = self._credit.get(pid, 0)
@@ -337,6 +406,9 @@ class LoadBalancing(Core):
     def __init__(self, options: Any, raw: bool = False) -> None:
         super().__init__(options, raw)
         self._lb = LoadBalancer()
+        if type(self).send is LoadBalancing.send:
+            self.send_lane = True
+            self.take_sole = self._lb.take_sole  # type: ignore[method-assign]
 
     def add_pipe(self, pipe: PipeInfo, credit: int) -> None:
         super().add_pipe(pipe, credit)
@@ -449,8 +521,9 @@ class BodyQueuing(FairQueuing):
         super().__init__(options, raw)
         # The queued item is the body: receiving one is the fair queue's pop
         # itself, one call less on every receive (unless a subclass has its own).
-        if type(self).recv_body is BodyQueuing.recv_body:
+        if type(self).recv_body is BodyQueuing.recv_body and type(self).recv is BodyQueuing.recv:
             self.recv_body = self._fq.pop  # type: ignore[method-assign]
+            self.body_queue = self._fq
 
     def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
         return self._fq.push(pid, payloads)

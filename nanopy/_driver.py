@@ -18,6 +18,19 @@ now (a parked sender, a core that sends queued work on credit), the executing
 thread runs the round itself and appends what it yields to its work queue --
 never by recursion, however many queued requests one credit releases.
 
+A receive takes a *run* when it can: several bodies of the one pipe with any
+queued, in order, counted as received in that round (``FairQueue.take_run``).
+The rest wait in ``run``, which receivers pop without the lock (a deque's
+``popleft`` is atomic) until it is empty; every locked receive serves it first,
+so order holds, and readiness, ``recv_msg`` and close see it too.
+
+Sending has the mirror image, the *lane*: when a core whose send just spends a
+credit (PUSH, PAIR v0, PUB) has one pipe, a send round takes several of its
+credits at once (``Core.take_sole``)
+and hands them to that pipe (``PipeDriver.lane_credit``); sends then spend them
+in ``transmit`` under the pipe's lock alone, with no socket round, until they run
+out. A pipe coming or going, or close, gives unspent lane credit back to the core.
+
 Only this module touches ``core`` and ``lock``; the socket, the REQ/SURVEYOR
 conveniences, devices and Spark go through the methods here.
 """
@@ -74,6 +87,12 @@ T = TypeVar("T")
 # never batches. A lone pipe keeps its own judgement (ping-pong latency).
 FANOUT_GAP = 50e-6
 
+# The most bodies one receive takes out of the core at once (see the docstring):
+# the lock round is paid once per run, not per message.
+RUN_MAX = 256
+# The most credits one send round hands to the lane (see the docstring).
+LANE_MAX = 256
+
 
 class _Blocked:
     """The marker of an attempt that would block."""
@@ -121,11 +140,20 @@ class SocketDriver:
         self._name = name
         self._engine = engine
         self.pipes: dict[int, PipeDriver] = {}
-        self.send_q = WaitQueue(core.can_send)
+        self._lanes = core.send_lane
+        self.lane: PipeDriver | None = None  # the sole pipe holding lane credit
+        self.send_q = WaitQueue(self.writable if self._lanes else core.can_send)
         # Per-caller classic calls: a cooked REQ's recv() waits for *its caller's*
         # reply, so its waiters are keyed by caller (nanopy._callers).
         self.caller_q = CallerWaitQueue() if core.per_caller_recv else None
-        self.recv_q: WaitQueue = self.caller_q or WaitQueue(core.can_recv)  # type: ignore[assignment]
+        # Runs: cores whose receive is a plain ordered pop of bodies (body_queue).
+        body_queue = core.body_queue
+        self._take_run = body_queue.take_run if body_queue is not None else None
+        self.run: deque[bytes] = body_queue.run if body_queue is not None else deque()
+        self._run_queue = body_queue
+        self.run_token: Any = None  # the pipe token of the bodies in ``run`` (recv_msg)
+        readable = self.readable if body_queue is not None else core.can_recv
+        self.recv_q: WaitQueue = self.caller_q or WaitQueue(readable)  # type: ignore[assignment]
         self.queues: list[WaitQueue] = [self.send_q, self.recv_q]
         self.watchers: list[Any] = []  # blocked polls, woken after any change (nanopy._poller)
         self.id_queues: dict[int, WaitQueue] = {}
@@ -191,6 +219,62 @@ class SocketDriver:
         if self.watchers:
             self.notify_watchers()
         return out
+
+    def received_counts(self) -> tuple[int, int]:
+        """(messages, bytes) the user has received: a run's bodies are counted when
+        it is taken, so what it still holds is not received yet."""
+        with self.lock:
+            held = list(self.run)
+            return self.received - len(held), self.bytes_received - sum(map(len, held))
+
+    def sent_counts(self) -> tuple[int, int]:
+        """(messages, bytes) sent: lane credit is counted when granted, so what the
+        lane has not spent is not sent yet, while its bytes are counted as it goes."""
+        with self.lock:
+            lane = self.lane
+            if lane is None:
+                return self.sent, self.bytes_sent
+            return self.sent - lane.lane_credit, self.bytes_sent + lane.lane_bytes
+
+    def writable(self) -> bool:
+        """Whether a send would go out now (lock held)."""
+        lane = self.lane
+        return (lane is not None and lane.lane_credit > 0) or self.core.can_send()
+
+    def _revoke_lane(self) -> None:
+        """Take unspent lane credit back into the core (lock held)."""
+        pipe = self.lane
+        if pipe is None:
+            return
+        self.lane = None
+        with pipe.lock:
+            n, pipe.lane_credit = pipe.lane_credit, 0
+            spent_bytes, pipe.lane_bytes = pipe.lane_bytes, 0
+        self.sent -= n
+        self.bytes_sent += spent_bytes
+        if n:
+            self.core.pipe_credit(pipe.pid, n)
+
+    def _grant_lane(self) -> None:
+        """Hand the sole pipe's credit to the lane (lock held)."""
+        grant = self.core.take_sole(LANE_MAX)
+        if grant is None:
+            return
+        pid, n = grant
+        pipe = self.pipes.get(pid)
+        if pipe is None:  # (not a live pipe: leave the credit where it was)
+            self.core.pipe_credit(pid, n)
+            return
+        if self.lane is not pipe:
+            self._revoke_lane()
+            self.lane = pipe
+        with pipe.lock:
+            pipe.lane_credit += n
+        self.sent += n
+
+    def readable(self) -> bool:
+        """Whether a receive would take a body now (lock held)."""
+        return bool(self.run) or self.core.can_recv()
 
     def notify_watchers(self) -> None:
         """Wake every blocked poll on this socket (lock held); each re-registers."""
@@ -349,6 +433,7 @@ class SocketDriver:
             if self.closed:
                 return False
             self.pipes[info.id] = driver
+            self._revoke_lane()  # (two pipes share sends message by message)
             self.core.add_pipe(info, credit)
             actions = self._drain()
         if actions:
@@ -357,6 +442,8 @@ class SocketDriver:
 
     def remove_pipe(self, pid: int) -> None:
         def remove() -> None:
+            if self.lane is not None and self.lane.pid == pid:
+                self._revoke_lane()
             del self.pipes[pid]
             self.core.remove_pipe(pid)  # credit still due to it is ignored by the core
             if self.recv_q.waiters:
@@ -397,6 +484,15 @@ class SocketDriver:
     # acquire/release rather than ``with`` (measurably cheaper), no closures.
     def try_send(self, body: bytes, header: bytes) -> bool:
         """Send if the core can take it now; False if it would block."""
+        lane = self.lane
+        if lane is not None and not self.closed:
+            done = lane.transmit(body, lane=True)
+            if done >= 0:
+                if done:
+                    more = self._credit_back(lane.pid, done)
+                    if more:
+                        self.execute(more)
+                return True
         lock = self.lock
         lock.acquire()
         try:
@@ -420,6 +516,8 @@ class SocketDriver:
                 # The usual outcome (one TRANSMIT, nobody to wake) taken here rather
                 # than through _drain() and execute().
                 action = actions.pop()
+                if self._lanes:
+                    self._grant_lane()
             else:
                 action = None
                 rest = self._drain()
@@ -442,17 +540,21 @@ class SocketDriver:
 
     def try_recv_body(self) -> bytes | None:
         """The next body if one is queued now, else None."""
+        run = self.run
+        if run and not self.closed:
+            try:
+                return run.popleft()  # the rest of a run: no lock (see the docstring)
+            except IndexError:
+                pass
         lock = self.lock
         lock.acquire()
         try:
             if self.closed:
                 raise self.closed_error()
             try:
-                body = self.core.recv_body()
+                body = self._pop_body()
             except WouldBlock:
                 return None
-            self.received += 1
-            self.bytes_received += len(body)
             # The drain written out: most receives emit nothing and find nobody
             # waiting, and then cost no call at all.
             if self.core.actions or self.send_q.waiters or self.recv_q.waiters or self.watchers:
@@ -465,20 +567,48 @@ class SocketDriver:
             self.execute(actions)
         return body
 
+    def _pop_body(self) -> bytes:
+        """The next body (lock held): the run's next, else the first of a new run
+        (counted as received here, all of it); WouldBlock if nothing is queued."""
+        run = self.run
+        if run:
+            try:
+                return run.popleft()
+            except IndexError:  # (emptied by a receiver without the lock)
+                pass
+        take = self._take_run
+        if take is None:
+            body = self.core.recv_body()
+            self.received += 1
+            self.bytes_received += len(body)
+            return body
+        bodies: list[bytes] = take(RUN_MAX)
+        if len(bodies) == 1:
+            body = bodies[0]
+            self.received += 1
+            self.bytes_received += len(body)
+            return body
+        self.received += len(bodies)
+        self.bytes_received += sum(map(len, bodies))
+        info = self.core.pipes.get(self._run_queue.run_pid)  # type: ignore[union-attr]
+        self.run_token = info.token if info is not None else None
+        rest = iter(bodies)
+        body = next(rest)
+        run.extend(rest)
+        return body
+
     def recv_bodies(self, limit: int) -> list[bytes]:
         """Up to ``limit`` queued bodies in one round (never waits)."""
 
         def take() -> list[bytes]:
             out: list[bytes] = []
             append = out.append
-            pop = self.core.recv_body
+            pop = self._pop_body
             try:
                 for _ in range(limit):
                     append(pop())
             except WouldBlock:
                 pass
-            self.received += len(out)
-            self.bytes_received += sum(map(len, out))
             return out
 
         return self.feed(take)
@@ -494,13 +624,15 @@ class SocketDriver:
 
         return attempt
 
-    def recv_body_attempt(self) -> bytes:
-        body = self.core.recv_body()
-        self.received += 1
-        self.bytes_received += len(body)
-        return body
+    recv_body_attempt = _pop_body
 
     def recv_attempt(self) -> Message:
+        run = self.run
+        if run:
+            try:
+                return Message(run.popleft(), self.run_token)  # (counted when the run was taken)
+            except IndexError:
+                pass
         msg = self.core.recv()
         self.received += 1
         self.bytes_received += len(msg.body)
@@ -911,6 +1043,8 @@ class SocketDriver:
                 return False
             self.closed = True
             self._due.clear()
+            self.run.clear()
+            self._revoke_lane()
             self.core.close()
             actions = self.core.actions.copy()
             self.core.actions.clear()

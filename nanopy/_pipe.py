@@ -150,6 +150,10 @@ class PipeDriver:
         self.appended = 0  # messages handed to transmit (tells the writer a burst goes on)
         self.flush_at = CALLER_BATCH  # the outbox size at which a sender looks at writing it
         self.received_mark = 0  # the socket's receive count at our last idle-path send
+        # Credit the socket granted this pipe for sends that skip its round (the
+        # socket's send lane, see nanopy/_driver.py), and the bytes they carried.
+        self.lane_credit = 0
+        self.lane_bytes = 0
         self._writer_event: trio.Event | None = None
         self._reader_event: trio.Event | None = None
         self.paused = False  # the core's queue for this pipe is full: read nothing
@@ -170,18 +174,28 @@ class PipeDriver:
 
     # -- any thread ------------------------------------------------------------
     def transmit(
-        self, payload: bytes, idle: bool | None = None, framed: dict[Any, tuple[list[bytes], Any]] | None = None
+        self,
+        payload: bytes,
+        idle: bool | None = None,
+        framed: dict[Any, tuple[list[bytes], Any]] | None = None,
+        lane: bool = False,
     ) -> int:
         """Send or queue ``payload``; returns how many credits may be returned now.
 
         ``idle=False``: the socket's driver judged the whole round a burst (a PUB's
         fan-out to many pipes, see ``FANOUT_GAP`` in nanopy/_driver.py): queue it.
         None: this pipe judges by itself. ``framed``: see ``_write_shared``.
+        ``lane``: spend one of ``lane_credit`` on it; -1 (nothing sent) if none is left.
         """
         lock = self.lock
         lock.acquire()  # (not ``with``: measurably dearer on this path)
         try:
-            if self.closed:
+            if lane:
+                if self.lane_credit <= 0 or self.closed:
+                    return -1
+                self.lane_credit -= 1
+                self.lane_bytes += len(payload)
+            elif self.closed:
                 return 0
             self.appended += 1
             outbox = self.outbox

@@ -3,9 +3,9 @@
 Named and shaped after pyzmq's poller so readers of the ZeroMQ Guide find it,
 with timeouts in seconds like the rest of nanopy.
 
-How it works: a socket's readiness is what its protocol core says -- POLLIN
-when ``core.can_recv()`` (a ``recv(timeout=0)`` would succeed now), POLLOUT when
-``core.can_send()`` (a ``send(timeout=0)`` would). Both are asked on the polling
+How it works: a socket's readiness is what its driver says -- POLLIN
+when the socket is readable (a ``recv(timeout=0)`` would succeed now), POLLOUT when
+it is writable (a ``send(timeout=0)`` would). Both are asked on the polling
 thread or task, so per-caller protocols (a REQ's classic reply, a REP's pending
 request) answer for the poller's caller. A poll that finds nothing ready parks
 one waiter (a lock for a thread, an event for a task) on every registered
@@ -52,13 +52,12 @@ class Pollable:
         happens after the check always reaches the waiter.
         """
         driver = self._driver
-        core = driver.core
 
         def check() -> int:
             ready = 0
-            if flags & POLLIN and core.can_recv():
+            if flags & POLLIN and driver.readable():
                 ready |= POLLIN
-            if flags & POLLOUT and core.can_send():
+            if flags & POLLOUT and driver.writable():
                 ready |= POLLOUT
             if waiter is not None and not ready:
                 driver.watchers.append(waiter)

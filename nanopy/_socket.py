@@ -702,11 +702,13 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
         """
         driver = self._driver
         core = driver.core
+        received, bytes_received = driver.received_counts()
+        sent, bytes_sent = driver.sent_counts()
         return SocketStats(
-            messages_sent=driver.sent,
-            messages_received=driver.received,
-            bytes_sent=driver.bytes_sent,
-            bytes_received=driver.bytes_received,
+            messages_sent=sent,
+            messages_received=received,
+            bytes_sent=bytes_sent,
+            bytes_received=bytes_received,
             messages_dropped=driver.dropped + core.dropped,
             pipes=len(driver.pipes),
             connects=self._connects,

@@ -19,9 +19,9 @@ from conftest import wait_until
 
 import nanopy
 from nanopy._core import PipeInfo
-from nanopy._driver import SocketDriver
+from nanopy._driver import LANE_MAX, SocketDriver
 from nanopy._options import new_options
-from nanopy.protocols.pipeline import Push0
+from nanopy.protocols.pipeline import Pull0, Push0
 from nanopy.protocols.reqrep import Req0
 from nanopy.testing import inproc_url, ipc_url, wait_pipes
 
@@ -55,10 +55,18 @@ class _CountingLock:
 class _InstantPipe:
     """A pipe driver whose every transmit is written at once (credit comes back)."""
 
-    def __init__(self) -> None:
+    def __init__(self, pid: int = 1) -> None:
         self.written: list[bytes] = []
+        self.pid = pid
+        self.lock = threading.Lock()
+        self.lane_credit = self.lane_bytes = 0
 
-    def transmit(self, payload: bytes, idle: bool | None = None) -> int:
+    def transmit(self, payload: bytes, idle: bool | None = None, lane: bool = False) -> int:
+        if lane:
+            if self.lane_credit <= 0:
+                return -1
+            self.lane_credit -= 1
+            self.lane_bytes += len(payload)
         self.written.append(payload)
         return 1
 
@@ -84,16 +92,108 @@ def test_credit_returned_by_many_queued_requests_never_recurses() -> None:
     assert pipe.written[-1].endswith(b"4999")
 
 
-def test_idle_pipe_send_takes_one_lock_round() -> None:
+def test_idle_pipe_send_takes_one_lock_round_at_most() -> None:
     driver = _driver(Push0)
     pipe = _InstantPipe()
     driver.add_pipe(pipe, PipeInfo(1, "pipe", 8, 8), 2)  # type: ignore[arg-type]
     lock = driver.lock = _CountingLock()  # type: ignore[assignment]
     for i in range(100):
         assert driver.try_send(b"%d" % i, b"")
-    # The credit each write returns is folded into the next send's round.
-    assert lock.rounds == 100
-    assert len(pipe.written) == 100
+    # Each round folds in the credit the writes gave back, sends, and hands the
+    # sole pipe's other credit to the lane: the next send needs no round.
+    assert lock.rounds == 50
+    assert pipe.written == [b"%d" % i for i in range(100)]
+
+
+def test_a_sole_pipe_sends_on_lane_credit_until_a_second_pipe_takes_it_back() -> None:
+    driver = _driver(Push0)
+    a, b = _InstantPipe(1), _InstantPipe(2)
+    driver.add_pipe(a, PipeInfo(1, "a", 8, 8), 1000)  # type: ignore[arg-type]
+    lock = driver.lock = _CountingLock()  # type: ignore[assignment]
+    for _ in range(100):
+        assert driver.try_send(b"xy", b"")
+    assert lock.rounds == 1  # one round granted LANE_MAX credits; 99 sends spent them
+    assert a.lane_credit == LANE_MAX - 99
+    assert driver.sent_counts() == (100, 200)  # unspent lane credit is not counted as sent
+    assert driver.writable()
+
+    driver.add_pipe(b, PipeInfo(2, "b", 8, 8), 1000)  # type: ignore[arg-type]
+    assert driver.lane is None and a.lane_credit == 0  # given back to the core
+    for i in range(10):
+        assert driver.try_send(b"%d" % i, b"")
+    # Two pipes: round robin per message again, and nothing was lost on the way.
+    assert a.written[100:] == [b"0", b"2", b"4", b"6", b"8"]
+    assert b.written == [b"1", b"3", b"5", b"7", b"9"]
+    assert driver.sent_counts() == (110, 210)
+
+
+def test_lane_credit_of_a_removed_pipe_is_not_counted_as_sent() -> None:
+    driver = _driver(Push0)
+    a = _InstantPipe(1)
+    driver.add_pipe(a, PipeInfo(1, "a", 8, 8), 10)  # type: ignore[arg-type]
+    assert driver.try_send(b"x", b"")
+    assert a.lane_credit == 9
+    driver.remove_pipe(1)
+    assert driver.lane is None and driver.sent_counts() == (1, 1)
+    assert not driver.try_send(b"x", b"")  # no pipe, no lane: it would block
+
+
+def _pull_with_queued(n: int, pipes: int = 1) -> tuple[SocketDriver, Any]:
+    driver = _driver(Pull0)
+    for pid in range(1, pipes + 1):
+        driver.add_pipe(_InstantPipe(pid), PipeInfo(pid, f"p{pid}", 8, 8), 8)  # type: ignore[arg-type]
+        assert driver.deliver(pid, [b"%d:%d" % (pid, i) for i in range(n)])
+    return driver, driver.core
+
+
+def test_a_receive_takes_a_run_of_the_sole_pipe_and_serves_it_first() -> None:
+    driver, core = _pull_with_queued(300)
+    lock = driver.lock = _CountingLock()  # type: ignore[assignment]
+    got = [driver.try_recv_body() for _ in range(300)]
+    assert got == [b"1:%d" % i for i in range(300)]
+    assert lock.rounds == 2  # RUN_MAX bodies, then the other 44
+    assert driver.try_recv_body() is None
+    # Every body is counted once, when it reaches the user.
+    assert driver.received_counts() == (300, sum(map(len, got)))
+
+
+def test_a_run_is_counted_readable_and_kept_for_recv_msg_in_order() -> None:
+    driver, core = _pull_with_queued(5)
+    assert driver.try_recv_body() == b"1:0"
+    assert len(driver.run) == 4 and not core.can_recv()
+    assert driver.readable()
+    assert driver.received_counts() == (1, 3)  # the run's bodies are not received yet
+    msg = driver.try_once(driver.recv_attempt)
+    assert isinstance(msg, nanopy.Message)
+    assert msg.body == b"1:1" and msg.pipe is core.pipes[1].token
+    assert driver.recv_bodies(10) == [b"1:2", b"1:3", b"1:4"]
+    assert not driver.readable()
+
+
+def test_several_pipes_are_still_served_one_message_each_in_turn() -> None:
+    driver, _ = _pull_with_queued(3, pipes=2)
+    got = [driver.try_recv_body() for _ in range(6)]
+    assert got == [b"1:0", b"2:0", b"1:1", b"2:1", b"1:2", b"2:2"]
+    assert not driver.run
+
+
+def test_close_drops_an_unserved_run() -> None:
+    driver, _ = _pull_with_queued(5)
+    assert driver.try_recv_body() == b"1:0"
+    assert driver.close_core()
+    assert not driver.run
+    with pytest.raises(nanopy.Closed):
+        driver.try_recv_body()
+
+
+def test_a_run_counts_against_its_pipes_receive_buffer() -> None:
+    driver, core = _pull_with_queued(0)
+    core.options.recv_buffer = 8
+    assert driver.deliver(1, [b"a", b"b", b"c", b"d", b"e", b"f"])
+    assert driver.try_recv_body() == b"a"  # a run of 4 (half the buffer); 3 left in it, 2 queued
+    assert len(driver.run) == 3
+    # 3 in the run + 2 queued + 3 new = the buffer: the pipe is paused.
+    assert not driver.deliver(1, [b"g", b"h", b"i"])
 
 
 def test_credit_reaches_a_parked_sender_at_once() -> None:

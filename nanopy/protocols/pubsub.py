@@ -77,6 +77,21 @@ class Pub0(Distributing):
             if c <= 0 < c + n:
                 self._starved -= 1
 
+    send_lane = True  # (one subscriber: a send spends one credit of its pipe, or drops)
+
+    def take_sole(self, limit: int) -> tuple[int, int] | None:
+        credit = self._credit
+        if len(credit) != 1:
+            return None
+        ((pid, c),) = credit.items()
+        if c <= 0:
+            return None
+        n = min(c, limit)
+        credit[pid] = c - n
+        if c <= n:
+            self._starved += 1
+        return pid, n
+
     def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
         return True  # a SUB has nothing to say; ignore it and keep reading
 
@@ -125,7 +140,7 @@ class _OverflowQueue(FairQueue):
         if q is None or priority is None:  # unknown or departed pipe
             return False
         if msgs:
-            limit = self._options.recv_buffer
+            limit = max(self._options.recv_buffer - self.in_run(pid), 0)  # (the run counts too)
             if mode == "drop-newest":
                 room = max(limit - len(q), 0)
                 if room < len(msgs):
