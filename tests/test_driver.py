@@ -22,6 +22,7 @@ from nanopy._core import PipeInfo
 from nanopy._driver import LANE_MAX, SocketDriver
 from nanopy._options import new_options
 from nanopy.protocols.pipeline import Pull0, Push0
+from nanopy.protocols.pubsub import Pub0
 from nanopy.protocols.reqrep import Req0
 from nanopy.testing import inproc_url, ipc_url, wait_pipes
 
@@ -55,9 +56,10 @@ class _CountingLock:
 class _InstantPipe:
     """A pipe driver whose every transmit is written at once (credit comes back)."""
 
-    def __init__(self, pid: int = 1) -> None:
+    def __init__(self, pid: int = 1, instant: bool = True) -> None:
         self.written: list[bytes] = []
         self.pid = pid
+        self.instant = instant  # False: the payloads stay queued (no credit comes back)
         self.lock = threading.Lock()
         self.lane_credit = self.lane_bytes = 0
 
@@ -68,7 +70,7 @@ class _InstantPipe:
             self.lane_credit -= 1
             self.lane_bytes += len(payload)
         self.written.append(payload)
-        return 1
+        return 1 if self.instant else 0
 
 
 def _driver(core_cls: type, **opts: Any) -> SocketDriver:
@@ -136,6 +138,23 @@ def test_lane_credit_of_a_removed_pipe_is_not_counted_as_sent() -> None:
     driver.remove_pipe(1)
     assert driver.lane is None and driver.sent_counts() == (1, 1)
     assert not driver.try_send(b"x", b"")  # no pipe, no lane: it would block
+
+
+@pytest.mark.parametrize("overflow", ["drop", "block"])
+def test_pub_with_one_subscriber_spends_lane_credit_then_drops_or_blocks_as_before(overflow: str) -> None:
+    driver = _driver(Pub0, overflow=overflow)
+    pipe = _InstantPipe(instant=False)
+    driver.add_pipe(pipe, PipeInfo(1, "sub", 8, 8), 3)  # type: ignore[arg-type]
+    assert driver.try_send(b"0", b"")
+    assert pipe.lane_credit == 2
+    assert driver.try_send(b"1", b"") and driver.try_send(b"2", b"")
+    if overflow == "drop":
+        assert driver.try_send(b"3", b"")  # no credit anywhere: PUB drops, never blocks
+        assert driver.core.dropped == 1
+    else:
+        assert not driver.try_send(b"3", b"")  # lossless PUB waits for room
+        assert not driver.writable()
+    assert pipe.written == [b"0", b"1", b"2"]
 
 
 def _pull_with_queued(n: int, pipes: int = 1) -> tuple[SocketDriver, Any]:
