@@ -486,7 +486,7 @@ class SocketDriver:
         """Send if the core can take it now; False if it would block."""
         lane = self.lane
         if lane is not None and not self.closed:
-            done = lane.transmit(body, lane=True)
+            done = lane.transmit(body, None, None, True)  # (positional: cheaper)
             if done >= 0:
                 if done:
                     more = self._credit_back(lane.pid, done)
