@@ -112,6 +112,10 @@ class Core:
     #: body as it is: the engine may then take several credits at once
     #: (:meth:`take_sole`) and spend them on sends that skip the core.
     send_lane = False
+    #: True if ``send`` sends every body to every pipe with credit and nothing
+    #: else (PUB): the engine may then take the same credit of every pipe at once
+    #: (:meth:`take_all`) for a burst of sends that skip the core.
+    fan_lane = False
 
     def __init__(self, options: Any, raw: bool = False) -> None:
         self.options = options
@@ -160,6 +164,12 @@ class Core:
         """Up to ``limit`` send credits of the only pipe at once (``send_lane``
         cores): ``(pid, n)``, as if ``n`` sends had each taken one; None when
         there are several pipes or no credit. ``pipe_credit`` gives them back."""
+        return None
+
+    def take_all(self, limit: int, least: int) -> tuple[list[int], int] | None:
+        """``n`` credits of every pipe at once (``fan_lane`` cores), ``least <= n <=
+        limit``: ``(pids, n)``, as if ``n`` sends had each gone to all of them; None
+        when some pipe has fewer than ``least``. ``pipe_credit`` gives them back."""
         return None
 
     # -- user operations -------------------------------------------------------

@@ -31,6 +31,15 @@ and hands them to that pipe (``PipeDriver.lane_credit``); sends then spend them
 in ``transmit`` under the pipe's lock alone, with no socket round, until they run
 out. A pipe coming or going, or close, gives unspent lane credit back to the core.
 
+A publisher in a burst to several pipes has a lane of its own, the *fan-out
+lane*: a send round takes the same number of credits from every pipe at once
+(``Core.take_all``), and the sends that follow only append the body to one list
+(``_fan_out``) in a short round that never calls the core. A full list -- or the
+socket's flush round, within ``MAX_HOLD`` -- goes to every member pipe as one
+batch (``PipeDriver.transmit_batch``: one lock claim and, for stream
+transports, one framing shared by all pipes). What the lane has taken always
+reaches the pipes before anything a later round sends them.
+
 Only this module touches ``core`` and ``lock``; the socket, the REQ/SURVEYOR
 conveniences, devices and Spark go through the methods here.
 """
@@ -67,7 +76,7 @@ from ._core import (
 )
 from ._errors import Closed, MessageTooLarge, RemoteProtocolError, Timeout, WouldBlock
 from ._message import Message
-from ._pipe import MAX_HOLD, queue_fan_out, wait_out_burst
+from ._pipe import CALLER_BATCH_MAX, CALLER_BYTES, MAX_HOLD, queue_fan_out, wait_out_burst
 from ._timers import Timers
 from ._waiters import ThreadWaiter, WaitQueue, async_waiter
 
@@ -92,6 +101,8 @@ FANOUT_GAP = 50e-6
 RUN_MAX = 256
 # The most credits one send round hands to the lane (see the docstring).
 LANE_MAX = 256
+# The fan-out lane takes at least this many credits of every pipe, else none.
+FAN_MIN = 16
 
 
 class _Blocked:
@@ -142,7 +153,13 @@ class SocketDriver:
         self.pipes: dict[int, PipeDriver] = {}
         self._lanes = core.send_lane
         self.lane: PipeDriver | None = None  # the sole pipe holding lane credit
-        self.send_q = WaitQueue(self.writable if self._lanes else core.can_send)
+        # The fan-out lane (see the module docstring), all under ``lock``.
+        self._fans = core.fan_lane
+        self._fan_credit = 0  # sends the lane may still take
+        self._fan_pipes: list[PipeDriver] = []  # its member pipes
+        self._fan_out: list[bytes] = []  # bodies taken, not yet handed to the pipes
+        self._fan_bytes = 0
+        self.send_q = WaitQueue(self.writable if self._lanes or self._fans else core.can_send)
         # Per-caller classic calls: a cooked REQ's recv() waits for *its caller's*
         # reply, so its waiters are keyed by caller (nanopy._callers).
         self.caller_q = CallerWaitQueue() if core.per_caller_recv else None
@@ -239,10 +256,12 @@ class SocketDriver:
     def writable(self) -> bool:
         """Whether a send would go out now (lock held)."""
         lane = self.lane
-        return (lane is not None and lane.lane_credit > 0) or self.core.can_send()
+        return (lane is not None and lane.lane_credit > 0) or self._fan_credit > 0 or self.core.can_send()
 
     def _revoke_lane(self) -> None:
         """Take unspent lane credit back into the core (lock held)."""
+        if self._fan_pipes:
+            self._revoke_fan()
         pipe = self.lane
         if pipe is None:
             return
@@ -254,6 +273,52 @@ class SocketDriver:
         self.bytes_sent += spent_bytes
         if n:
             self.core.pipe_credit(pipe.pid, n)
+
+    def _grant_fan(self) -> None:
+        """Open the fan-out lane with the same credit of every pipe (lock held)."""
+        grant = self.core.take_all(LANE_MAX, FAN_MIN)
+        if grant is None:
+            return
+        pids, n = grant
+        members = [self.pipes.get(pid) for pid in pids]
+        if None in members:  # (not all live pipes: leave the credit where it was)
+            for pid in pids:
+                self.core.pipe_credit(pid, n)
+            return
+        self._fan_pipes = members  # type: ignore[assignment]
+        self._fan_credit = n
+
+    def _hand_out_fan(self, kick: bool = False) -> list[PipeDriver]:
+        """Queue the fan-out lane's bodies on its member pipes and empty the list
+        (lock held: batches reach every pipe in the order they were taken).
+        Returns the members, for :meth:`_write_fan` once the lock is released
+        (``kick``: their writer tasks write instead)."""
+        batch, self._fan_out = self._fan_out, []
+        self._fan_bytes = 0
+        members = self._fan_pipes
+        if batch:
+            for pipe in members:
+                pipe.queue_batch(batch, kick)
+        return members
+
+    def _revoke_fan(self) -> None:
+        """Close the fan-out lane (lock held): what it took is queued on its
+        pipes, unspent credit goes back to the core."""
+        members = self._hand_out_fan(kick=True)
+        n, self._fan_credit = self._fan_credit, 0
+        self._fan_pipes = []
+        if n:
+            for pipe in members:
+                self.core.pipe_credit(pipe.pid, n)
+
+    def _write_fan(self, members: list[PipeDriver]) -> None:
+        """Write what the fan-out lane queued on each member (lock not held); a
+        pipe already being written is left to that writer."""
+        framed: dict[Any, tuple[list[bytes], Any]] = {}  # framed once for all stream pipes
+        for pipe in members:
+            done = pipe.flush_queued(framed)
+            if done:
+                self.credit(pipe.pid, done)
 
     def _grant_lane(self) -> None:
         """Hand the sole pipe's credit to the lane (lock held)."""
@@ -372,20 +437,23 @@ class SocketDriver:
         if transmits > 1:
             self.fanout_end = time.monotonic()
 
-    def flush_later(self, pipe: PipeDriver) -> None:
+    def flush_later(self, pipe: PipeDriver | None) -> None:
         """``pipe`` queued a fan-out burst's first payload (any thread): the socket's
-        flush round will write it, unless a sender writes the outbox first.
+        flush round will write it, unless a sender writes the outbox first. None:
+        the fan-out lane took its first body; the round hands the lane's bodies out.
 
         One engine task per burst flushes every such pipe, instead of each pipe
         waking its own writer task (a cross-thread wake-up and a GIL hand-over
         each, per pipe).
         """
         with self._flush_lock:
-            self._flush_pipes.append(pipe)
+            if pipe is not None:
+                self._flush_pipes.append(pipe)
             if self._flush_armed:
                 return
             self._flush_armed = True
-            self._flush_due = pipe.first_at + MAX_HOLD  # the round's oldest payload
+            first_at = pipe.first_at if pipe is not None else self._engine().now()
+            self._flush_due = first_at + MAX_HOLD  # the round's oldest payload
         self._engine().spawn(self._flush_round)
 
     async def _flush_round(self) -> None:
@@ -399,6 +467,10 @@ class SocketDriver:
         with self._flush_lock:
             self._flush_armed = False  # (before taking the list: a later pipe arms anew)
             pipes, self._flush_pipes = self._flush_pipes, []
+        if self._fan_out:
+            with self.lock:
+                members = self._hand_out_fan()
+            self._write_fan(members)
         framed: dict[Any, tuple[list[bytes], Any]] = {}  # a batch equal on many pipes is framed once
         for pipe in pipes:
             done = pipe.flush_queued(framed)
@@ -442,7 +514,7 @@ class SocketDriver:
 
     def remove_pipe(self, pid: int) -> None:
         def remove() -> None:
-            if self.lane is not None and self.lane.pid == pid:
+            if (self.lane is not None and self.lane.pid == pid) or self._fan_pipes:
                 self._revoke_lane()
             del self.pipes[pid]
             self.core.remove_pipe(pid)  # credit still due to it is ignored by the core
@@ -493,36 +565,67 @@ class SocketDriver:
                     if more:
                         self.execute(more)
                 return True
+        members: list[PipeDriver] | None = None  # pipes the fan-out lane queued a batch on
+        arm = blocked = False
+        action = rest = None
         lock = self.lock
         lock.acquire()
         try:
             if self.closed:
                 raise self.closed_error()
-            if self._due:
-                self._fold_due()
-            core = self.core
-            try:
-                core.send(body, header)
-            except WouldBlock:
-                return False
-            self.sent += 1
-            self.bytes_sent += len(body)
-            actions = core.actions
-            if (
-                len(actions) == 1
-                and actions[0][0] is TRANSMIT
-                and not (self.send_q.waiters or self.recv_q.waiters or self.watchers)
-            ):
-                # The usual outcome (one TRANSMIT, nobody to wake) taken here rather
-                # than through _drain() and execute().
-                action = actions.pop()
-                if self._lanes:
-                    self._grant_lane()
+            if self._fan_credit:
+                # The fan-out lane: every member pipe takes this body, as the core
+                # would have decided; it goes out with the lane's next batch.
+                self._fan_credit -= 1
+                fan = self._fan_out
+                fan.append(body)
+                size = len(body)
+                self.sent += 1
+                self.bytes_sent += size
+                self._fan_bytes += size
+                if len(fan) >= CALLER_BATCH_MAX or self._fan_bytes >= CALLER_BYTES:
+                    members = self._hand_out_fan()
+                elif len(fan) == 1:
+                    arm = True  # the first: the flush round must come
+                else:
+                    return True
             else:
-                action = None
-                rest = self._drain()
+                if self._fan_pipes:  # the lane ran dry: close it, its bodies go first
+                    members = self._hand_out_fan()
+                    self._fan_pipes = []
+                if self._due:
+                    self._fold_due()
+                core = self.core
+                try:
+                    core.send(body, header)
+                except WouldBlock:
+                    blocked = True
+                else:
+                    self.sent += 1
+                    self.bytes_sent += len(body)
+                    actions = core.actions
+                    if (
+                        len(actions) == 1
+                        and actions[0][0] is TRANSMIT
+                        and not (self.send_q.waiters or self.recv_q.waiters or self.watchers)
+                    ):
+                        # The usual outcome (one TRANSMIT, nobody to wake) taken here
+                        # rather than through _drain() and execute().
+                        action = actions.pop()
+                        if self._lanes:
+                            self._grant_lane()
+                    else:
+                        if self._fans and len(actions) > 1 and time.monotonic() - self.fanout_end < FANOUT_GAP:
+                            self._grant_fan()  # a burst of fan-outs: later sends take the lane
+                        rest = self._drain()
         finally:
             lock.release()
+        if members:
+            self._write_fan(members)
+        elif arm:
+            self.flush_later(None)
+        if blocked:
+            return False
         if action is not None:
             pid = action[1]
             driver = self.pipes.get(pid)

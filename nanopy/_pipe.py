@@ -244,6 +244,25 @@ class PipeDriver:
             return 0
         return self._write_shared(batch, framed)
 
+    def queue_batch(self, batch: list[bytes], kick: bool) -> None:
+        """Queue a batch the socket's fan-out lane took (under the socket lock, so
+        batches reach every pipe in the order they were taken). Whoever queued it
+        then writes it (``flush_queued``), or ``kick``: the writer task does."""
+        lock = self.lock
+        lock.acquire()
+        try:
+            if self.closed:
+                return
+            outbox = self.outbox
+            if not outbox:
+                self.first_at = self.now()
+            self.appended += len(batch)
+            outbox.extend(batch)
+            if kick and not self.writing:
+                self._kick_writer()
+        finally:
+            lock.release()
+
     def flush_queued(self, framed: dict[Any, tuple[list[bytes], Any]]) -> int:
         """Write the outbox now if nobody else is writing (the socket's flush round,
         engine thread); returns the credit to give back. ``framed`` holds the last

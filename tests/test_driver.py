@@ -63,7 +63,7 @@ class _InstantPipe:
         self.lock = threading.Lock()
         self.lane_credit = self.lane_bytes = 0
 
-    def transmit(self, payload: bytes, idle: bool | None = None, lane: bool = False) -> int:
+    def transmit(self, payload: bytes, idle: bool | None = None, framed: Any = None, lane: bool = False) -> int:
         if lane:
             if self.lane_credit <= 0:
                 return -1

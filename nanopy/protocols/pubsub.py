@@ -78,6 +78,20 @@ class Pub0(Distributing):
                 self._starved -= 1
 
     send_lane = True  # (one subscriber: a send spends one credit of its pipe, or drops)
+    fan_lane = True  # (every subscriber with credit gets every message)
+
+    def take_all(self, limit: int, least: int) -> tuple[list[int], int] | None:
+        credit = self._credit
+        if not credit:
+            return None
+        n = min(min(credit.values()), limit)
+        if n < least:
+            return None
+        for pid, c in credit.items():
+            credit[pid] = c - n
+            if c == n:
+                self._starved += 1
+        return list(credit), n
 
     def take_sole(self, limit: int) -> tuple[int, int] | None:
         credit = self._credit
