@@ -21,6 +21,11 @@ Outputs: after *any* input the engine drains ``core.actions`` (a list of tuples)
     (READY_CALLER, caller)      a classic call of ``caller`` (a thread or task, see
                                 nanopy._callers) can go on: wake exactly that caller
 
+Optional fast paths (each equivalent to the per-message inputs): ``send_lane`` +
+``take_sole``, ``fan_lane`` + ``take_all`` (several credits taken at once, given
+back with ``pipe_credit``) and ``body_queue`` (``FairQueue.take_run``: several
+bodies of a sole ready pipe), used by the engine's lanes and runs.
+
 Flow control is by credits: a pipe added with ``credit`` n may be handed n
 TRANSMITs; the engine returns credits with ``pipe_credit`` as data leaves.
 ``messages_received`` returns False when that pipe's inbound queue is full; the
