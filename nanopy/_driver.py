@@ -26,19 +26,20 @@ so order holds, and readiness, ``recv_msg`` and close see it too.
 
 Sending has the mirror image, the *lane*: when a core whose send just spends a
 credit (PUSH, PAIR v0, PUB) has one pipe, a send round takes several of its
-credits at once (``Core.take_sole``)
-and hands them to that pipe (``PipeDriver.lane_credit``); sends then spend them
-in ``transmit`` under the pipe's lock alone, with no socket round, until they run
-out. A pipe coming or going, or close, gives unspent lane credit back to the core.
+credits at once (``Core.take_sole``) and hands them to that pipe
+(``PipeDriver.lane_credit``); sends then spend them in ``transmit`` under the
+pipe's lock alone, with no socket round, until they run out. A pipe coming or
+going, or close, gives unspent lane credit back to the core.
 
 A publisher in a burst to several pipes has a lane of its own, the *fan-out
 lane*: a send round takes the same number of credits from every pipe at once
 (``Core.take_all``), and the sends that follow only append the body to one list
 (``_fan_out``) in a short round that never calls the core. A full list -- or the
-socket's flush round, within ``MAX_HOLD`` -- goes to every member pipe as one
-batch (``PipeDriver.transmit_batch``: one lock claim and, for stream
-transports, one framing shared by all pipes). What the lane has taken always
-reaches the pipes before anything a later round sends them.
+socket's flush round, within ``MAX_HOLD`` -- is queued on every member pipe under
+the socket lock (``PipeDriver.queue_batch``, so batches reach every pipe in the
+order they were taken) and then written (``flush_queued``: one framing shared by
+all stream pipes). What the lane has taken always reaches the pipes before
+anything a later round sends them.
 
 Only this module touches ``core`` and ``lock``; the socket, the REQ/SURVEYOR
 conveniences, devices and Spark go through the methods here.
