@@ -210,12 +210,17 @@ class FairQueue:
     Items are opaque (a core may queue Messages or raw payloads); after ``pop``,
     ``last_pid`` names the pipe the item came from.
 
-    ``run`` holds items that :meth:`take_run` took out of pipe ``run_pid``'s queue
+    ``run`` holds bodies that :meth:`take_run` took out of pipe ``run_pid``'s queue
     and the engine has not handed to the user yet (it serves them before taking
-    again). They still count against that pipe's ``recv_buffer``.
+    again). They still count against that pipe's ``recv_buffer``, and they go
+    back to the front of that queue as soon as another pipe has a message, so
+    priorities and round robin stay per message (``given_back`` counts them).
     """
 
-    __slots__ = ("_actions", "_options", "_paused", "_priority", "_queues", "_ready", "last_pid", "run", "run_pid")
+    __slots__ = (
+        "_actions", "_options", "_paused", "_priority", "_queues", "_ready", "last_pid", "run", "run_pid",
+        "given_back", "given_back_bytes",
+    )
 
     def __init__(self, actions: list[Action], options: Any) -> None:
         self._queues: dict[int, deque[Any]] = {}
@@ -227,6 +232,7 @@ class FairQueue:
         self.last_pid = 0
         self.run: deque[Any] = deque()
         self.run_pid = 0
+        self.given_back = self.given_back_bytes = 0  # bodies a run returned to its queue
 
     def add(self, pid: int, priority: int) -> None:
         self._queues[pid] = deque()
@@ -262,6 +268,8 @@ class FairQueue:
         priority = self._priority.get(pid)
         if q is None or priority is None:  # unknown or retired pipe
             return False
+        if msgs and self.run and pid != self.run_pid:
+            self.give_back_run()
         q.extend(msgs)
         if q:
             self._ready.activate(pid, priority)
@@ -269,6 +277,31 @@ class FairQueue:
             self._paused.add(pid)
             return False
         return True
+
+    def give_back_run(self) -> None:
+        """Put what is left of the run back at the front of its pipe's queue
+        (another pipe has a message now: fair queueing decides per message again).
+        A retired pipe's run stays: its bodies are older than anything new."""
+        pid = self.run_pid
+        priority = self._priority.get(pid)
+        q = self._queues.get(pid)
+        if priority is None or q is None:
+            return
+        run = self.run
+        pop, put = run.pop, q.appendleft
+        n = size = 0
+        while True:
+            try:
+                body = pop()  # (from the right: a receiver may be popping the left)
+            except IndexError:
+                break
+            put(body)
+            n += 1
+            size += len(body)
+        if q:
+            self._ready.activate(pid, priority)
+        self.given_back += n
+        self.given_back_bytes += size
 
     def in_run(self, pid: int) -> int:
         """How many of ``pid``'s items wait in ``run``."""

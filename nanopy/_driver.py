@@ -243,7 +243,14 @@ class SocketDriver:
         it is taken, so what it still holds is not received yet."""
         with self.lock:
             held = list(self.run)
-            return self.received - len(held), self.bytes_received - sum(map(len, held))
+            queue = self._run_queue
+            if queue is None:
+                return self.received, self.bytes_received
+            # (a run's bodies given back to their queue are counted again when taken)
+            return (
+                self.received - len(held) - queue.given_back,
+                self.bytes_received - sum(map(len, held)) - queue.given_back_bytes,
+            )
 
     def sent_counts(self) -> tuple[int, int]:
         """(messages, bytes) sent: lane credit is counted when granted, so what the

@@ -196,6 +196,33 @@ def test_several_pipes_are_still_served_one_message_each_in_turn() -> None:
     assert not driver.run
 
 
+def test_a_run_goes_back_when_a_better_pipe_has_a_message() -> None:
+    # Pipe 1 (priority 8) alone: a receive takes a run. Pipe 2 (priority 1)
+    # then delivers: the rest of the run goes back to pipe 1's queue and the
+    # preferred pipe is served first, as if no run had been taken.
+    driver = _driver(Pull0)
+    driver.add_pipe(_InstantPipe(1), PipeInfo(1, "low", 8, 8), 8)  # type: ignore[arg-type]
+    driver.add_pipe(_InstantPipe(2), PipeInfo(2, "high", 8, 1), 8)  # type: ignore[arg-type]
+    assert driver.deliver(1, [b"low%d" % i for i in range(5)])
+    assert driver.try_recv_body() == b"low0"
+    assert len(driver.run) == 4
+    assert driver.deliver(2, [b"high0", b"high1"])
+    assert not driver.run
+    got = [driver.try_recv_body() for _ in range(6)]
+    assert got == [b"high0", b"high1", b"low1", b"low2", b"low3", b"low4"]
+    assert driver.received_counts() == (7, sum(map(len, got)) + 4)
+
+
+def test_a_run_goes_back_when_an_equal_pipe_has_a_message() -> None:
+    driver, _ = _pull_with_queued(4)  # pipe 1 alone
+    assert driver.try_recv_body() == b"1:0"
+    driver.add_pipe(_InstantPipe(2), PipeInfo(2, "p2", 8, 8), 8)  # type: ignore[arg-type]
+    assert driver.deliver(2, [b"2:0", b"2:1", b"2:2"])
+    got = sorted(driver.try_recv_body() for _ in range(6))  # type: ignore[type-var]
+    assert got == [b"1:1", b"1:2", b"1:3", b"2:0", b"2:1", b"2:2"]
+    assert driver.received_counts()[0] == 7
+
+
 def test_close_drops_an_unserved_run() -> None:
     driver, _ = _pull_with_queued(5)
     assert driver.try_recv_body() == b"1:0"

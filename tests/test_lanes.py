@@ -240,3 +240,34 @@ def test_a_run_mixes_with_recv_msg_recv_batch_and_poll_in_order(make_socket: Mak
     assert seqs(got) == list(range(n))
     assert pull.stats().messages_received == n
     assert nanopy.poll([(pull, nanopy.POLLIN)], timeout=0) == []
+
+
+@pytest.mark.parametrize(("receiver", "sender"), [("pull", "push"), ("sub", "pub")])
+def test_a_better_pipe_is_served_first_even_after_a_run_was_taken(
+    make_socket: MakeSocket, transport: str, receiver: str, sender: str
+) -> None:
+    pull = make_socket(receiver, recv_timeout=5)
+    if receiver == "sub":
+        pull.subscribe(b"")
+    low_url = pull.bind(bind_url(transport, "prio-low"), recv_priority=8).url
+    high_url = pull.bind(bind_url(transport, "prio-high"), recv_priority=1).url
+    low = make_socket(sender, connect=low_url)
+    high = make_socket(sender, connect=high_url)
+    wait_pipes(pull, 2)
+    wait_pipes(low, 1)
+    wait_pipes(high, 1)
+    fq = pull._driver.core._fq  # (how much has arrived is not public)
+    for i in range(10):
+        low.send(b"low%d" % i)
+    wait_until(lambda: fq.queued() == 10, what="the low pipe's messages queued")
+    assert pull.recv() == b"low0"
+    assert len(pull._driver.run) == 9  # the low pipe alone had messages: a run was taken
+    for i in range(3):
+        high.send(b"high%d" % i)
+    # The high pipe's first message hands the run back to the low pipe's queue.
+    wait_until(lambda: fq.queued() == 12, what="the high pipe's messages queued, the run given back")
+    assert not pull._driver.run
+    got = [pull.recv() for _ in range(12)]
+    assert got[:3] == [b"high0", b"high1", b"high2"]
+    assert got[3:] == [b"low%d" % i for i in range(1, 10)]
+    assert pull.stats().messages_received == 13

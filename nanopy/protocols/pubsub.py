@@ -154,6 +154,8 @@ class _OverflowQueue(FairQueue):
         if q is None or priority is None:  # unknown or departed pipe
             return False
         if msgs:
+            if self.run and pid != self.run_pid:
+                self.give_back_run()
             limit = max(self._options.recv_buffer - self.in_run(pid), 0)  # (the run counts too)
             if mode == "drop-newest":
                 room = max(limit - len(q), 0)
