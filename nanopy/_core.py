@@ -268,8 +268,8 @@ class FairQueue:
         priority = self._priority.get(pid)
         if q is None or priority is None:  # unknown or retired pipe
             return False
-        if msgs and self.run and pid != self.run_pid:
-            self.give_back_run()
+        if msgs:
+            self.give_back_run(pid)
         q.extend(msgs)
         if q:
             self._ready.activate(pid, priority)
@@ -278,16 +278,19 @@ class FairQueue:
             return False
         return True
 
-    def give_back_run(self) -> None:
-        """Put what is left of the run back at the front of its pipe's queue
-        (another pipe has a message now: fair queueing decides per message again).
-        A retired pipe's run stays: its bodies are older than anything new."""
+    def give_back_run(self, arriving: int) -> None:
+        """Pipe ``arriving`` has messages: if the run is another pipe's, put what is
+        left of it back at the front of that pipe's queue (fair queueing decides
+        per message again). A retired pipe's run stays: its bodies are older than
+        anything new."""
+        run = self.run
         pid = self.run_pid
+        if not run or pid == arriving:
+            return
         priority = self._priority.get(pid)
         q = self._queues.get(pid)
         if priority is None or q is None:
             return
-        run = self.run
         pop, put = run.pop, q.appendleft
         n = size = 0
         while True:

@@ -47,6 +47,7 @@ conveniences, devices and Spark go through the methods here.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import select
@@ -165,10 +166,8 @@ class SocketDriver:
         # reply, so its waiters are keyed by caller (nanopy._callers).
         self.caller_q = CallerWaitQueue() if core.per_caller_recv else None
         # Runs: cores whose receive is a plain ordered pop of bodies (body_queue).
-        body_queue = core.body_queue
-        self._take_run = body_queue.take_run if body_queue is not None else None
+        body_queue = self._body_queue = core.body_queue
         self.run: deque[bytes] = body_queue.run if body_queue is not None else deque()
-        self._run_queue = body_queue
         self.run_token: Any = None  # the pipe token of the bodies in ``run`` (recv_msg)
         readable = self.readable if body_queue is not None else core.can_recv
         self.recv_q: WaitQueue = self.caller_q or WaitQueue(readable)  # type: ignore[assignment]
@@ -243,7 +242,7 @@ class SocketDriver:
         it is taken, so what it still holds is not received yet."""
         with self.lock:
             held = list(self.run)
-            queue = self._run_queue
+            queue = self._body_queue
             if queue is None:
                 return self.received, self.bytes_received
             # (a run's bodies given back to their queue are counted again when taken)
@@ -569,9 +568,7 @@ class SocketDriver:
             done = lane.transmit(body, None, None, True)  # (positional: cheaper)
             if done >= 0:
                 if done:
-                    more = self._credit_back(lane.pid, done)
-                    if more:
-                        self.execute(more)
+                    self.credit(lane.pid, done)
                 return True
         members: list[PipeDriver] | None = None  # pipes the fan-out lane queued a batch on
         arm = blocked = False
@@ -642,9 +639,7 @@ class SocketDriver:
                 return True
             done = driver.transmit(action[2])
             if done:
-                more = self._credit_back(pid, done)
-                if more:
-                    self.execute(more)
+                self.credit(pid, done)
         elif rest:
             self.execute(rest)  # (a PUB's send in a burst: every pipe queues it)
         return True
@@ -687,25 +682,23 @@ class SocketDriver:
                 return run.popleft()
             except IndexError:  # (emptied by a receiver without the lock)
                 pass
-        take = self._take_run
-        if take is None:
-            body = self.core.recv_body()
+        queue = self._body_queue
+        if queue is None:
+            body: bytes = self.core.recv_body()
             self.received += 1
             self.bytes_received += len(body)
             return body
-        bodies: list[bytes] = take(RUN_MAX)
-        if len(bodies) == 1:
-            body = bodies[0]
+        bodies: list[bytes] = queue.take_run(RUN_MAX)
+        body = bodies[0]
+        if len(bodies) == 1:  # (several pipes have messages: one each in turn)
             self.received += 1
             self.bytes_received += len(body)
             return body
         self.received += len(bodies)
         self.bytes_received += sum(map(len, bodies))
-        info = self.core.pipes.get(self._run_queue.run_pid)  # type: ignore[union-attr]
+        info = self.core.pipes.get(queue.run_pid)
         self.run_token = info.token if info is not None else None
-        rest = iter(bodies)
-        body = next(rest)
-        run.extend(rest)
+        run.extend(itertools.islice(bodies, 1, None))
         return body
 
     def recv_bodies(self, limit: int) -> list[bytes]:
@@ -729,6 +722,10 @@ class SocketDriver:
         core = self.core
 
         def attempt() -> None:
+            if self.lane is not None or self._fan_pipes:
+                # A sender that has to wait: lane credit granted since its try_send
+                # goes back into the core, where this attempt (and every waiter) sees it.
+                self._revoke_lane()
             core.send(body, header)
             self.sent += 1
             self.bytes_sent += len(body)

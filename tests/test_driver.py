@@ -129,6 +129,20 @@ def test_a_sole_pipe_sends_on_lane_credit_until_a_second_pipe_takes_it_back() ->
     assert driver.sent_counts() == (110, 210)
 
 
+def test_a_waiting_sender_takes_lane_credit_back_into_the_core() -> None:
+    # Another thread's send granted the lane every credit after this sender's own
+    # try failed: its waiting attempt must still find them.
+    driver = _driver(Push0)
+    pipe = _InstantPipe(instant=False)
+    driver.add_pipe(pipe, PipeInfo(1, "a", 8, 8), 5)  # type: ignore[arg-type]
+    assert driver.try_send(b"0", b"")
+    assert pipe.lane_credit == 4 and not driver.core.can_send()
+    assert driver.try_once(driver.send_attempt(b"1")) is None  # sent, not BLOCKED
+    assert driver.lane is None and pipe.lane_credit == 0
+    assert pipe.written == [b"0", b"1"]
+    assert driver.sent_counts() == (2, 2)
+
+
 def test_lane_credit_of_a_removed_pipe_is_not_counted_as_sent() -> None:
     driver = _driver(Push0)
     a = _InstantPipe(1)

@@ -94,17 +94,8 @@ class Pub0(Distributing):
         return list(credit), n
 
     def take_sole(self, limit: int) -> tuple[int, int] | None:
-        credit = self._credit
-        if len(credit) != 1:
-            return None
-        ((pid, c),) = credit.items()
-        if c <= 0:
-            return None
-        n = min(c, limit)
-        credit[pid] = c - n
-        if c <= n:
-            self._starved += 1
-        return pid, n
+        grant = self.take_all(limit, 1) if len(self._credit) == 1 else None
+        return None if grant is None else (grant[0][0], grant[1])
 
     def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
         return True  # a SUB has nothing to say; ignore it and keep reading
@@ -154,8 +145,7 @@ class _OverflowQueue(FairQueue):
         if q is None or priority is None:  # unknown or departed pipe
             return False
         if msgs:
-            if self.run and pid != self.run_pid:
-                self.give_back_run()
+            self.give_back_run(pid)
             limit = max(self._options.recv_buffer - self.in_run(pid), 0)  # (the run counts too)
             if mode == "drop-newest":
                 room = max(limit - len(q), 0)
