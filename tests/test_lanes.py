@@ -40,38 +40,8 @@ def subscribers(make_socket: MakeSocket, url: str, n: int, **opts: Any) -> list[
     return subs
 
 
-def receive_all(sock: nanopy.Socket, count: int, out: list[bytes]) -> threading.Thread:
-    def run() -> None:
-        for _ in range(count):
-            out.append(sock.recv())
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
-
-
-def test_burst_to_several_subscribers_arrives_whole_and_in_order(make_socket: MakeSocket, transport: str) -> None:
-    pub = make_socket("pub", overflow="block", send_timeout=10)
-    url = pub.bind(bind_url(transport, "fan")).url
-    subs = subscribers(make_socket, url, 3, overflow="block")
-    wait_pipes(pub, 3)
-    n = 6000
-    got: list[list[bytes]] = [[] for _ in subs]
-    threads = [receive_all(sub, n, out) for sub, out in zip(subs, got, strict=True)]
-    for i in range(n):
-        pub.send(numbered(i))
-    for thread in threads:
-        thread.join(20)
-    for out in got:
-        assert seqs(out) == list(range(n))
-        assert out[-1] == numbered(n - 1)
-    stats = pub.stats()
-    assert stats.messages_sent == n
-    assert stats.bytes_sent == sum(len(numbered(i)) for i in range(n))
-
-
-def read_until_quiet(sock: nanopy.Socket, out: list[bytes], limit: int | None = None) -> threading.Thread:
-    """Read into ``out`` until ``limit`` messages, a 2 s silence, or close."""
+def read_into(sock: nanopy.Socket, out: list[bytes], limit: int | None = None) -> threading.Thread:
+    """A thread reading into ``out`` until ``limit`` messages, a 2 s silence, or close."""
 
     def run() -> None:
         while limit is None or len(out) < limit:
@@ -83,6 +53,35 @@ def read_until_quiet(sock: nanopy.Socket, out: list[bytes], limit: int | None = 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
+
+
+def fan_out(
+    make_socket: MakeSocket, pub: nanopy.Socket, transport: str, tag: str, subs: int, n: int
+) -> tuple[str, list[nanopy.Socket], list[list[bytes]], list[threading.Thread]]:
+    """Bind a lossless ``pub``, connect ``subs`` lossless subscribers, each read by a
+    thread expecting ``n`` messages: (url, subscribers, what each got, threads)."""
+    url = pub.bind(bind_url(transport, tag)).url
+    socks = subscribers(make_socket, url, subs, overflow="block")
+    wait_pipes(pub, subs)
+    got: list[list[bytes]] = [[] for _ in socks]
+    threads = [read_into(sub, out, n) for sub, out in zip(socks, got, strict=True)]
+    return url, socks, got, threads
+
+
+def test_burst_to_several_subscribers_arrives_whole_and_in_order(make_socket: MakeSocket, transport: str) -> None:
+    pub = make_socket("pub", overflow="block", send_timeout=10)
+    n = 6000
+    _, _, got, threads = fan_out(make_socket, pub, transport, "fan", 3, n)
+    for i in range(n):
+        pub.send(numbered(i))
+    for thread in threads:
+        thread.join(20)
+    for out in got:
+        assert seqs(out) == list(range(n))
+        assert out[-1] == numbered(n - 1)
+    stats = pub.stats()
+    assert stats.messages_sent == n
+    assert stats.bytes_sent == sum(len(numbered(i)) for i in range(n))
 
 
 @pytest.mark.parametrize("change", ["join", "leave"])
@@ -100,15 +99,15 @@ def test_subscribers_joining_or_leaving_mid_burst_cost_the_others_nothing(
         # It reads part of the burst, then stops (a few hundred messages behind,
         # well within what the buffers hold, so the lossless PUB need not wait
         # for it), then leaves.
-        read_until_quiet(other, theirs, limit=at - 300)
+        read_into(other, theirs, limit=at - 300)
     wait_pipes(pub, 3 if other is not None else 2)
     got: list[list[bytes]] = [[] for _ in stay]
-    threads = [receive_all(sub, n, out) for sub, out in zip(stay, got, strict=True)]
+    threads = [read_into(sub, out, n) for sub, out in zip(stay, got, strict=True)]
     for i in range(n):
         if i == at:
             if other is None:  # a subscriber joins in the middle of the burst
                 other = subscribers(make_socket, url, 1, overflow="block")[0]
-                late = read_until_quiet(other, theirs)
+                late = read_into(other, theirs)
                 wait_pipes(pub, 3)
             else:  # one leaves
                 other.close(linger=0)
@@ -130,12 +129,8 @@ def test_subscribers_joining_or_leaving_mid_burst_cost_the_others_nothing(
 
 def test_close_right_after_a_fan_out_burst_delivers_everything(make_socket: MakeSocket, transport: str) -> None:
     pub = nanopy.Socket("pub", overflow="block", send_timeout=10)
-    url = pub.bind(bind_url(transport, "fanclose")).url
-    subs = subscribers(make_socket, url, 2, overflow="block")
-    wait_pipes(pub, 2)
     n = 3000
-    got: list[list[bytes]] = [[] for _ in subs]
-    threads = [receive_all(sub, n, out) for sub, out in zip(subs, got, strict=True)]
+    _, _, got, threads = fan_out(make_socket, pub, transport, "fanclose", 2, n)
     for i in range(n):
         pub.send(numbered(i))
     pub.close(linger=10)  # what the lane still holds goes out within the linger
@@ -187,7 +182,7 @@ def test_a_sole_pipe_stream_arrives_whole_and_counted(make_socket: MakeSocket, t
     wait_pipes(sender, 1)
     n = 5000
     got: list[bytes] = []
-    thread = receive_all(receiver, n, got)
+    thread = read_into(receiver, got, n)
     for i in range(n):
         sender.send(numbered(i))
     thread.join(20)
@@ -227,7 +222,8 @@ def test_a_run_mixes_with_recv_msg_recv_batch_and_poll_in_order(make_socket: Mak
     for i in range(n):
         push.send(numbered(i))
     assert nanopy.poll([(pull, nanopy.POLLIN)], timeout=5) == [(pull, nanopy.POLLIN)]
-    wait_until(lambda: pull.stats().messages_received == 0 and pull._driver.core.can_recv())
+    fq = pull._driver.core._fq  # (how much has arrived is not public)
+    wait_until(lambda: fq.queued() == n, what="every message queued")
     got = [pull.recv()]  # takes a run
     assert nanopy.poll([(pull, nanopy.POLLIN)], timeout=0) == [(pull, nanopy.POLLIN)]
     msg = pull.recv_msg()
