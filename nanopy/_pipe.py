@@ -83,6 +83,9 @@ DIRECT_IDLE = 50e-6
 CALLER_BATCH = 64
 CALLER_BYTES = 16 * 1024
 CALLER_BATCH_MAX = 256
+# ... or once its oldest message waited this long: a slow sender (one trio schedule
+# point per send) writes before the writer task's MAX_HOLD flush wakes the engine.
+CALLER_HOLD = 400e-6
 # The writer task's first wait before flushing a partial batch left by a burst.
 FLUSH_DELAY = 200e-6
 # No queued message waits longer than this for the writer task.
@@ -206,7 +209,11 @@ class PipeDriver:
                     self.first_at = self.now()  # (a write is in progress)
                 if n < self.flush_at or self.writing or self.tail is not None or not self.writes_directly:
                     return 0
-                if n < CALLER_BATCH_MAX and sum(map(len, outbox)) < CALLER_BYTES:
+                if (
+                    n < CALLER_BATCH_MAX
+                    and sum(map(len, outbox)) < CALLER_BYTES
+                    and self.now() - self.first_at < CALLER_HOLD
+                ):
                     self.flush_at = n + CALLER_BATCH  # small messages: gather more first
                     return 0
                 # Due: this thread writes the whole outbox itself.
