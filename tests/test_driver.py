@@ -295,7 +295,12 @@ def _ready(pull: nanopy.Socket, push: nanopy.Socket, data: bytes) -> None:
     wait_until(pull._core.can_recv, what="message queued")
 
 
-def test_trio_arecv_in_cancelled_scope_raises_and_takes_nothing(inproc_pair: Any) -> None:
+# Both timeouts: the default one takes the written-out trio fast path in Socket.
+TIMEOUTS = [pytest.param({}, id="default-timeout"), pytest.param({"timeout": 1}, id="timeout-1")]
+
+
+@pytest.mark.parametrize("kwargs", TIMEOUTS)
+def test_trio_arecv_in_cancelled_scope_raises_and_takes_nothing(inproc_pair: Any, kwargs: dict[str, Any]) -> None:
     push, pull = inproc_pair
     _ready(pull, push, b"kept")
 
@@ -303,28 +308,36 @@ def test_trio_arecv_in_cancelled_scope_raises_and_takes_nothing(inproc_pair: Any
         with trio.CancelScope() as scope:
             scope.cancel()
             with pytest.raises(trio.Cancelled):
-                await pull.arecv(timeout=1)
-        assert await pull.arecv(timeout=1) == b"kept"
+                await pull.arecv(**kwargs)
+        assert await pull.arecv(**kwargs) == b"kept"
 
     trio.run(main)
 
 
-def test_trio_asend_in_cancelled_scope_sends_nothing(inproc_pair: Any) -> None:
-    push, pull = inproc_pair
+@pytest.mark.parametrize("kwargs", TIMEOUTS)
+@pytest.mark.parametrize("earlier", [0, 40], ids=["first-send", "after-a-burst"])
+def test_trio_asend_in_cancelled_scope_sends_nothing(
+    inproc_pair: Any, kwargs: dict[str, Any], earlier: int
+) -> None:
+    push, pull = inproc_pair  # after a burst, the send lane holds credit
 
     async def main() -> None:
+        for i in range(earlier):
+            await push.asend(b"%d" % i, **kwargs)
         with trio.CancelScope() as scope:
             scope.cancel()
             with pytest.raises(trio.Cancelled):
-                await push.asend(b"lost")
-        await push.asend(b"sentinel")
+                await push.asend(b"lost", **kwargs)
+        await push.asend(b"sentinel", **kwargs)
 
     trio.run(main)
-    assert pull.recv(timeout=2) == b"sentinel"  # "lost" was never sent
+    got = [pull.recv(timeout=2) for _ in range(earlier + 1)]
+    assert got == [b"%d" % i for i in range(earlier)] + [b"sentinel"]  # "lost" was never sent
 
 
+@pytest.mark.parametrize("kwargs", TIMEOUTS)
 @pytest.mark.parametrize("op", ["arecv", "asend", "arecv_msg"])
-def test_trio_async_calls_checkpoint_even_when_ready(inproc_pair: Any, op: str) -> None:
+def test_trio_async_calls_checkpoint_even_when_ready(inproc_pair: Any, op: str, kwargs: dict[str, Any]) -> None:
     push, pull = inproc_pair
     if op != "asend":
         _ready(pull, push, b"x")
@@ -332,9 +345,9 @@ def test_trio_async_calls_checkpoint_even_when_ready(inproc_pair: Any, op: str) 
     async def main() -> None:
         with trio.testing.assert_checkpoints():
             if op == "asend":
-                await push.asend(b"y")
+                await push.asend(b"y", **kwargs)
             else:
-                await getattr(pull, op)(timeout=1)
+                await getattr(pull, op)(**kwargs)
 
     trio.run(main)
 
