@@ -14,6 +14,7 @@ import pytest
 from conftest import bind_url, tcp_plugin, wait_until
 
 import nanopy
+from nanopy import _pipe
 from nanopy.transports import ChannelConnection, inproc
 from nanopy.transports._stream import StreamConnection
 from nanopy.transports._ws_conn import WsConnection
@@ -80,6 +81,43 @@ def test_many_sending_threads_share_one_pipe(make_socket: Factory, transport: st
     for w in workers:
         w.join(10)
     assert got == {t: list(range(each)) for t in range(threads)}
+
+
+@pytest.mark.parametrize("transport", ["tcp", "ipc"])
+def test_a_slow_sender_writes_its_own_batch_once_the_oldest_message_is_old(
+    make_socket: Factory, transport: str
+) -> None:
+    """A sender slower than 256 messages per CALLER_HOLD (a trio task pays one
+    schedule point per send) writes a batch itself as soon as the oldest message
+    has waited CALLER_HOLD, instead of leaving it to the writer task's MAX_HOLD."""
+    pull = make_socket("pull", recv_timeout=10)
+    push = make_socket("push", send_timeout=10)
+    push.connect(pull.bind(_url(transport, "slow")).url)
+    wait_until(lambda: len(push.pipes) == 1 and len(push._driver.pipes) == 1, what="the pipe")
+    (pipe,) = push._driver.pipes.values()
+    step = _pipe.CALLER_HOLD / 50  # the pipe's clock moves this much per send
+    assert _pipe.CALLER_HOLD < _pipe.CALLER_BATCH * step < _pipe.MAX_HOLD
+    clock = [0.0]
+    pipe.now = lambda: clock[0]
+    me = threading.get_ident()
+    own_batches: list[int] = []
+    write_nowait = pipe.channel.write_nowait
+
+    def counted(chunk: bytes | memoryview) -> int:
+        if threading.get_ident() == me:
+            own_batches.append(len(chunk) // (len(b"0000") + (9 if transport == "ipc" else 8)))
+        return write_nowait(chunk)
+
+    pipe.channel.write_nowait = counted
+    total = 10 * _pipe.CALLER_BATCH
+    for i in range(total):
+        clock[0] += step
+        push.send(b"%04d" % i)
+    assert [pull.recv() for _ in range(total)] == [b"%04d" % i for i in range(total)]
+    # Without CALLER_HOLD this thread would write only at 256 messages (or never,
+    # the writer task flushing first): here it writes batches of 64.
+    assert _pipe.CALLER_BATCH in own_batches, own_batches
+    assert max(own_batches) < _pipe.CALLER_BATCH_MAX, own_batches
 
 
 def test_inproc_both_directions_at_once_never_deadlock(make_socket: Factory) -> None:
