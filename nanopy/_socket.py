@@ -565,9 +565,11 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
         """
         if data.__class__ is not bytes:
             data = as_bytes(data)
-        if _sniffio.name == "trio" and timeout is _DEFAULT:
+        if _sniffio.name == "trio":
             # _asend's fast path written out for trio (one coroutine level less):
             # the cancellation point, one round, the schedule point.
+            if timeout is not _DEFAULT:
+                self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
             await checkpoint_if_cancelled()
             if self._driver.try_send(data, b""):
                 await cancel_shielded_checkpoint()
@@ -601,8 +603,10 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
             ProtocolError: the protocol cannot receive.
         """
         driver = self._driver
-        if _sniffio.name == "trio" and timeout is _DEFAULT:
+        if _sniffio.name == "trio":
             # The fast path below written out for trio (one coroutine level less).
+            if timeout is not _DEFAULT:
+                self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
             await checkpoint_if_cancelled()
             body = driver.try_recv_body()
             if body is not None:

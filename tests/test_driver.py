@@ -295,8 +295,12 @@ def _ready(pull: nanopy.Socket, push: nanopy.Socket, data: bytes) -> None:
     wait_until(pull._core.can_recv, what="message queued")
 
 
-# Both timeouts: the default one takes the written-out trio fast path in Socket.
-TIMEOUTS = [pytest.param({}, id="default-timeout"), pytest.param({"timeout": 1}, id="timeout-1")]
+# The default timeout and explicit ones: the trio fast path in Socket serves them all.
+TIMEOUTS = [
+    pytest.param({}, id="default-timeout"),
+    pytest.param({"timeout": 1}, id="timeout-1"),
+    pytest.param({"timeout": None}, id="timeout-None"),
+]
 
 
 @pytest.mark.parametrize("kwargs", TIMEOUTS)
