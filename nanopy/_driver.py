@@ -1253,20 +1253,32 @@ async def _asyncio_wait_readable(fd: int, timeout: float | None) -> None:
             timer.cancel()
 
 
-async def checkpoint_before() -> bool:
-    """The cancellation point at the start of every async call; True under trio.
+def in_trio() -> bool:
+    """Whether the calling task runs under trio (else asyncio)."""
+    return sniffio.thread_local.name == "trio" or sniffio.current_async_library() == "trio"
+
+
+def cancellation_point(trio_task: bool) -> Awaitable[None]:
+    """The cancellation point at the start of every async call, to be awaited.
 
     trio: raises Cancelled if the scope is cancelled (the caller must then add a
     schedule point, ``cancel_shielded_checkpoint``, if it completes without
     waiting). asyncio: one loop turn, where a pending cancel raises CancelledError.
+    A plain function returning the awaitable: the hot paths (``Socket.asend``,
+    ``arecv``) pay no coroutine level of their own for it.
     """
-    if sniffio.thread_local.name == "trio" or sniffio.current_async_library() == "trio":
-        await trio.lowlevel.checkpoint_if_cancelled()
-        return True
+    if trio_task:
+        return trio.lowlevel.checkpoint_if_cancelled()  # noqa: ASYNC105 - the caller awaits it
     import asyncio
 
-    await asyncio.sleep(0)
-    return False
+    return asyncio.sleep(0)
+
+
+async def checkpoint_before() -> bool:
+    """:func:`cancellation_point` in one call; True under trio."""
+    trio_task = in_trio()
+    await cancellation_point(trio_task)
+    return trio_task
 
 
 async def checkpoint_after(trio_task: bool) -> None:

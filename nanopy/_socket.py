@@ -20,12 +20,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import trio
-from sniffio import thread_local as _sniffio
-from trio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
+from trio.lowlevel import cancel_shielded_checkpoint
 
 from . import _engine
 from ._core import Core, PipeInfo
-from ._driver import SocketDriver, _Blocked, checkpoint_after, checkpoint_before
+from ._driver import SocketDriver, _Blocked, cancellation_point, checkpoint_after, checkpoint_before, in_trio
 from ._endpoint import Endpoint
 from ._errors import AddressError, Closed, MessageTooLarge, ProtocolError, WouldBlock
 from ._lifecycle import SocketTasks
@@ -565,26 +564,20 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
         """
         if data.__class__ is not bytes:
             data = as_bytes(data)
-        if _sniffio.name == "trio":
-            # _asend's fast path written out for trio (one coroutine level less):
-            # the cancellation point, one round, the schedule point.
-            if timeout is not _DEFAULT:
-                self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
-            await checkpoint_if_cancelled()
-            if self._driver.try_send(data, b""):
-                await cancel_shielded_checkpoint()
-                return
         await self._asend(data, b"", timeout)
 
     async def _asend(self, body: bytes, header: bytes, timeout: Any) -> None:
-        timeout = self._timeout(timeout, self._options.send_timeout)
+        if timeout is not _DEFAULT:
+            self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
         driver = self._driver
         # Fast path: the cancellation point, one round, the schedule point.
-        trio_task = await checkpoint_before()
+        trio_task = in_trio()
+        await cancellation_point(trio_task)
         if driver.try_send(body, header):
             if trio_task:
                 await cancel_shielded_checkpoint()
             return
+        timeout = self._timeout(timeout, self._options.send_timeout)
         await driver.acall(driver.send_attempt(body, header), driver.send_q, timeout, "send")
 
     async def arecv(self, *, timeout: float | None = _DEFAULT) -> bytes:
@@ -602,24 +595,18 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
             Closed: the socket is closed.
             ProtocolError: the protocol cannot receive.
         """
+        if timeout is not _DEFAULT:
+            self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
         driver = self._driver
-        if _sniffio.name == "trio":
-            # The fast path below written out for trio (one coroutine level less).
-            if timeout is not _DEFAULT:
-                self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
-            await checkpoint_if_cancelled()
-            body = driver.try_recv_body()
-            if body is not None:
-                await cancel_shielded_checkpoint()
-                return body
-        timeout = self._timeout(timeout, self._options.recv_timeout)
         # Fast path: the cancellation point, one round, the schedule point.
-        trio_task = await checkpoint_before()
+        trio_task = in_trio()
+        await cancellation_point(trio_task)
         body = driver.try_recv_body()
         if body is not None:
             if trio_task:
                 await cancel_shielded_checkpoint()
             return body
+        timeout = self._timeout(timeout, self._options.recv_timeout)
         return await driver.acall(driver.recv_body_attempt, driver.recv_q, timeout, "recv")
 
     async def arecv_msg(self, *, timeout: float | None = _DEFAULT) -> Message:
