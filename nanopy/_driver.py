@@ -241,10 +241,10 @@ class SocketDriver:
         """(messages, bytes) the user has received: a run's bodies are counted when
         it is taken, so what it still holds is not received yet."""
         with self.lock:
-            held = list(self.run)
             queue = self._body_queue
-            if queue is None:
+            if queue is None:  # (no runs)
                 return self.received, self.bytes_received
+            held = list(self.run)
             # (a run's bodies given back to their queue are counted again when taken)
             return (
                 self.received - len(held) - queue.given_back,
@@ -308,15 +308,17 @@ class SocketDriver:
                 pipe.queue_batch(batch, kick)
         return members
 
-    def _revoke_fan(self) -> None:
+    def _revoke_fan(self, kick: bool = True) -> list[PipeDriver]:
         """Close the fan-out lane (lock held): what it took is queued on its
-        pipes, unspent credit goes back to the core."""
-        members = self._hand_out_fan(kick=True)
+        pipes, unspent credit goes back to the core. Returns the members, as
+        :meth:`_hand_out_fan` (``kick=False``: the caller writes them)."""
+        members = self._hand_out_fan(kick)
         n, self._fan_credit = self._fan_credit, 0
         self._fan_pipes = []
         if n:
             for pipe in members:
                 self.core.pipe_credit(pipe.pid, n)
+        return members
 
     def _write_fan(self, members: list[PipeDriver]) -> None:
         """Write what the fan-out lane queued on each member (lock not held); a
@@ -596,8 +598,7 @@ class SocketDriver:
                     return True
             else:
                 if self._fan_pipes:  # the lane ran dry: close it, its bodies go first
-                    members = self._hand_out_fan()
-                    self._fan_pipes = []
+                    members = self._revoke_fan(kick=False)
                 if self._due:
                     self._fold_due()
                 core = self.core
@@ -722,10 +723,9 @@ class SocketDriver:
         core = self.core
 
         def attempt() -> None:
-            if self.lane is not None or self._fan_pipes:
-                # A sender that has to wait: lane credit granted since its try_send
-                # goes back into the core, where this attempt (and every waiter) sees it.
-                self._revoke_lane()
+            # A sender that has to wait: lane credit granted since its try_send
+            # goes back into the core, where this attempt (and every waiter) sees it.
+            self._revoke_lane()
             core.send(body, header)
             self.sent += 1
             self.bytes_sent += len(body)
