@@ -103,7 +103,8 @@ class Process:
             try:
                 line = self.lines.get(timeout=max(left, 0.0))
             except queue.Empty:
-                raise AssertionError(f"{self.name}: no line matching {pattern!r} in {timeout} s; saw {self.seen[-10:]}") from None
+                seen = self.seen[-10:]
+                raise AssertionError(f"{self.name}: no line matching {pattern!r} in {timeout} s; saw {seen}") from None
             if line is None:
                 self.lines.put(None)  # stay at EOF for later calls
                 err = self.popen.stderr.read() if self.popen.stderr else ""
