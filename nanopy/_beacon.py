@@ -22,6 +22,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -282,20 +283,25 @@ class BeaconListener:
             and IPv6 all-nodes multicast; ``127.255.255.255`` hears loopback broadcasts).
             An address the host lacks (no IPv6) is skipped, unless none is left.
         handler: ``handler(beacon, source_host)`` for each valid beacon.
-        tick: called at least every ``tick_every`` seconds (expiry checks).
+        tick: ``tick(deaf)`` every ``tick_every`` seconds (expiry checks); ``deaf``
+            is True when datagrams were left unread since the last tick (see below),
+            so silence proves nothing.
 
-    Memory is constant: datagrams are read one at a time into a fixed-size buffer
-    and parsed at once; nothing is queued. CPU is one parse per datagram, and a
-    read burst is capped so that ``tick`` still runs during a flood.
+    Bounded cost whatever arrives: memory is constant (one datagram at a time, parsed
+    at once, nothing queued) and at most ``MAX_RATE`` datagrams a second are read;
+    beyond that the listener stops reading until the next tick and the kernel drops
+    the excess from its (fixed-size) receive buffer.
     """
 
-    BURST = 256  # datagrams read before the next tick check
+    MAX_RATE = 4000  # datagrams read per second, at most
 
-    def __init__(self, hosts: Iterable[str], port: int, handler: BeaconHandler, tick: Callable[[], None],
+    def __init__(self, hosts: Iterable[str], port: int, handler: BeaconHandler, tick: Callable[[bool], None],
                  *, tick_every: float = 0.25, name: str = "nanopy-beacons") -> None:
         self.received = 0  #: datagrams read
         self.ignored = 0  #: datagrams that were not valid beacons
+        self.deaf_ticks = 0  #: ticks in which the read budget ran out (a flood)
         self._handler, self._tick, self._tick_every = handler, tick, tick_every
+        self._budget_per_tick = max(1, int(self.MAX_RATE * tick_every))
         self._sockets = self._open(list(hosts), port)
         self._wake_r, self._wake_w = socket.socketpair()
         self._stopping = False
@@ -323,31 +329,32 @@ class BeaconListener:
         return int(self._sockets[0].getsockname()[1])
 
     def _run(self) -> None:
-        import time
-
         next_tick = time.monotonic() + self._tick_every
-        watched = [*self._sockets, self._wake_r]
+        budget = self._budget_per_tick
         while not self._stopping:
-            left = max(0.0, next_tick - time.monotonic())
+            watched = [*self._sockets, self._wake_r] if budget > 0 else [self._wake_r]
             try:
-                ready, _, _ = select.select(watched, [], [], left)
+                ready, _, _ = select.select(watched, [], [], max(0.0, next_tick - time.monotonic()))
             except (OSError, ValueError):  # closed under us
                 return
             for sock in ready:
                 if sock is not self._wake_r:
-                    self._drain(sock)
+                    budget = self._drain(sock, budget)
             if time.monotonic() >= next_tick:
+                deaf = budget <= 0
+                self.deaf_ticks += deaf
                 next_tick = time.monotonic() + self._tick_every
-                self._safely(self._tick)
+                budget = self._budget_per_tick
+                self._safely(self._tick, deaf)
 
-    def _drain(self, sock: socket.socket) -> None:
-        for _ in range(self.BURST):
+    def _drain(self, sock: socket.socket, budget: int) -> int:
+        """Read and handle datagrams until none is waiting or the budget is spent; returns what is left."""
+        while budget > 0:
             try:
                 data, source = sock.recvfrom(MAX_BEACON_SIZE + 1)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:  # e.g. ICMP errors reported on the socket
-                return
+            except OSError:  # nothing waiting (BlockingIOError), or an ICMP error reported on the socket
+                return budget
+            budget -= 1
             self.received += 1
             try:
                 beacon = decode_beacon(data)
@@ -355,6 +362,7 @@ class BeaconListener:
                 self.ignored += 1
                 continue
             self._safely(self._handler, beacon, _source_host(source))
+        return budget
 
     @staticmethod
     def _safely(fn: Callable[..., None], *args: Any) -> None:

@@ -726,11 +726,13 @@ class Announcer(_SocketThread):
             self._followed[beacon.instance] = _Followed(url, endpoint, beacon)
         log.info("announcer %s: following discovery service %s", self.name, url)
 
-    def _forget_silent(self) -> None:
+    def _forget_silent(self, deaf: bool) -> None:
         now = time.monotonic()
         with self._follow_lock:
             for instance, followed in list(self._followed.items()):
-                if now - followed.last_heard > followed.silence:
+                if deaf:  # a flood left beacons unread: silence proves nothing
+                    followed.last_heard = now
+                elif now - followed.last_heard > followed.silence:
                     self._unfollow(instance, "fell silent")
 
     def _unfollow(self, instance: bytes, why: str) -> None:
