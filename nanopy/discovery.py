@@ -329,12 +329,14 @@ class Discovery(_SocketThread):
         self._callbacks: list[ChangeCallback] = []
         self._async_waiters: list[Any] = []
         self._wakeup = threading.Event()
+        self._survey_requested = self._newcomers = False
         self._closing = False
         socket_options.setdefault("name", "discovery")
         self._beacon: _BeaconSending | None = None
         self._sock = Socket("surveyor", survey_deadline=self.deadline, **socket_options)
         with _closed_on_error(self._sock):
             self._endpoint = self._sock.bind(url)
+            self._sock.on_pipe_added(self._newcomer)
             if beacon:
                 self._beacon = _BeaconSending(self._endpoint.url, self.interval, group, beacon_port, beacon_to)
         self._start_thread(f"nanopy-discovery {url}")
@@ -448,6 +450,12 @@ class Discovery(_SocketThread):
 
     def survey_now(self) -> None:
         """Start the next survey at once instead of waiting for the interval."""
+        self._survey_requested = True
+        self._wakeup.set()
+
+    def _newcomer(self, pipe: Any) -> None:
+        """A new announcer connected (engine thread): welcome it with a survey between rounds."""
+        self._newcomers = True
         self._wakeup.set()
 
     # -- the survey loop ---------------------------------------------------------------------------
@@ -457,19 +465,39 @@ class Discovery(_SocketThread):
             if self._beacon is not None:
                 self._beacon.send()
             seen: set[tuple[str, str]] = set()
-            try:
-                for body in self._sock.survey(SURVEY):
-                    self._answer(body, seen)
-            except Closed:
+            if not self._survey(seen):
                 break
-            except Exception:  # keep surveying whatever happened to this round
-                log.exception("discovery survey failed")
             self._end_round(seen)
-            left = start + self.interval - time.monotonic()
-            if left > 0 and self._wakeup.wait(left):
-                self._wakeup.clear()
+            self._pause_until(start + self.interval)
         with self._changed:
             self._wake_waiters()
+
+    def _survey(self, seen: set[tuple[str, str]]) -> bool:
+        """One survey, its answers recorded in ``seen``; False once the socket is closed."""
+        try:
+            for body in self._sock.survey(SURVEY):
+                self._answer(body, seen)
+        except Closed:
+            return False
+        except Exception:  # keep surveying whatever happened to this round
+            log.exception("discovery survey failed")
+        return True
+
+    def _pause_until(self, end: float) -> None:
+        """Wait for the next round. Announcers that connected meanwhile get a welcome survey,
+        which may add providers but counts no misses. A welcome runs only when it (nearly)
+        fits before the next round, so rounds keep their pace and the drop bound holds."""
+        while not self._closing:
+            left = end - time.monotonic()
+            if left <= 0 or not self._wakeup.wait(left):
+                return
+            self._wakeup.clear()
+            if self._survey_requested:
+                self._survey_requested = False
+                return
+            if self._newcomers and end - time.monotonic() >= 0.9 * self.deadline:
+                self._newcomers = False
+                self._survey(set())
 
     def _answer(self, body: bytes, seen: set[tuple[str, str]]) -> None:
         try:
