@@ -216,3 +216,12 @@ def _no_threads_left() -> Iterator[None]:
     import threading
 
     until(lambda: not [t for t in threading.enumerate() if t.name.startswith("nanopy-beacons")], timeout=5)
+
+
+def test_example_demo_runs_with_beacons() -> None:
+    """examples/service_discovery/run_demo.py --beacon: no address given, beacons kept on loopback."""
+    demo = os.path.join(os.path.dirname(__file__), "..", "examples", "service_discovery", "run_demo.py")
+    done = subprocess.run([sys.executable, demo, "--beacon"], check=False, capture_output=True, text=True,
+                          timeout=90)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "beacons on UDP port" in done.stdout and done.stdout.rstrip().endswith("DEMO OK")
