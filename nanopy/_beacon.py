@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from .transports.tcp import sockaddr_host
+
 log = logging.getLogger("nanopy.discovery")
 
 MAGIC = b"SPDB"  # "SP discovery beacon"
@@ -268,13 +270,6 @@ def _listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _source_host(address: Any) -> str:
-    host = str(address[0])
-    if len(address) == 4 and address[3] and "%" not in host:  # link-local IPv6: keep the interface
-        host = f"{host}%{socket.if_indextoname(address[3])}"
-    return host
-
-
 class BeaconListener:
     """A daemon thread that receives beacons on ``port`` and hands valid ones to ``handler``.
 
@@ -361,7 +356,7 @@ class BeaconListener:
             except ValueError:
                 self.ignored += 1
                 continue
-            self._safely(self._handler, beacon, _source_host(source))
+            self._safely(self._handler, beacon, sockaddr_host(source))
         return budget
 
     @staticmethod

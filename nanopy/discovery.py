@@ -47,6 +47,7 @@ from ._errors import Closed, NanopyError
 from ._socket import Socket
 from ._util import run_in_worker_thread
 from ._waiters import async_waiter
+from .transports.tcp import ipv6_sockaddr, sockaddr_host
 
 __all__ = [
     "DEFAULT_BEACON_PORT", "FORMAT_VERSION", "SURVEY", "Announcer", "Discovery", "Provider", "decode_answer",
@@ -800,7 +801,7 @@ def _route_source(host: str) -> str:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
         with socket.socket(family, socket.SOCK_DGRAM) as probe:
-            probe.connect((host, 9))
-            return str(probe.getsockname()[0])
-    except OSError:
+            probe.connect(ipv6_sockaddr(host, 9) if family == socket.AF_INET6 else (host, 9))
+            return sockaddr_host(probe.getsockname())
+    except (OSError, NanopyError):
         return "127.0.0.1" if family == socket.AF_INET else "::1"

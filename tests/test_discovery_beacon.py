@@ -101,6 +101,16 @@ def test_misuse_is_refused_precisely(port: int) -> None:
         beaconing(port, group="g" * 300)
 
 
+def test_link_local_addresses_keep_their_interface() -> None:
+    from nanopy.transports.tcp import ipv6_sockaddr, peer_text
+
+    lo = socket.if_nametoindex("lo")
+    assert ipv6_sockaddr("fe80::1%lo", 5) == ("fe80::1", 5, 0, lo)
+    assert ipv6_sockaddr("fe80::1", 5) == ("fe80::1", 5, 0, 0)
+    assert peer_text(("fe80::1", 5, 0, lo)) == "[fe80::1%lo]:5"
+    assert peer_text(("127.0.0.1", 5)) == "127.0.0.1:5"
+
+
 def test_interfaces_come_from_the_kernel_without_loopback() -> None:
     for name, address in interface_broadcasts():
         assert name != "lo" and not address.startswith("127.")

@@ -35,7 +35,8 @@ CLIENT = """
 import json, sys, time, nanopy
 from nanopy.discovery import Discovery
 interval, groups = float(sys.argv[1]), sys.argv[2].split(",")
-discos = {g: Discovery(beacon=True, interval=interval, misses=int(sys.argv[3]), group=g.strip("-"))
+url = sys.argv[4] if len(sys.argv) > 4 else None
+discos = {g: Discovery(url, beacon=True, interval=interval, misses=int(sys.argv[3]), group=g.strip("-"))
           for g in groups}
 started = time.time()
 def printer(group):
@@ -75,13 +76,15 @@ SERVICE = """
 import json, sys, threading, time, nanopy
 from nanopy.discovery import Announcer
 name, group, label = sys.argv[1:4]
-rep = nanopy.Socket("rep", bind="tcp://0.0.0.0:7000")
+wildcard, listen = (sys.argv[4], sys.argv[5:]) if len(sys.argv) > 4 else ("0.0.0.0", ["0.0.0.0", "::"])
+address = f"tcp://{wildcard}:7000"
+rep = nanopy.Socket("rep", bind=address)
 def serve():
     while True:
         msg = rep.recv_msg()
         msg.reply(msg.body + b"@" + label.encode())
 threading.Thread(target=serve, daemon=True).start()
-ann = Announcer(name, "tcp://0.0.0.0:7000", beacon=True, group=group.strip("-"))
+ann = Announcer(name, address, beacon=True, group=group.strip("-"), beacon_bind=listen)
 print("ready", flush=True)
 for line in sys.stdin:
     with open("/proc/self/status") as status:
@@ -141,8 +144,9 @@ def start_services(hosts: dict[str, netns.Host], group1: str = "-", group2: str 
     return procs
 
 
-def start_client(hosts: dict[str, netns.Host], interval: float, groups: str = "-") -> tuple[netns.Process, float]:
-    client = hosts["client"].python(CLIENT, str(interval), groups, str(MISSES))
+def start_client(hosts: dict[str, netns.Host], interval: float, groups: str = "-",
+                 *url: str) -> tuple[netns.Process, float]:
+    client = hosts["client"].python(CLIENT, str(interval), groups, str(MISSES), *url)
     started = float(client.expect(r"^ready (\S+)", timeout=20).group(1))
     return client, started
 
@@ -236,3 +240,17 @@ def test_hostile_flood_changes_nothing(hosts: dict[str, netns.Host]) -> None:
     print(f"\nFIGURES flood: {sent} hostile datagrams in 4 s ({sent / 4:.0f}/s); each announcer ignored "
           f"{[int(a['ignored']) - int(b['ignored']) for b, a in zip(before, after, strict=True)]} "  # type: ignore[call-overload]
           f"and used at most {cpu:.2f}s of CPU meanwhile; nothing dropped or added")
+
+
+def test_ipv6_link_local_beacons(hosts: dict[str, netns.Host]) -> None:
+    """Bound to [::], the discovery also beacons to ff02::1; an announcer hearing only IPv6 dials
+    it at its link-local address, and its [::] wildcard is listed as its own link-local address."""
+    service = hosts["svc2"].python(SERVICE, "echo", "-", "svc2", "[::]", "::")
+    service.expect("^ready", timeout=20)
+    client, _ = start_client(hosts, 0.5, "-", "tcp://[::]:0")
+    address = client.expect(r"^\+ - echo (\S+)", timeout=15).group(1)
+    assert address.startswith("tcp://[fe80::") and address.endswith("%eth0]:7000")
+    client.send("call - echo")
+    assert client.expect(r"^answer (\S+) (\S+)", timeout=15).groups() == (address, "hi@svc2")
+    (followed,) = stats(service)["discoveries"]  # type: ignore[misc]
+    assert str(followed).startswith("tcp://[fe80::")
