@@ -224,6 +224,8 @@ class BeaconSender:
             sock = socket.socket(family, socket.SOCK_DGRAM)
             if family == socket.AF_INET:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+                if self.to is None:  # broadcasts stay on the link, even where routers forward them
+                    sock.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, 1)
             else:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_HOPS, 1)  # never routed
             sock.setblocking(False)

@@ -13,6 +13,14 @@ surveys is dropped, so a dead service is "undiscovered" without any goodbye::
          Announcer("echo", "tcp://10.0.0.2:7000", connect="tcp://disco-host:5600"):
         address = disco.resolve("echo", timeout=2.0)
 
+On a LAN nothing needs an address: ``Discovery(beacon=True)`` sends a small UDP
+beacon every interval (broadcast on the host's interfaces) and
+``Announcer(name, address, beacon=True)`` dials every discovery service of its
+``group`` that it hears, at the beacon's source address (see ``nanopy._beacon``)::
+
+    disco = Discovery(beacon=True)                                   # on any host
+    Announcer("echo", "tcp://0.0.0.0:7000", beacon=True)             # on each service host
+
 The answer format is JSON (UTF-8), versioned and language-neutral, so any SP
 library can announce a service (see ``docs/discovery.md``)::
 
@@ -242,6 +250,9 @@ class _BeaconSending:
         if not isinstance(group, str):
             raise TypeError("group must be a str")
         ipv6 = ":" in (parts.hostname or "")
+        if to is None and parts.hostname in ("127.0.0.1", "::1", "localhost"):
+            log.warning("discovery bound to %s beacons on the LAN, where nobody can reach it: bind a wildcard "
+                        "or LAN address, or keep beacons on loopback with beacon_to='127.255.255.255'", bound_url)
         self.beacon = Beacon(new_instance_id(), parts.port, interval, parts.scheme, group, parts.path)
         self.datagram = encode_beacon(self.beacon)  # raises ValueError for an unsuitable scheme or group
         self.sender = BeaconSender(_beacon_port(port), None if to is None else _as_list(to), ipv6=ipv6)
