@@ -217,6 +217,7 @@ class BeaconSender:
         self.ipv6 = ipv6
         self.sent = 0  #: datagrams sent
         self._sockets: dict[int, socket.socket] = {}
+        self._closed = False
 
     def _socket(self, family: int) -> socket.socket:
         sock = self._sockets.get(family)
@@ -233,8 +234,10 @@ class BeaconSender:
         return sock
 
     def send(self, datagram: bytes) -> int:
-        """Send ``datagram`` to this round's targets; returns how many were sent."""
+        """Send ``datagram`` to this round's targets; returns how many were sent (0 once closed)."""
         count = 0
+        if self._closed:
+            return count
         for target in beacon_targets(self.port, self.to, self.ipv6):
             family = socket.AF_INET6 if len(target) == 4 else socket.AF_INET
             try:
@@ -246,6 +249,7 @@ class BeaconSender:
         return count
 
     def close(self) -> None:
+        self._closed = True
         for sock in self._sockets.values():
             sock.close()
         self._sockets.clear()
