@@ -13,6 +13,14 @@ surveys is dropped, so a dead service is "undiscovered" without any goodbye::
          Announcer("echo", "tcp://10.0.0.2:7000", connect="tcp://disco-host:5600"):
         address = disco.resolve("echo", timeout=2.0)
 
+On a LAN nothing needs an address: ``Discovery(beacon=True)`` sends a small UDP
+beacon every interval (broadcast on the host's interfaces) and
+``Announcer(name, address, beacon=True)`` dials every discovery service of its
+``group`` that it hears, at the beacon's source address (see ``nanopy._beacon``)::
+
+    disco = Discovery(beacon=True)                                   # on any host
+    Announcer("echo", "tcp://0.0.0.0:7000", beacon=True)             # on each service host
+
 The answer format is JSON (UTF-8), versioned and language-neutral, so any SP
 library can announce a service (see ``docs/discovery.md``)::
 
@@ -27,19 +35,31 @@ import json
 import logging
 import math
 import random
+import socket
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Self
 
+from ._beacon import (
+    DEFAULT_BEACON_PORT,
+    Beacon,
+    BeaconListener,
+    BeaconSender,
+    encode_beacon,
+    new_instance_id,
+)
 from ._errors import Closed, NanopyError
 from ._socket import Socket
 from ._util import run_in_worker_thread
 from ._waiters import async_waiter
+from .transports.tcp import ipv6_sockaddr, sockaddr_host
 
 __all__ = [
-    "FORMAT_VERSION", "SURVEY", "Announcer", "Discovery", "Provider", "decode_answer", "encode_answer",
+    "DEFAULT_BEACON_PORT", "FORMAT_VERSION", "SURVEY", "Announcer", "Discovery", "Provider", "decode_answer",
+    "encode_answer",
 ]
 
 log = logging.getLogger("nanopy.discovery")
@@ -52,6 +72,11 @@ SURVEY = b'{"v":1,"survey":"services"}'
 
 MAX_ANSWER_SIZE = 65536
 DEFAULT_PRIORITY = 8
+BEACON_MISSES = 3
+"""An announcer forgets a discovery service after this many beacon intervals of silence."""
+MAX_SILENCE = 180.0  # ...but after at most this many seconds, whatever interval a beacon claims
+MAX_DISCOVERIES = 32  # discovery services one announcer follows by beacon (bounds a flood's cost)
+WILDCARD_HOSTS = ("0.0.0.0", "::", "*", "")
 
 ChangeCallback = Callable[[str, str, bool], Any]
 
@@ -214,6 +239,40 @@ class _SocketThread:
 # -- the discovery side -------------------------------------------------------------------------
 
 
+class _BeaconSending:
+    """A Discovery's beacons: the datagram built once from the bound URL, sent every round."""
+
+    def __init__(self, bound_url: str, interval: float, group: str, port: int,
+                 to: str | Iterable[str] | None) -> None:
+        parts = urllib.parse.urlsplit(bound_url)
+        if parts.port is None:
+            raise ValueError(f"beacons carry a port: bind a tcp, ws, wss or tls+tcp address, not {bound_url!r}")
+        if not isinstance(group, str):
+            raise TypeError("group must be a str")
+        ipv6 = ":" in (parts.hostname or "")
+        if to is None and parts.hostname in ("127.0.0.1", "::1", "localhost"):
+            log.warning("discovery bound to %s beacons on the LAN, where nobody can reach it: bind a wildcard "
+                        "or LAN address, or keep beacons on loopback with beacon_to='127.255.255.255'", bound_url)
+        self.beacon = Beacon(new_instance_id(), parts.port, interval, parts.scheme, group, parts.path)
+        self.datagram = encode_beacon(self.beacon)  # raises ValueError for an unsuitable scheme or group
+        self.sender = BeaconSender(_beacon_port(port), None if to is None else _as_list(to), ipv6=ipv6)
+
+    def send(self) -> None:
+        self.sender.send(self.datagram)
+
+    def close(self) -> None:
+        """Say goodbye (announcers forget this service at once), then close."""
+        self.sender.send(encode_beacon(replace(self.beacon, bye=True)))
+        self.sender.close()
+
+
+def _beacon_port(port: Any) -> int:
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise ValueError(f"beacon_port must be a UDP port number 1..65535, got {port!r}")
+    return port
+
+
+
 class _Entry:
     __slots__ = ("missed", "provider")
 
@@ -227,11 +286,21 @@ class Discovery(_SocketThread):
 
     Args:
         url: where to bind the SURVEYOR (``"tcp://0.0.0.0:5600"``; port 0 picks one,
-            see :attr:`url`).
-        interval: seconds between the starts of two surveys.
+            see :attr:`url`). May be omitted with ``beacon=True``: it then binds a
+            free TCP port on all IPv4 interfaces (``tcp://0.0.0.0:0``).
+        interval: seconds between the starts of two surveys (and two beacons).
         deadline: seconds each survey collects answers (at most ``interval``);
             default: half the interval.
         misses: a provider missing from this many consecutive surveys is dropped.
+        beacon: announce this discovery service by UDP every ``interval``, so that
+            ``Announcer(..., beacon=True)`` finds it with no address configured:
+            IPv4 broadcast on every up, non-loopback interface (and IPv6 all-nodes
+            link-local multicast when bound to an IPv6 address such as ``tcp://[::]:0``).
+        group: the beacon's group; announcers only follow beacons of their own group.
+        beacon_port: UDP port the beacons go to (default :data:`DEFAULT_BEACON_PORT`, 5606).
+        beacon_to: send beacons to these hosts instead of the interfaces' broadcast
+            addresses (e.g. ``["127.255.255.255"]`` to stay on loopback, or unicast
+            addresses across routers).
         **socket_options: extra :class:`nanopy.Socket` options for the SURVEYOR.
 
     Surveying starts at once, on a background thread. Change callbacks run on that
@@ -240,13 +309,21 @@ class Discovery(_SocketThread):
 
     def __init__(
         self,
-        url: str,
+        url: str | None = None,
         *,
         interval: float = 1.0,
         deadline: float | None = None,
         misses: int = 2,
+        beacon: bool = False,
+        group: str = "",
+        beacon_port: int = DEFAULT_BEACON_PORT,
+        beacon_to: str | Iterable[str] | None = None,
         **socket_options: Any,
     ) -> None:
+        if url is None:
+            if not beacon:
+                raise TypeError("Discovery needs the address to bind (e.g. 'tcp://0.0.0.0:5600') or beacon=True")
+            url = "tcp://0.0.0.0:0"
         self.interval = _seconds("interval", interval)
         self.deadline = self.interval / 2 if deadline is None else _seconds("deadline", deadline)
         if self.deadline > self.interval:
@@ -264,11 +341,16 @@ class Discovery(_SocketThread):
         self._callbacks: list[ChangeCallback] = []
         self._async_waiters: list[Any] = []
         self._wakeup = threading.Event()
+        self._survey_requested = self._newcomers = False
         self._closing = False
         socket_options.setdefault("name", "discovery")
+        self._beacon: _BeaconSending | None = None
         self._sock = Socket("surveyor", survey_deadline=self.deadline, **socket_options)
         with _closed_on_error(self._sock):
             self._endpoint = self._sock.bind(url)
+            self._sock.on_pipe_added(self._newcomer)
+            if beacon:
+                self._beacon = _BeaconSending(self._endpoint.url, self.interval, group, beacon_port, beacon_to)
         self._start_thread(f"nanopy-discovery {url}")
 
     @property
@@ -280,6 +362,11 @@ class Discovery(_SocketThread):
     def socket(self) -> Socket:
         """The underlying SURVEYOR socket (for stats and pipe events)."""
         return self._sock
+
+    @property
+    def beacons_sent(self) -> int:
+        """Beacon datagrams sent so far (0 without ``beacon=True``)."""
+        return 0 if self._beacon is None else self._beacon.sender.sent
 
     def __repr__(self) -> str:
         return f"<nanopy.discovery.Discovery {self.url} {len(self._live)} providers>"
@@ -375,26 +462,54 @@ class Discovery(_SocketThread):
 
     def survey_now(self) -> None:
         """Start the next survey at once instead of waiting for the interval."""
+        self._survey_requested = True
+        self._wakeup.set()
+
+    def _newcomer(self, pipe: Any) -> None:
+        """A new announcer connected (engine thread): welcome it with a survey between rounds."""
+        self._newcomers = True
         self._wakeup.set()
 
     # -- the survey loop ---------------------------------------------------------------------------
     def _run(self) -> None:
         while not self._closing:
             start = time.monotonic()
+            if self._beacon is not None:
+                self._beacon.send()
             seen: set[tuple[str, str]] = set()
-            try:
-                for body in self._sock.survey(SURVEY):
-                    self._answer(body, seen)
-            except Closed:
+            if not self._survey(seen):
                 break
-            except Exception:  # keep surveying whatever happened to this round
-                log.exception("discovery survey failed")
             self._end_round(seen)
-            left = start + self.interval - time.monotonic()
-            if left > 0 and self._wakeup.wait(left):
-                self._wakeup.clear()
+            self._pause_until(start + self.interval)
         with self._changed:
             self._wake_waiters()
+
+    def _survey(self, seen: set[tuple[str, str]]) -> bool:
+        """One survey, its answers recorded in ``seen``; False once the socket is closed."""
+        try:
+            for body in self._sock.survey(SURVEY):
+                self._answer(body, seen)
+        except Closed:
+            return False
+        except Exception:  # keep surveying whatever happened to this round
+            log.exception("discovery survey failed")
+        return True
+
+    def _pause_until(self, end: float) -> None:
+        """Wait for the next round. Announcers that connected meanwhile get a welcome survey,
+        which may add providers but counts no misses. A welcome runs only when it (nearly)
+        fits before the next round, so rounds keep their pace and the drop bound holds."""
+        while not self._closing:
+            left = end - time.monotonic()
+            if left <= 0 or not self._wakeup.wait(left):
+                return
+            self._wakeup.clear()
+            if self._survey_requested:
+                self._survey_requested = False
+                return
+            if self._newcomers and end - time.monotonic() >= 0.9 * self.deadline:
+                self._newcomers = False
+                self._survey(set())
 
     def _answer(self, body: bytes, seen: set[tuple[str, str]]) -> None:
         try:
@@ -457,9 +572,25 @@ class Discovery(_SocketThread):
             self._wake_waiters()
         self._wakeup.set()
         super().close()
+        if self._beacon is not None:
+            self._beacon.close()
 
 
 # -- the announcer side ---------------------------------------------------------------------------
+
+
+class _Followed:
+    """A discovery service an announcer dials because it heard its beacons."""
+
+    __slots__ = ("endpoint", "last_heard", "silence", "url")
+
+    def __init__(self, url: str, endpoint: Any, beacon: Beacon) -> None:
+        self.url, self.endpoint = url, endpoint
+        self.heard(beacon)
+
+    def heard(self, beacon: Beacon) -> None:
+        self.last_heard = time.monotonic()
+        self.silence = min(BEACON_MISSES * beacon.interval, MAX_SILENCE)
 
 
 class Announcer(_SocketThread):
@@ -467,46 +598,89 @@ class Announcer(_SocketThread):
 
     Args:
         name: the service name clients resolve.
-        address: the URL clients should use to reach the service.
+        address: the URL clients should use to reach the service. A wildcard host
+            (``tcp://0.0.0.0:7000``, ``tcp://[::]:7000``) is replaced, in each answer,
+            by this host's address on the route to the discovery service that asked.
         connect: the discovery address(es); each is dialled and re-dialled forever.
+            May be omitted with ``beacon=True``.
         metadata: optional JSON-serialisable mapping sent with every answer.
         priority: 1 (most preferred) ... 16 (default 8).
         reconnect_interval_max: longest pause between reconnect attempts, so a
             restarted discovery sees the service again quickly.
+        beacon: listen for discovery beacons and dial every discovery service of
+            ``group`` that is heard, at the beacon's source address; one that stays
+            silent for ``BEACON_MISSES`` (3) of its intervals is forgotten.
+        group: only follow beacons of this group ("" by default).
+        beacon_port: UDP port to listen on (default :data:`DEFAULT_BEACON_PORT`, 5606).
+        beacon_bind: local address(es) to listen on: ``0.0.0.0`` and ``::`` by
+            default; ``127.255.255.255`` hears only loopback beacons.
         **socket_options: extra :class:`nanopy.Socket` options for the RESPONDENT.
 
     Answers start at once, on a background thread, until :meth:`close`.
     """
 
+    address: str
+    priority: int
+    metadata: dict[str, Any]
+
     def __init__(
         self,
         name: str,
         address: str,
-        connect: str | Iterable[str],
+        connect: str | Iterable[str] = (),
         *,
         metadata: Mapping[str, Any] | None = None,
         priority: int = DEFAULT_PRIORITY,
         reconnect_interval_max: float = 1.0,
+        beacon: bool = False,
+        group: str = "",
+        beacon_port: int = DEFAULT_BEACON_PORT,
+        beacon_bind: str | Iterable[str] = ("0.0.0.0", "::"),
         **socket_options: Any,
     ) -> None:
+        connect = _as_list(connect)
+        if not connect and not beacon:
+            raise ValueError("Announcer needs a discovery address (connect=...) or beacon=True")
+        if not isinstance(group, str):
+            raise TypeError("group must be a str")
         self.name = name
-        self.address = address
-        self.priority = priority
-        self.metadata = dict(metadata or {})
-        self._answer = encode_answer(name, address, priority=priority, metadata=metadata)
+        self.group = group
+        self.address, self.priority, self.metadata = address, priority, dict(metadata or {})
+        self.update()
         self.answered = 0  #: surveys answered
+        self.beacons_heard = 0  #: valid beacons of this announcer's group
+        self.beacons_refused = 0  #: beacons of new discovery services past MAX_DISCOVERIES
+        self._other_group = 0
+        self._local_hosts: dict[str, str] = {}  # discovery host -> our address towards it
+        self._followed: dict[bytes, _Followed] = {}
+        self._follow_lock = threading.Lock()
+        self._listener: BeaconListener | None = None
         socket_options.setdefault("reconnect_interval", min(0.1, reconnect_interval_max))
         socket_options.setdefault("name", f"announce {name}")
         self._sock = Socket("respondent", reconnect_interval_max=reconnect_interval_max, **socket_options)
         with _closed_on_error(self._sock):
-            for url in _as_list(connect):
+            for url in connect:
                 self._sock.connect(url)
+            if beacon:
+                self._listener = BeaconListener(_as_list(beacon_bind), _beacon_port(beacon_port), self._heard,
+                                                self._forget_silent, name=f"nanopy-beacons {name}")
         self._start_thread(f"nanopy-announce {name}")
 
     @property
     def socket(self) -> Socket:
         """The underlying RESPONDENT socket."""
         return self._sock
+
+    @property
+    def discoveries(self) -> list[str]:
+        """URLs of the discovery services this announcer follows by beacon."""
+        with self._follow_lock:
+            return sorted(f.url for f in self._followed.values())
+
+    @property
+    def beacons_ignored(self) -> int:
+        """Datagrams on the beacon port that were malformed, foreign or of another group."""
+        return self._other_group + (0 if self._listener is None else self._listener.ignored)
 
     def __repr__(self) -> str:
         return f"<nanopy.discovery.Announcer {self.name!r} at {self.address!r}>"
@@ -521,15 +695,42 @@ class Announcer(_SocketThread):
         address = self.address if address is None else address
         priority = self.priority if priority is None else priority
         metadata = self.metadata if metadata is None else dict(metadata)
-        self._answer = encode_answer(self.name, address, priority=priority, metadata=metadata)
+        answer = encode_answer(self.name, address, priority=priority, metadata=metadata)
+        self._answers: dict[str, bytes] = {"": answer}  # keyed by the host replacing a wildcard
+        self._wildcard = _has_wildcard_host(address)
         self.address, self.priority, self.metadata = address, priority, metadata
+
+    # -- answering -----------------------------------------------------------------------------
+    def _answer_for(self, remote: str) -> bytes:
+        """The answer for a survey from ``remote`` (``host:port``): a wildcard host made concrete."""
+        if not self._wildcard:
+            return self._answers[""]
+        local = self._local_host(remote)
+        answer = self._answers.get(local)
+        if answer is None:
+            if len(self._answers) > 64:  # bounded; a few discovery routes in practice
+                self._answers = {"": self._answers[""]}
+            address = _with_host(self.address, local)
+            answer = self._answers[local] = encode_answer(self.name, address, priority=self.priority,
+                                                          metadata=self.metadata)
+        return answer
+
+    def _local_host(self, remote: str) -> str:
+        host = remote.rpartition(":")[0].strip("[]")
+        local = self._local_hosts.get(host)
+        if local is None:
+            local = _route_source(host)
+            if len(self._local_hosts) > 64:
+                self._local_hosts.clear()
+            self._local_hosts[host] = local
+        return local
 
     def _run(self) -> None:
         sock = self._sock
         while True:
             try:
                 msg = sock.recv_msg()
-                msg.reply(self._answer)
+                msg.reply(self._answer_for(msg.pipe.remote_address if msg.pipe else ""))
             except Closed:
                 return
             except NanopyError:
@@ -537,6 +738,81 @@ class Announcer(_SocketThread):
                 continue
             self.answered += 1
 
+    # -- following beacons (on the listener thread) ------------------------------------------------
+    def _heard(self, beacon: Beacon, source: str) -> None:
+        if beacon.group != self.group:
+            self._other_group += 1
+            return
+        self.beacons_heard += 1
+        with self._follow_lock:
+            followed = self._followed.get(beacon.instance)
+            if beacon.bye:
+                if followed is not None:
+                    self._unfollow(beacon.instance, "said goodbye")
+                return
+            if followed is not None:
+                followed.heard(beacon)  # first address heard wins (one connection per discovery)
+                return
+            if len(self._followed) >= MAX_DISCOVERIES:
+                self.beacons_refused += 1
+                return
+            url = beacon.url(source)
+            try:
+                endpoint = self._sock.connect(url)
+            except (NanopyError, ValueError) as exc:
+                self._other_group += 1
+                log.debug("announcer %s: cannot dial %s from a beacon: %s", self.name, url, exc)
+                return
+            self._followed[beacon.instance] = _Followed(url, endpoint, beacon)
+        log.info("announcer %s: following discovery service %s", self.name, url)
+
+    def _forget_silent(self, deaf: bool) -> None:
+        now = time.monotonic()
+        with self._follow_lock:
+            for instance, followed in list(self._followed.items()):
+                if deaf:  # a flood left beacons unread: silence proves nothing
+                    followed.last_heard = now
+                elif now - followed.last_heard > followed.silence:
+                    self._unfollow(instance, "fell silent")
+
+    def _unfollow(self, instance: bytes, why: str) -> None:
+        followed = self._followed.pop(instance)
+        log.info("announcer %s: forgetting discovery service %s (%s)", self.name, followed.url, why)
+        with contextlib.suppress(NanopyError):
+            followed.endpoint.close()
+
     def close(self) -> None:
         """Stop answering and disconnect; idempotent."""
+        if self._listener is not None:
+            self._listener.close()
         super().close()
+
+
+def _has_wildcard_host(address: str) -> bool:
+    """True for ``tcp://0.0.0.0:7000``, ``tcp://[::]:7000``, ``tcp://*:7000``, ``tcp://:7000``..."""
+    parts = urllib.parse.urlsplit(address)
+    try:
+        has_port = parts.port is not None
+    except ValueError:
+        return False
+    return has_port and (parts.hostname or "") in WILDCARD_HOSTS
+
+
+def _with_host(address: str, host: str) -> str:
+    parts = urllib.parse.urlsplit(address)
+    return parts._replace(netloc=f"{_bracketed(host)}:{parts.port}").geturl()
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _route_source(host: str) -> str:
+    """This host's source address on the route to ``host`` (a UDP connect sends nothing)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect(ipv6_sockaddr(host, 9) if family == socket.AF_INET6 else (host, 9))
+            return sockaddr_host(probe.getsockname())
+    except (OSError, NanopyError):
+        return "127.0.0.1" if family == socket.AF_INET else "::1"

@@ -1,6 +1,11 @@
 """Run the whole service-discovery demo and verify it.
 
-    python examples/service_discovery/run_demo.py
+    python examples/service_discovery/run_demo.py [--beacon]
+
+With ``--beacon`` nothing is told the discovery service's address: it beacons and
+the services find it. The demo keeps those beacons on loopback (sent to and heard
+at 127.255.255.255, on a free UDP port); real deployments leave that out and the
+beacons go out by broadcast on the host's interfaces.
 
 1. start the discovery service, three services (echo, upper, answer) and a client;
 2. kill ``upper`` with SIGKILL while the client keeps calling;
@@ -16,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import socket
 import subprocess
 import sys
 import threading
@@ -24,6 +30,7 @@ from collections.abc import Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 T0 = time.monotonic()
+LOOPBACK_BROADCAST = "127.255.255.255"  # beacons in this demo never leave the machine
 
 
 def say(text: str) -> None:
@@ -66,18 +73,31 @@ class Proc:
         self.popen.wait()
 
 
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def main() -> int:
+    beacon = "--beacon" in sys.argv[1:]
+    port = str(free_udp_port())
     procs: list[Proc] = []
     try:
-        disco = Proc("discovery", "discovery.py", "--interval", "0.25", "--misses", "2")
+        beacon_args = ["--beacon", "--beacon-port", port, "--beacon-to", LOOPBACK_BROADCAST] if beacon else []
+        disco = Proc("discovery", "discovery.py", "--interval", "0.25", "--misses", "2", *beacon_args)
         procs.append(disco)
         _, survey_url, resolver_url = disco.expect(lambda text: text.startswith("ready "), "ready").split()
-        say(f"discovery surveys at {survey_url}, resolver at {resolver_url}")
+        say(f"discovery surveys at {survey_url}, resolver at {resolver_url}"
+            + (f"; beacons on UDP port {port} (loopback)" if beacon else ""))
+        # How a service finds the discovery service: its address, or nothing but the beacons.
+        find = ["--beacon", "--beacon-port", port, "--beacon-bind", LOOPBACK_BROADCAST] if beacon \
+            else ["--discovery", survey_url]
 
         services: dict[str, Proc] = {}
         addresses: dict[str, str] = {}
         for name in ("echo", "upper", "answer"):
-            services[name] = Proc(name, "service.py", name, "--discovery", survey_url)
+            services[name] = Proc(name, "service.py", name, *find)
             procs.append(services[name])
         for name, proc in services.items():
             addresses[name] = proc.expect(lambda text: text.startswith("ready "), "ready").split()[2]
@@ -100,7 +120,7 @@ def main() -> int:
         lost = time.monotonic()
         say(f"discovery dropped upper after {lost - killed:.2f}s")
 
-        services["upper"] = Proc("upper", "service.py", "upper", "--discovery", survey_url)
+        services["upper"] = Proc("upper", "service.py", "upper", *find)
         procs.append(services["upper"])
         new = services["upper"].expect(lambda text: text.startswith("ready "), "ready").split()[2]
         say(f"restarted upper at {new}")
@@ -137,6 +157,8 @@ def main() -> int:
           f"after the restart ({old} -> {new})")
     for check, ok in checks.items():
         print(f"  [{'ok' if ok else 'FAILED'}] {check}")
+    if beacon:
+        print("  (zero configuration: the services found the discovery service by its beacons)")
     if all(checks.values()):
         print("DEMO OK")
         return 0

@@ -7,6 +7,10 @@ for the first surveys, prints the table (or JSON with ``--json``) and exits.
 
 ``nanopy announce NAME ADDRESS --connect URL`` runs an
 :class:`~nanopy.discovery.Announcer` until interrupted.
+
+With ``--beacon`` neither needs an address: ``nanopy discover --beacon`` binds a free
+port and broadcasts beacons on the host's interfaces; ``nanopy announce NAME ADDRESS
+--beacon`` follows every discovery service of its ``--group`` that it hears.
 """
 
 from __future__ import annotations
@@ -107,7 +111,8 @@ def discover_main(argv: Sequence[str]) -> int:
 
     ap = argparse.ArgumentParser(prog="nanopy discover", description="Run a discovery service "
                                  "(SURVEYOR) and show the live service providers.")
-    ap.add_argument("--bind", required=True, metavar="URL", help="address to bind the surveyor to")
+    ap.add_argument("--bind", metavar="URL", help="address to bind the surveyor to (with --beacon: "
+                    "default tcp://0.0.0.0:0, a free port on every interface)")
     ap.add_argument("--interval", type=_positive, default=1.0, metavar="SEC", help="seconds between surveys (1)")
     ap.add_argument("--deadline", type=_positive, metavar="SEC", help="seconds a survey waits for answers "
                     "(half the interval)")
@@ -117,7 +122,12 @@ def discover_main(argv: Sequence[str]) -> int:
     ap.add_argument("--wait", type=_positive, metavar="SEC", help="with --once: seconds to collect "
                     "(three intervals)")
     ap.add_argument("--json", action="store_true", help="with --once: print {name: [addresses]} as JSON")
+    _beacon_arguments(ap)
+    ap.add_argument("--beacon-to", action="append", metavar="HOST", help="with --beacon: send beacons to HOST "
+                    "instead of every interface's broadcast address (repeatable; 127.255.255.255: loopback only)")
     args = ap.parse_args(argv)
+    if args.bind is None and not args.beacon:
+        ap.error("give --bind URL, or --beacon to be found without an address")
     if args.misses < 1:
         ap.error("--misses must be at least 1")
     if args.deadline is not None and args.deadline > args.interval:
@@ -126,11 +136,15 @@ def discover_main(argv: Sequence[str]) -> int:
     out = sys.stdout
     live = not args.once and not args.events and out.isatty()
     try:
-        disco = Discovery(args.bind, interval=args.interval, deadline=args.deadline, misses=args.misses)
+        disco = Discovery(args.bind, interval=args.interval, deadline=args.deadline, misses=args.misses,
+                          beacon=args.beacon, group=args.group, beacon_port=args.beacon_port,
+                          beacon_to=args.beacon_to)
     except (NanopyError, OSError, ValueError) as exc:
-        print(f"nanopy discover: can't bind {args.bind}: {exc}", file=sys.stderr)
+        print(f"nanopy discover: can't bind {args.bind or 'a beacon address'}: {exc}", file=sys.stderr)
         return 3
-    print(f"nanopy discover: surveying at {disco.url} every {disco.interval:g}s", file=sys.stderr, flush=True)
+    beacons = f", beacons to UDP port {args.beacon_port}{_group_text(args.group)}" if args.beacon else ""
+    print(f"nanopy discover: surveying at {disco.url} every {disco.interval:g}s{beacons}", file=sys.stderr,
+          flush=True)
     lock = threading.Lock()
 
     def on_change(name: str, address: str, added: bool) -> None:
@@ -169,6 +183,20 @@ def _show(args: argparse.Namespace, disco: Any, out: Any, live: bool) -> int:
         disco.close()
 
 
+def _beacon_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options ``discover`` and ``announce`` share."""
+    from ..discovery import DEFAULT_BEACON_PORT
+
+    ap.add_argument("--beacon", action="store_true", help="zero configuration: find each other by UDP beacons")
+    ap.add_argument("--group", default="", help="with --beacon: only this group's beacons count (default: none)")
+    ap.add_argument("--beacon-port", type=int, default=DEFAULT_BEACON_PORT, metavar="PORT",
+                    help=f"with --beacon: UDP port of the beacons ({DEFAULT_BEACON_PORT})")
+
+
+def _group_text(group: str) -> str:
+    return f", group {group!r}" if group else ""
+
+
 def _meta_item(text: str) -> tuple[str, Any]:
     key, eq, value = text.partition("=")
     if not eq or not key:
@@ -188,21 +216,29 @@ def announce_main(argv: Sequence[str]) -> int:
                                  "(RESPONDENT) with a service's name and address until interrupted.")
     ap.add_argument("name", help="service name")
     ap.add_argument("address", help="address clients use to reach the service")
-    ap.add_argument("--connect", action="append", required=True, metavar="URL",
-                    help="discovery address (repeatable)")
+    ap.add_argument("--connect", action="append", default=[], metavar="URL",
+                    help="discovery address (repeatable; may be combined with --beacon)")
     ap.add_argument("--priority", type=int, default=8, help="1 (preferred) .. 16; default 8")
     ap.add_argument("--meta", action="append", type=_meta_item, default=[], metavar="KEY=VALUE",
                     help="metadata entry (repeatable; VALUE is JSON or a string)")
+    _beacon_arguments(ap)
+    ap.add_argument("--beacon-bind", action="append", metavar="HOST", help="with --beacon: listen for beacons "
+                    "on HOST (repeatable; default 0.0.0.0 and ::; 127.255.255.255: loopback only)")
     args = ap.parse_args(argv)
+    if not args.connect and not args.beacon:
+        ap.error("give --connect URL, or --beacon to find discovery services without an address")
     try:
-        ann = Announcer(args.name, args.address, args.connect, priority=args.priority, metadata=dict(args.meta))
+        ann = Announcer(args.name, args.address, args.connect, priority=args.priority, metadata=dict(args.meta),
+                        beacon=args.beacon, group=args.group, beacon_port=args.beacon_port,
+                        **({"beacon_bind": args.beacon_bind} if args.beacon_bind else {}))
     except (TypeError, ValueError) as exc:
         ap.error(str(exc))
-    except NanopyError as exc:
+    except (NanopyError, OSError) as exc:
         print(f"nanopy announce: {exc}", file=sys.stderr)
         return 3
-    print(f"nanopy announce: {args.name} at {args.address} -> {', '.join(args.connect)}", file=sys.stderr,
-          flush=True)
+    targets = [*args.connect, *([f"beacons on UDP port {args.beacon_port}{_group_text(args.group)}"]
+                                if args.beacon else [])]
+    print(f"nanopy announce: {args.name} at {args.address} -> {', '.join(targets)}", file=sys.stderr, flush=True)
     stop = threading.Event()
     with _restored_signals():
         _stop_on_sigterm()

@@ -61,9 +61,20 @@ def bound_url(scheme: str, url: str, sock: socket.socket) -> str:
 
 
 def peer_text(addr: Any) -> str:
-    """``host:port`` for a socket address, IPv6 hosts in brackets."""
-    host, port = addr[0], addr[1]
+    """``host:port`` for a socket address, IPv6 hosts in brackets (link-local ones with ``%interface``)."""
+    host, port = sockaddr_host(addr), addr[1]
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def sockaddr_host(addr: Any) -> str:
+    """The host of a socket address as text; an IPv6 scope id becomes ``%interface``."""
+    host = str(addr[0])
+    if len(addr) == 4 and addr[3] and "%" not in host:
+        try:
+            host = f"{host}%{socket.if_indextoname(addr[3])}"
+        except OSError:  # the interface is gone: its number still names it
+            host = f"{host}%{addr[3]}"
+    return host
 
 
 def _is_ip(host: str) -> bool:
@@ -74,10 +85,24 @@ def _is_ip(host: str) -> bool:
     return True
 
 
+def ipv6_sockaddr(host: str, port: int) -> tuple[str, int, int, int]:
+    """The socket address of an IPv6 literal; a link-local ``fe80::1%eth0`` keeps its interface
+    (a plain ``(host, port, 0, 0)`` tuple would lose it: the scope id field wins)."""
+    if "%" not in host:
+        return (host, port, 0, 0)
+    address, _, scope = host.partition("%")
+    try:
+        index = int(scope) if scope.isdigit() else socket.if_nametoindex(scope)
+    except OSError:
+        raise AddressError(f"{host!r}: no interface {scope!r} on this host") from None
+    return (address, port, 0, index)
+
+
 async def resolve(host: str, port: int) -> list[tuple[Any, ...]]:
     if _is_ip(host):
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        return [(family, (host, port) if family == socket.AF_INET else (host, port, 0, 0))]
+        if ":" in host:
+            return [(socket.AF_INET6, ipv6_sockaddr(host, port))]
+        return [(socket.AF_INET, (host, port))]
     infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     return [(fam, addr) for fam, _, _, _, addr in infos]
 
