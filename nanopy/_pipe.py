@@ -48,6 +48,7 @@ thread.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import logging
 import os
@@ -60,6 +61,7 @@ import trio
 from ._core import TRANSMIT
 from ._errors import MessageTooLarge, RemoteProtocolError
 from .transports._base import ChannelConnection
+from .transports._stream import unacked_bytes
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -172,6 +174,14 @@ class PipeDriver:
         self.lease_until = 0.0
         self.role_wake_fd = -1  # the role holder's wake-up eventfd
         self._failure_noted = False
+        # How the pipe ended, for the socket's loss counters (nanopy/_stats.py):
+        # the peer stopped answering; payloads never handed to the kernel (a
+        # load-balancing socket sends them on other pipes); bytes the kernel held
+        # that the peer never acknowledged (lost: SP has no acknowledgements).
+        self.dead = False
+        self.orphans: list[bytes] = []
+        self.unacked: int | None = None
+        self._tail_batch: list[bytes] = []  # the messages of the chunk ``tail`` ends
         self._scope = trio.CancelScope()
         pipe._driver = self
 
@@ -332,6 +342,7 @@ class PipeDriver:
             else:
                 self.tail = memoryview(chunk)[n:] if isinstance(chunk, bytes) else chunk[n:]
                 self.tail_credit = len(batch)
+                self._tail_batch = batch
                 done = 0
             if self.tail is not None or self.outbox or self.control is not None or self._idle_event is not None:
                 self._kick_writer()  # something is left (or a flush waits): the writer task goes on
@@ -414,6 +425,9 @@ class PipeDriver:
                 if not self.closed:
                     async with trio.open_nursery() as nursery:
                         nursery.start_soon(self._until_failure, self._writer, nursery.cancel_scope)
+                        keepalive = getattr(self.conn, "keepalive", None)  # (ws: PINGs a silent peer)
+                        if keepalive is not None:
+                            nursery.start_soon(self._until_failure, keepalive, nursery.cancel_scope)
                         await self._until_failure(self._reader, nursery.cancel_scope)
         finally:  # also when the socket's task tree is cancelled around it
             await self._stopped()
@@ -424,7 +438,10 @@ class PipeDriver:
         with self.read_lock:  # no thread reads the connection from now on
             with self.lock:
                 self.closed = True
-                self.outbox.clear()
+                if self.tail is not None:
+                    self.orphans += unwritten(self.channel, self._tail_batch, len(self.tail))
+                self.orphans += self.outbox
+                self.outbox = []
                 self.tail = self.control = None
                 wake_fd = self.role_wake_fd
                 claimed = self.writing
@@ -440,6 +457,7 @@ class PipeDriver:
                 os.eventfd_write(wake_fd, 1)  # the role holder stops polling this pipe
             except OSError:
                 pass
+        self.unacked = kernel_unacked(self.conn)  # (before the connection is closed)
         self._notify_idle()
 
     async def _until_failure(self, loop: Any, scope: trio.CancelScope) -> None:
@@ -461,6 +479,11 @@ class PipeDriver:
             self._failure_noted = True
         if isinstance(exc, (RemoteProtocolError, MessageTooLarge)):
             self.note_protocol_error(self.pipe, exc)
+        elif isinstance(exc, OSError) and exc.errno == errno.ETIMEDOUT:
+            # The kernel's keepalive or user timeout, or the ws PINGs, gave up on it.
+            self.dead = True
+            log.info("%s: pipe %d to %s: the peer stopped answering (%s); closing it",
+                     self.name, self.pid, self.pipe.remote_address or "?", exc.strerror or exc)
         else:
             log.debug("%s: pipe %d closed: %s", self.name, self.pid, exc)
 
@@ -576,15 +599,26 @@ class PipeDriver:
                 await event.wait()
                 lingering = True
                 continue
+            stage = 0
             try:
                 # A chunk's rest first (it may end in the middle of a frame), then
                 # the control frame, then the payloads.
                 if tail is not None:
                     await channel.write_all(tail)
+                stage = 1
                 if control is not None:
                     await channel.write_all(control)
+                stage = 2
                 if batch:
                     await channel.write_all(channel.frame(batch))
+            except BaseException:
+                # The connection failed under the write: what never reached the
+                # kernel may still go out on another pipe (Socket._run_pipe).
+                if tail is not None and stage == 0:
+                    self.orphans += unwritten(channel, self._tail_batch, write_shortfall(channel, tail))
+                if batch:
+                    self.orphans += batch if stage < 2 else unwritten(channel, batch, write_shortfall(channel, None))
+                raise
             finally:
                 with self.lock:
                     self.writing = False
@@ -626,6 +660,41 @@ class PipeDriver:
                     return
                 self._idle_event = event = trio.Event()
             await event.wait()
+
+
+def kernel_unacked(conn: Any) -> int | None:
+    """Bytes the connection's kernel socket holds unacknowledged (None: unknown)."""
+    sock = getattr(conn, "kernel_socket", None)
+    return None if sock is None else unacked_bytes(sock())
+
+
+def write_shortfall(channel: Any, chunk: Any) -> int:
+    """Bytes of the chunk whose ``write_all`` failed that never reached the kernel:
+    the connection's count where it keeps one, else none (``chunk`` None) or all."""
+    counted = getattr(channel, "unwritten_bytes", None)
+    left = counted() if counted is not None else None
+    if left is not None:
+        return int(left)
+    return 0 if chunk is None else len(chunk)
+
+
+def unwritten(channel: Any, batch: list[bytes], left: int) -> list[bytes]:
+    """The messages of ``batch`` whose frames lie wholly within the last ``left``
+    bytes of its chunk (the part never written), in order. Only a failing pipe pays
+    for this: each message is framed once more to learn its size."""
+    if left <= 0 or not batch:
+        return []
+    sizes = [len(channel.frame([p])) for p in batch]
+    if sum(sizes) > left:
+        total = 0
+        first = len(batch)
+        for i in range(len(batch) - 1, -1, -1):
+            total += sizes[i]
+            if total > left:
+                break
+            first = i
+        return batch[first:]
+    return list(batch)
 
 
 async def wait_out_burst(
