@@ -115,16 +115,25 @@ def bind_tcp_socket(url: str, scheme: str) -> socket.socket:
 CONNECT_TIMEOUT_MAX = 2.0
 
 
-def keepalive_settings(timeout: float) -> tuple[int, int, int]:
-    """TCP keepalive ``(idle, interval, count)`` in whole seconds for ``dead_peer_timeout``:
-    an idle connection whose peer stopped answering fails after ``idle + interval *
-    count`` seconds of silence, which is at most ``timeout`` (and at least 2 s: the
-    kernel counts in seconds)."""
+def keepalive_settings(timeout: float) -> tuple[int, int, int, int]:
+    """TCP keepalive ``(idle, interval, count)`` in whole seconds and TCP_USER_TIMEOUT
+    in milliseconds for ``dead_peer_timeout``.
+
+    Linux closes a connection whose data stays unacknowledged for the user timeout,
+    and an idle one at the first keepalive tick (``idle``, then every ``interval``)
+    at which the peer has been silent for the user timeout. The kernel's timers are
+    coarse, so from 3 s on the user timeout is one interval short of ``timeout``
+    and the ticks land on it: a vanished peer is given up on within ``timeout``.
+    Without TCP_USER_TIMEOUT (other systems) ``idle + interval * count`` is the same
+    time. The kernel counts whole seconds: at least 2 s.
+    """
     whole = max(2, int(timeout))
-    idle = whole // 2
-    rest = whole - idle
-    count = min(3, rest)
-    return idle, rest // count, count
+    if whole < 3:
+        return 1, 1, 1, int(min(timeout, 2.0) * 1000)  # (an idle pipe: 2 s at best)
+    interval = max(1, whole // 6)
+    user = whole - interval  # the ticks idle + k * interval land on it
+    count = max(1, min(3, (user - 1) // interval))
+    return user - count * interval, interval, count, int(timeout * 1000) - interval * 1000
 
 
 def configure_tcp_socket(sock: socket.socket, ctx: PipeContext) -> None:
@@ -137,10 +146,10 @@ def configure_tcp_socket(sock: socket.socket, ctx: PipeContext) -> None:
     timeout = ctx.options.get("dead_peer_timeout")
     if timeout is None:
         return
-    idle, interval, count = keepalive_settings(timeout)
+    idle, interval, count, user_timeout = keepalive_settings(timeout)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
     for name, value in (("TCP_KEEPIDLE", idle), ("TCP_KEEPINTVL", interval), ("TCP_KEEPCNT", count),
-                        ("TCP_USER_TIMEOUT", int(timeout * 1000))):
+                        ("TCP_USER_TIMEOUT", user_timeout)):
         option = getattr(socket, name, None)
         if option is not None:  # (Linux has them all; other systems some)
             sock.setsockopt(socket.IPPROTO_TCP, option, value)
