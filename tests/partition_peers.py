@@ -114,80 +114,61 @@ def watch_pipes(sock: nanopy.Socket) -> None:
     sock.on_pipe_removed(lambda p: say("removed", p.remote_address))
 
 
-def req(urls: str, timeout: str, t_req: str) -> None:
-    sock = socket("req", timeout, resend_interval=60.0)
+def run(sock: nanopy.Socket, step: object, period: float) -> None:
+    """Call ``step(n)`` every ``period`` seconds until "stop"; then keep answering "stats"."""
     watch_pipes(sock)
-    connect_all(sock, urls)
     stop = threading.Event()
-    threading.Thread(target=control, args=({"req": sock}, stop), daemon=True).start()
+    threading.Thread(target=control, args=({sock.name: sock}, stop), daemon=True).start()
     say("ready")
     n = 0
+    start = now()
     while not stop.is_set():
         n += 1
+        step(n)  # type: ignore[operator]
+        time.sleep(max(0.0, start + n * period - now()))
+    say("stopped", n)
+    stop.clear()
+    stop.wait()
+
+
+def req(urls: str, timeout: str, t_req: str) -> None:
+    sock = socket("req", timeout, resend_interval=60.0)
+    connect_all(sock, urls)
+
+    def step(n: int) -> None:
         sent = now()
         try:
             answer = sock.request(b"%d" % n, timeout=float(t_req))
             say("answer", host_of(answer), f"{sent:.3f}")
         except nanopy.Timeout:
             say("timeout", f"{sent:.3f}")
-        time.sleep(0.1)
-    say("stopped", n)
-    stop.clear()
-    stop.wait()  # (stats may still be asked for)
+
+    run(sock, step, 0.1)
 
 
 def push(urls: str, timeout: str) -> None:
     sock = socket("push", timeout)
-    watch_pipes(sock)
     connect_all(sock, urls)
-    stop = threading.Event()
-    threading.Thread(target=control, args=({"push": sock}, stop), daemon=True).start()
-    say("ready")
-    seq = 0
-    start = now()
-    while not stop.is_set():
-        seq += 1
-        sock.send(b"%d" % seq)
-        time.sleep(max(0.0, start + seq * 0.1 - now()))
-    say("stopped", seq)
-    stop.clear()
-    stop.wait()  # (stats may still be asked for)
+    run(sock, lambda n: sock.send(b"%d" % n), 0.1)
 
 
 def surveyor(urls: str, timeout: str) -> None:
     sock = socket("surveyor", timeout, survey_deadline=0.4)
-    watch_pipes(sock)
     connect_all(sock, urls)
-    stop = threading.Event()
-    threading.Thread(target=control, args=({"surveyor": sock}, stop), daemon=True).start()
-    say("ready")
-    while not stop.is_set():
+
+    def step(n: int) -> None:
         sent = now()
         hosts = sorted(a.decode() for a in sock.survey(b"who"))
         say("survey", "+".join(hosts) or "-", f"{sent:.3f}")
-        time.sleep(max(0.0, sent + 0.5 - now()))
-    say("stopped", 0)
-    stop.clear()
-    stop.wait()  # (stats may still be asked for)
+
+    run(sock, step, 0.5)
 
 
 def pub(binds: str, timeout: str) -> None:
     sock = socket("pub", timeout)
-    watch_pipes(sock)
     for url in binds.split(","):
         sock.bind(url)
-    stop = threading.Event()
-    threading.Thread(target=control, args=({"pub": sock}, stop), daemon=True).start()
-    say("ready")
-    seq = 0
-    start = now()
-    while not stop.is_set():
-        seq += 1
-        sock.send(b"%d" % seq)
-        time.sleep(max(0.0, start + seq * 0.1 - now()))
-    say("stopped", seq)
-    stop.clear()
-    stop.wait()  # (stats may still be asked for)
+    run(sock, lambda n: sock.send(b"%d" % n), 0.1)
 
 
 def idle(urls: str, timeout: str) -> None:

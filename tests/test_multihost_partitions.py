@@ -113,7 +113,7 @@ def test_fail_over_and_back_with_dead_peer_timeout_2() -> None:
             assert over < 4.0, f"REQ over {scheme} took {over:.2f} s to fail over"
             idle = first(clients[f"idle-{scheme}"], "removed", cut, 15) - cut
             figures.append(f"idle PAIR/{scheme} dead pipe noticed: {idle:.2f} s")
-            assert idle < 2.0 + 1.5, f"idle pipe over {scheme} noticed after {idle:.2f} s"
+            assert idle < 2.0 + 0.5, f"idle pipe over {scheme} noticed after {idle:.2f} s"  # (+ timer slack)
             surveyor = clients[f"surveyor-{scheme}"]
             gone = first(surveyor, "removed", cut, 15) - cut
             figures.append(f"SURVEYOR/{scheme} dead pipe closed: {gone:.2f} s")
@@ -200,12 +200,13 @@ def test_library_default_fails_over_within_15_s() -> None:
         net.cut(ny)
         for scheme, proc in reqs.items():
             over = first(proc, "answer ldn", cut, 25) - cut
-            timeouts = [line for line in proc.drain() if line.startswith("timeout") and cut - 5 < stamp(line)]
-            figures.append(f"REQ/{scheme} fail-over with the defaults: {over:.2f} s, {len(timeouts)} timed-out requests")
+            timeouts = [line for line in proc.drain() if line.startswith("timeout") and cut < stamp(line)]
+            figures.append(f"REQ/{scheme} fail-over with the defaults: {over:.2f} s, "
+                           f"{len(timeouts)} timed-out requests")
             assert over < 15.0 and len(timeouts) <= 3
         noticed = first(idle, "removed", cut, 25) - cut
         figures.append(f"idle PAIR/tcp dead pipe noticed with the defaults: {noticed:.2f} s")
-        assert noticed < 10.0 + 1.5
+        assert noticed < 10.0 + 0.5  # (+ timer slack)
         heal = time.monotonic()
         net.heal(ny)
         for scheme, proc in reqs.items():
