@@ -55,23 +55,31 @@ def _kernel_sockets(sock: nanopy.Socket) -> list[socket.socket]:
     return [d.conn.kernel_socket() for d in sock._driver.pipe_drivers()]  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("scheme", ["tcp", "ws"])
+def _bind_and_connect(a: nanopy.Socket, b: nanopy.Socket, scheme: str) -> None:
+    if scheme in ("tls+tcp", "wss"):
+        from tls_certs import tls_files
+
+        t = tls_files()
+        url = a.bind(f"{scheme}://127.0.0.1:0", ssl_context=t.server_ctx).url
+        b.connect(url.replace("127.0.0.1", "localhost"), ssl_context=t.client_ctx)  # (the name in the cert)
+    else:
+        b.connect(a.bind(f"{scheme}://127.0.0.1:0").url)
+    wait_pipes(a)
+    wait_pipes(b)
+
+
+@pytest.mark.parametrize("scheme", ["tcp", "ws", "tls+tcp", "wss"])
 def test_dialed_and_accepted_sockets_get_keepalive_and_user_timeout(scheme: str) -> None:
     with nanopy.Socket("pair", dead_peer_timeout=10) as a, nanopy.Socket("pair") as b:
         b.dead_peer_timeout = 10
-        a.bind(f"{scheme}://127.0.0.1:0")
-        b.connect(a.endpoints[0].url)
-        wait_pipes(a)
-        wait_pipes(b)
+        _bind_and_connect(a, b, scheme)
         for ks in _kernel_sockets(a) + _kernel_sockets(b):
             assert ks.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
             assert ks.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 6
             assert ks.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 9000
     with nanopy.Socket("pair", dead_peer_timeout=None) as a, nanopy.Socket("pair", dead_peer_timeout=None) as b:
-        a.bind(f"{scheme}://127.0.0.1:0")
-        b.connect(a.endpoints[0].url)
-        wait_pipes(b)
-        for ks in _kernel_sockets(b):
+        _bind_and_connect(a, b, scheme)
+        for ks in _kernel_sockets(a) + _kernel_sockets(b):
             assert ks.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 0
 
 
