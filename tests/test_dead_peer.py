@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import socket
 import struct
 import threading
@@ -102,7 +103,8 @@ def _silent_ws_server(listener: socket.socket, accepted: list[socket.socket]) ->
         pass
 
 
-def test_silent_websocket_peer_is_found_by_pings() -> None:
+def test_silent_websocket_peer_is_found_by_pings(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="nanopy")
     listener = socket.create_server(("127.0.0.1", 0))
     accepted: list[socket.socket] = []
     server = threading.Thread(target=_silent_ws_server, args=(listener, accepted), daemon=True)
@@ -116,6 +118,9 @@ def test_silent_websocket_peer_is_found_by_pings() -> None:
             took = time.monotonic() - started
             assert 0.8 < took < 3.0
             assert sock.stats().dead_pipes == 1
+        dead = [r for r in caplog.records if "stopped answering" in r.getMessage()]
+        assert len(dead) == 1 and dead[0].levelno == logging.INFO
+        assert f"127.0.0.1:{listener.getsockname()[1]}" in dead[0].getMessage()
     finally:
         listener.close()
         for conn in accepted:
@@ -133,6 +138,23 @@ def test_live_idle_websocket_pipe_stays() -> None:
         b.send(b"still here")
         assert a.recv(timeout=5) == b"still here"
         assert a.stats().dead_pipes == b.stats().dead_pipes == 0
+
+
+def test_nng_answers_our_pings() -> None:
+    """An idle ws pipe to NNG (pynng) outlives several timeouts: NNG answers the PINGs."""
+    from peers import free_tcp_port, pynng_socket
+
+    url = f"ws://127.0.0.1:{free_tcp_port()}/"
+    with pynng_socket("Pair0", listen=url) as peer, nanopy.Socket("pair", dead_peer_timeout=1) as sock:
+        sock.connect(url)
+        wait_pipes(sock)
+        removed = threading.Event()
+        sock.on_pipe_removed(lambda pipe: removed.set())
+        assert not removed.wait(3.0)
+        assert all(d.conn._pings_sent >= 2 for d in sock._driver.pipe_drivers())  # type: ignore[attr-defined]
+        sock.send(b"after the silence")
+        assert peer.recv() == b"after the silence"
+        assert sock.stats().dead_pipes == 0
 
 
 def _sp_handshake(conn: socket.socket, protocol: int) -> None:
