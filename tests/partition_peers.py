@@ -6,15 +6,17 @@ every namespace), so the test can measure from the moment it cut a link.
 
 Roles (``argv[1]``)::
 
-    server NAME ADDR TIMEOUT        REP, PULL, RESPONDENT, PAIR on tcp (56x1) and ws (56x2),
-                                    and SUBs dialing the client's PUBs (argv[5]: its address)
+    server NAME ADDR TIMEOUT CLIENT REP, PULL, RESPONDENT, PAIR on tcp (56x1) and ws (56x2),
+                                    and SUBs dialing the client's PUBs at CLIENT; with
+                                    NP_TLS_DIR set, REP on tls+tcp (5603) and wss (5604) too
     req URLS TIMEOUT T_REQ          request(timeout=T_REQ) in a loop, 10 a second
     push URLS TIMEOUT               send(seq) at 10 a second
     surveyor URLS TIMEOUT           a survey every 0.5 s (survey_deadline 0.4)
     pub BIND TIMEOUT                publish seq at 10 a second
     idle URLS TIMEOUT               a PAIR that sends nothing; reports pipes coming and going
 
-URLS are ``url@priority,url@priority``; TIMEOUT is dead_peer_timeout ("default" for
+NP_TLS_DIR (environment) holds ``server.pem`` (key and chain for every host's
+address) and ``ca.pem``, for the TLS schemes. URLS are ``url@priority,url@priority``; TIMEOUT is dead_peer_timeout ("default" for
 the library's default, "none" for None). Every role answers "stats" on stdin with a
 ``stats {json}`` line and "stop" by stopping its traffic (``stopped SEQ``).
 """
@@ -23,6 +25,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import ssl
 import sys
 import threading
 import time
@@ -45,10 +49,23 @@ def socket(protocol: str, timeout: str, **options: object) -> nanopy.Socket:
     return sock
 
 
+def tls_context(server: bool) -> ssl.SSLContext:
+    folder = os.environ["NP_TLS_DIR"]
+    if server:
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(os.path.join(folder, "server.pem"))
+    else:
+        ctx = ssl.create_default_context(cafile=os.path.join(folder, "ca.pem"))
+    return ctx
+
+
 def connect_all(sock: nanopy.Socket, urls: str) -> None:
     for item in urls.split(","):
         url, _, prio = item.rpartition("@")
-        sock.connect(url, priority=int(prio))
+        if url.startswith(("tls+tcp:", "wss:")):
+            sock.connect(url, priority=int(prio), ssl_context=tls_context(server=False))
+        else:
+            sock.connect(url, priority=int(prio))
 
 
 def control(socks: dict[str, nanopy.Socket], stop: threading.Event) -> None:
@@ -95,6 +112,12 @@ def server(name: str, addr: str, timeout: str, client: str) -> None:
         sock.recv()
 
     serve("rep", 5601, rep)
+    if os.environ.get("NP_TLS_DIR"):
+        for scheme, p in (("tls+tcp", 5603), ("wss", 5604)):
+            sock = socket("rep", timeout)
+            sock.bind(f"{scheme}://{addr}:{p}", ssl_context=tls_context(server=True))
+            socks[f"rep-{scheme}"] = sock
+            threading.Thread(target=rep, args=(sock, scheme), daemon=True).start()
     serve("pull", 5611, pull)
     serve("respondent", 5631, respondent)
     serve("pair", 5641, idle)

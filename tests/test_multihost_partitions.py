@@ -27,6 +27,7 @@ if _reason:
 
 PEERS = (pathlib.Path(__file__).parent / "partition_peers.py").read_text()
 SCHEMES = ("tcp", "ws")
+TLS_SCHEMES = ("tls+tcp", "wss")  # REQ/REP only: the same kernel detection under TLS
 RECONNECT_MAX = 5.0  # the library's reconnect_interval_max
 RETURN_BOUND = RECONNECT_MAX + 2.0  # Done means: back to ny within reconnect_interval_max + 2 s
 
@@ -59,9 +60,20 @@ def urls(net: netns.Lan, port: int, scheme: str) -> str:
     return f"{scheme}://{ny.addr}:{port}@1,{scheme}://{ldn.addr}:{port}@2"
 
 
-def start_servers(net: netns.Lan, timeout: str) -> dict[str, netns.Process]:
+def tls_dir(net: netns.Lan, folder: pathlib.Path) -> dict[str, str]:
+    """A test CA and one certificate for every host's address, as NP_TLS_DIR."""
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    cert = ca.issue_cert(*(host.addr for host in net.hosts.values()))
+    (folder / "ca.pem").write_bytes(ca.cert_pem.bytes())
+    (folder / "server.pem").write_bytes(b"".join(b.bytes() for b in [cert.private_key_pem, *cert.cert_chain_pems]))
+    return {"NP_TLS_DIR": str(folder)}
+
+
+def start_servers(net: netns.Lan, timeout: str, env: dict[str, str] | None = None) -> dict[str, netns.Process]:
     client = net.hosts["client"]
-    servers = {name: net.hosts[name].python(PEERS, "server", name, net.hosts[name].addr, timeout, client.addr)
+    servers = {name: net.hosts[name].python(PEERS, "server", name, net.hosts[name].addr, timeout, client.addr,
+                                            env=env)
                for name in ("ny", "ldn")}
     for proc in servers.values():
         proc.expect("^bound", timeout=30)
@@ -79,12 +91,15 @@ def received(proc: netns.Process, kind: str, scheme: str) -> dict[int, float]:
 
 
 @pytest.mark.timeout(240)
-def test_fail_over_and_back_with_dead_peer_timeout_2() -> None:
+def test_fail_over_and_back_with_dead_peer_timeout_2(tmp_path: pathlib.Path) -> None:
     figures: list[str] = []
     with netns.lan("client", "ny", "ldn") as net:
         client, ny = net.hosts["client"], net.hosts["ny"]
-        servers = start_servers(net, "2")
+        env = tls_dir(net, tmp_path)
+        servers = start_servers(net, "2", env)
         clients: dict[str, netns.Process] = {}
+        for scheme, port in (("tls+tcp", 5603), ("wss", 5604)):  # REQ over TLS too
+            clients[f"req-{scheme}"] = client.python(PEERS, "req", urls(net, port, scheme), "2", "5", env=env)
         for scheme in SCHEMES:
             port = 0 if scheme == "tcp" else 1
             clients[f"req-{scheme}"] = client.python(PEERS, "req", urls(net, 5601 + port, scheme), "2", "5")
@@ -104,13 +119,17 @@ def test_fail_over_and_back_with_dead_peer_timeout_2() -> None:
             for name in ("ny", "ldn"):
                 first(servers[name], f"sub {scheme}", warm, 30)
 
+        for scheme in TLS_SCHEMES:
+            first(clients[f"req-{scheme}"], "answer ny", warm, 30)
+
         cut = time.monotonic()
         net.cut(ny)
-        for scheme in SCHEMES:
+        for scheme in SCHEMES + TLS_SCHEMES:
             req = clients[f"req-{scheme}"]
             over = first(req, "answer ldn", cut, 15) - cut
             figures.append(f"REQ/{scheme} fail-over (dead_peer_timeout=2): {over:.2f} s")
             assert over < 4.0, f"REQ over {scheme} took {over:.2f} s to fail over"
+        for scheme in SCHEMES:
             idle = first(clients[f"idle-{scheme}"], "removed", cut, 15) - cut
             figures.append(f"idle PAIR/{scheme} dead pipe noticed: {idle:.2f} s")
             assert idle < 2.0 + 0.5, f"idle pipe over {scheme} noticed after {idle:.2f} s"  # (+ timer slack)
@@ -125,6 +144,10 @@ def test_fail_over_and_back_with_dead_peer_timeout_2() -> None:
         push_stats = {scheme: stats(clients[f"push-{scheme}"]) for scheme in SCHEMES}
         heal = time.monotonic()
         net.heal(ny)
+        for scheme in TLS_SCHEMES:
+            back = first(clients[f"req-{scheme}"], "answer ny", heal, 20) - heal
+            figures.append(f"REQ/{scheme} back to ny after the heal: {back:.2f} s")
+            assert back < RETURN_BOUND
         for scheme in SCHEMES:
             back = first(clients[f"req-{scheme}"], "answer ny", heal, 20) - heal
             figures.append(f"REQ/{scheme} back to ny after the heal: {back:.2f} s")
@@ -172,7 +195,7 @@ def test_fail_over_and_back_with_dead_peer_timeout_2() -> None:
             figures.append(f"REQ/{scheme} fail-over when ny's process dies: {over:.2f} s")
             assert over < 2.0
         restart = time.monotonic()
-        ny_again = ny.python(PEERS, "server", "ny", ny.addr, "2", client.addr)
+        ny_again = ny.python(PEERS, "server", "ny", ny.addr, "2", client.addr, env=env)
         ny_again.expect("^bound", timeout=30)
         for scheme in SCHEMES:
             back = first(clients[f"req-{scheme}"], "answer ny", restart, 20) - restart
