@@ -15,10 +15,11 @@ Roles (``argv[1]``)::
     pub BIND TIMEOUT                publish seq at 10 a second
     idle URLS TIMEOUT               a PAIR that sends nothing; reports pipes coming and going
 
-NP_TLS_DIR (environment) holds ``server.pem`` (key and chain for every host's
-address) and ``ca.pem``, for the TLS schemes. URLS are ``url@priority,url@priority``; TIMEOUT is dead_peer_timeout ("default" for
-the library's default, "none" for None). Every role answers "stats" on stdin with a
-``stats {json}`` line and "stop" by stopping its traffic (``stopped SEQ``).
+URLS are ``url@priority,url@priority``; TIMEOUT is dead_peer_timeout ("default"
+for the library's default, "none" for None). NP_TLS_DIR (environment) holds
+``server.pem`` (key and chain for every host's address) and ``ca.pem``, for the TLS
+schemes. Every role answers "stats" on stdin with a ``stats {json}`` line and
+"stop" by stopping its traffic (``stopped N``).
 """
 
 from __future__ import annotations
