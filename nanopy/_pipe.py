@@ -52,8 +52,10 @@ import errno
 import itertools
 import logging
 import os
+import socket
 import threading
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -61,10 +63,10 @@ import trio
 from ._core import TRANSMIT
 from ._errors import MessageTooLarge, RemoteProtocolError
 from .transports._base import ChannelConnection
-from .transports._stream import unacked_bytes
+from .transports._stream import send_window_state, unacked_bytes
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Awaitable, Callable, Mapping
 
     from ._core import Action
     from ._driver import SocketDriver
@@ -182,6 +184,8 @@ class PipeDriver:
         self.orphans: list[bytes] = []
         self.unacked: int | None = None
         self._tail_batch: list[bytes] = []  # the messages of the chunk ``tail`` ends
+        self._in_write = False  # the writer task is inside write_all (the kernel may be full)
+        self._guard_event: trio.Event | None = None  # wakes the window guard (see _window_guard)
         self._scope = trio.CancelScope()
         pipe._driver = self
 
@@ -427,7 +431,11 @@ class PipeDriver:
                         nursery.start_soon(self._until_failure, self._writer, nursery.cancel_scope)
                         keepalive = getattr(self.conn, "keepalive", None)  # (ws: PINGs a silent peer)
                         if keepalive is not None:
-                            nursery.start_soon(self._until_failure, keepalive, nursery.cancel_scope)
+                            nursery.start_soon(self._until_failure, partial(keepalive, self._busy),
+                                               nursery.cancel_scope)
+                        guard = self._window_guard_for()
+                        if guard is not None:
+                            nursery.start_soon(self._until_failure, guard, nursery.cancel_scope)
                         await self._until_failure(self._reader, nursery.cancel_scope)
         finally:  # also when the socket's task tree is cancelled around it
             await self._stopped()
@@ -600,6 +608,11 @@ class PipeDriver:
                 lingering = True
                 continue
             stage = 0
+            self._in_write = True
+            event = self._guard_event
+            if event is not None:
+                self._guard_event = None
+                event.set()  # the window guard watches this write
             try:
                 # A chunk's rest first (it may end in the middle of a frame), then
                 # the control frame, then the payloads.
@@ -615,11 +628,12 @@ class PipeDriver:
                 # The connection failed under the write: what never reached the
                 # kernel may still go out on another pipe (Socket._run_pipe).
                 if tail is not None and stage == 0:
-                    self.orphans += unwritten(channel, self._tail_batch, write_shortfall(channel, tail))
+                    self.orphans += unwritten(channel, self._tail_batch, write_shortfall(channel))
                 if batch:
-                    self.orphans += batch if stage < 2 else unwritten(channel, batch, write_shortfall(channel, None))
+                    self.orphans += batch if stage < 2 else unwritten(channel, batch, write_shortfall(channel))
                 raise
             finally:
+                self._in_write = False
                 with self.lock:
                     self.writing = False
             credit += len(batch)
@@ -628,6 +642,70 @@ class PipeDriver:
             # Keep lingering only for small flushes; a full outbox means the
             # sender outruns the socket, so write again at once.
             lingering = len(batch) < CALLER_BATCH
+
+    # -- dead-peer detection beside a full send buffer -----------------------------------
+    def _busy(self) -> bool:
+        """Silence from the peer proves nothing now: we read nothing (a full queue) or
+        our data waits for the peer's window (the window guard judges that case)."""
+        return self.paused or self._in_write
+
+    def _window_guard_for(self) -> Callable[[], Awaitable[None]] | None:
+        """The guard task of a TCP connection with a user timeout (dead_peer_timeout), or None."""
+        get = getattr(self.conn, "kernel_socket", None)
+        if get is None:
+            return None
+        sock = get()
+        try:
+            user_timeout = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT)
+        except (OSError, AttributeError):
+            return None
+        return partial(self._window_guard, sock, user_timeout) if user_timeout > 0 else None
+
+    async def _window_guard(self, sock: Any, user_timeout: int) -> None:
+        """Keep TCP_USER_TIMEOUT from cutting off a peer that is alive but not reading.
+
+        Linux ends a connection whose data waits longer than the user timeout even
+        when the peer answers every window probe, so a receiver that is only slow
+        (its queue full: back-pressure) would lose its pipe and what its kernel held.
+        While a write waits on a closed window, the user timeout is lifted and this
+        guard judges instead: a window probe unanswered for the user timeout means a
+        dead peer (ETIMEDOUT). The kernel backs its window probes off (up to 2
+        minutes apart), so a peer that vanishes during a long stall is found later
+        than one that vanishes while data flows. The timeout is put back as soon as
+        data flows; the guard sleeps while no write waits.
+        """
+        limit = user_timeout / 1000
+        interval = max(limit / 4, 0.25)
+        lifted = False
+        unanswered: float | None = None  # since when a window probe waits for its answer
+        while True:
+            if not self._in_write:
+                if lifted:
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, user_timeout)
+                    lifted = False
+                event = self._guard_event = trio.Event()
+                await event.wait()
+                continue
+            await trio.sleep(interval)
+            state = send_window_state(sock) if self._in_write else (False, False)
+            if state is None:
+                await trio.sleep_forever()  # (no TCP_INFO: the kernel's rules stand)
+            closed, probing = state
+            if not closed:
+                unanswered = None
+                if lifted:
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, user_timeout)
+                    lifted = False
+                continue
+            if not lifted:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, 0)
+                lifted = True
+            if not probing:
+                unanswered = None
+            elif unanswered is None:
+                unanswered = trio.current_time()
+            elif trio.current_time() - unanswered >= limit:
+                raise TimeoutError(errno.ETIMEDOUT, f"window probes unanswered for {limit:g} s")
 
     async def _linger(self) -> None:
         """Wait while a burst goes on, so the sender keeps writing full batches itself
@@ -668,14 +746,13 @@ def kernel_unacked(conn: Any) -> int | None:
     return None if sock is None else unacked_bytes(sock())
 
 
-def write_shortfall(channel: Any, chunk: Any) -> int:
-    """Bytes of the chunk whose ``write_all`` failed that never reached the kernel:
-    the connection's count where it keeps one, else none (``chunk`` None) or all."""
+def write_shortfall(channel: Any) -> int:
+    """Bytes of the chunk whose ``write_all`` failed that never reached the kernel,
+    where the connection counts them; 0 where it does not (a TLS stream): its
+    messages are then taken as sent, never sent twice."""
     counted = getattr(channel, "unwritten_bytes", None)
     left = counted() if counted is not None else None
-    if left is not None:
-        return int(left)
-    return 0 if chunk is None else len(chunk)
+    return 0 if left is None else int(left)
 
 
 def unwritten(channel: Any, batch: list[bytes], left: int) -> list[bytes]:

@@ -157,6 +157,32 @@ def test_nng_answers_our_pings() -> None:
         assert sock.stats().dead_pipes == 0
 
 
+@pytest.mark.parametrize("scheme", ["tcp", "ws"])
+def test_slow_reader_keeps_its_pipe(scheme: str) -> None:
+    """Back-pressure is not death: a PULL that reads nothing for four timeouts (its
+    queue full, its window closed, our writes waiting) keeps its pipe and gets every
+    message -- though Linux's user timeout would end a connection whose data waits."""
+    with nanopy.Socket("push", dead_peer_timeout=1, send_timeout=0.3) as push, \
+            nanopy.Socket("pull", dead_peer_timeout=1, recv_buffer=8) as pull:
+        push.connect(pull.bind(f"{scheme}://127.0.0.1:0").url)
+        wait_pipes(push)
+        body = b"y" * 60000
+        sent = 0
+        while True:  # until every buffer on the way is full
+            try:
+                push.send(b"%06d" % sent + body)
+            except nanopy.Timeout:
+                break
+            sent += 1
+        removed = threading.Event()
+        push.on_pipe_removed(lambda pipe: removed.set())
+        pull.on_pipe_removed(lambda pipe: removed.set())
+        assert not removed.wait(4.0)
+        got = [int(pull.recv(timeout=5)[:6]) for _ in range(sent)]
+        assert got == list(range(sent))
+        assert push.stats().dead_pipes == pull.stats().dead_pipes == 0
+
+
 def _sp_handshake(conn: socket.socket, protocol: int) -> None:
     conn.sendall(b"\x00SP\x00" + struct.pack("!H", protocol) + b"\x00\x00")
     got = b""

@@ -55,6 +55,20 @@ def unacked_bytes(sock: Any) -> int | None:
     return int.from_bytes(buf, sys.byteorder, signed=True)
 
 
+def send_window_state(sock: Any) -> tuple[bool, bool] | None:
+    """``(closed, probing)`` for a TCP socket (Linux TCP_INFO): whether the peer's
+    receive window holds our data back (bytes queued, none in flight), and whether
+    a window probe is out unanswered; None where the kernel does not say."""
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+    except (OSError, AttributeError, ValueError):
+        return None
+    if len(info) < 28:
+        return None
+    in_flight = int.from_bytes(info[24:28], sys.byteorder)  # tcpi_unacked (segments)
+    return in_flight == 0 and bool(unacked_bytes(sock)), info[3] > 0  # (tcpi_probes)
+
+
 def close_socket(sock: socket.socket) -> None:
     """Wake trio tasks waiting on ``sock``, then close it."""
     try:

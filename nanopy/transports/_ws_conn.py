@@ -427,17 +427,22 @@ class WsConnection(ChannelConnection):
             )
 
     # -- dead-peer detection -----------------------------------------------------------
-    async def _keepalive(self) -> None:
+    async def _keepalive(self, busy: Callable[[], bool]) -> None:
         """PING the peer once it was silent for half of ``dead_peer_timeout`` (again
         each half while it stays silent); fail the connection (TimeoutError,
         ETIMEDOUT) once it was silent for all of it. Any frame counts as a sign of
-        life, so a pipe that carries traffic sends no PINGs."""
+        life, so a pipe that carries traffic sends no PINGs. While ``busy()`` -- the
+        pipe reads nothing (its queue is full) or waits to write (the peer's window
+        is closed; the pipe's window guard watches that) -- silence proves nothing
+        and is not counted."""
         timeout = self._silence
         assert timeout is not None
         quiet = timeout / 2
         pinged = self._heard = trio.current_time()
         while True:
             now = trio.current_time()
+            if busy():
+                self._heard = now
             silent = now - self._heard
             if silent >= timeout:
                 raise TimeoutError(errno.ETIMEDOUT, f"no WebSocket frame from {self.remote_address} "
