@@ -18,6 +18,7 @@ import socket
 import struct
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -248,3 +249,74 @@ def test_req_resend_goes_to_another_pipe() -> None:
         assert req.request(b"hello", timeout=5) == b"from good"
         helper.join()
         assert mute.recv(timeout=1) == b"hello"  # the first attempt went to the preferred pipe
+
+
+# -- the cores' side of it (Sans-I/O) -------------------------------------------------------
+def _core(cls: type) -> object:
+    from nanopy._options import new_options
+
+    return cls(new_options(cls.name))
+
+
+def _transmits(core: object) -> list[tuple[int, bytes]]:
+    from nanopy._core import TRANSMIT
+
+    actions = core.actions  # type: ignore[attr-defined]
+    out = [(a[1], a[2]) for a in actions if a[0] == TRANSMIT]
+    actions.clear()
+    return out
+
+
+@pytest.mark.parametrize("kind", ["push", "xreq"])
+def test_core_requeue_holds_what_no_pipe_can_take_and_sends_it_first(kind: str) -> None:
+    from nanopy._core import PipeInfo
+    from nanopy._errors import WouldBlock
+    from nanopy.protocols.pipeline import Push0
+    from nanopy.protocols.reqrep import XReq0
+
+    core: Any = _core(Push0 if kind == "push" else XReq0)
+    core.add_pipe(PipeInfo(1, "a", 1, 8), 2)
+    core.add_pipe(PipeInfo(2, "b", 2, 8), 2)
+    core.send(b"m1")
+    core.send(b"m2")
+    _transmits(core)
+    core.remove_pipe(1)
+    assert core.requeue([b"o1", b"o2", b"o3"]) == 3
+    assert _transmits(core) == [(2, b"o1"), (2, b"o2")]  # pipe 2's credit
+    assert core.holding and not core.can_send()
+    with pytest.raises(WouldBlock):
+        core.send(b"new")  # a new message waits behind the held one
+    core.pipe_credit(2, 2)
+    assert _transmits(core) == [(2, b"o3")]
+    assert not core.holding and "send" not in vars(core)  # the usual methods are back
+    core.send(b"new")
+    assert _transmits(core) == [(2, b"new")]
+
+
+def test_cores_that_must_not_requeue_take_nothing() -> None:
+    from nanopy._core import PipeInfo
+    from nanopy.protocols.pair import Pair0
+    from nanopy.protocols.reqrep import Rep0, Req0
+
+    for cls in (Req0, Rep0, Pair0):
+        core: Any = _core(cls)
+        core.add_pipe(PipeInfo(1, "a", 8, 8), 4)
+        assert core.requeue([b"x"]) == 0 and not core.holding
+
+
+def test_req_resend_after_resend_interval_avoids_the_last_pipe() -> None:
+    from nanopy._core import PipeInfo
+    from nanopy.protocols.reqrep import RESEND_TICKS, Req0
+
+    core: Any = _core(Req0)
+    core.options.resend_interval = 1.0
+    core.add_pipe(PipeInfo(1, "best", 1, 8), 8)
+    core.add_pipe(PipeInfo(2, "other", 2, 8), 8)
+    core.start_request(b"q")
+    assert [pid for pid, _ in _transmits(core)] == [1]
+    for _ in range(RESEND_TICKS + 1):
+        core.timer_fired("resend-tick")
+    assert [pid for pid, _ in _transmits(core)] == [2]  # not the preferred pipe that said nothing
+    for _ in range(RESEND_TICKS + 1):
+        core.timer_fired("resend-tick")
+    assert [pid for pid, _ in _transmits(core)] == [1]  # and back: never twice on the same pipe
