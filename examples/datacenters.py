@@ -18,11 +18,24 @@ Prints where each request went, e.g.::
     [ 0.312s] -- the local data centre is back --
     [ 0.313s] phase 3: local back  request  1 -> remote
     [ 0.364s] phase 3: local back  request  2 -> local
+
+Here the local service dies as a process does: its kernel closes the connection,
+and the client sees it at once. A data centre more often vanishes without a word
+(a cut link, a host without power). ``--cut-links`` (Linux, root, iproute2, a
+checkout of nanopy) shows that case with three hosts in network namespaces
+(tests/netns.py): the link of the local host is cut silently, and the client's
+``dead_peer_timeout`` (docs/partitions.md) finds the dead pipe and fails over;
+after the heal, requests come back::
+
+    sudo .venv/bin/python examples/datacenters.py --cut-links [--dead-peer-timeout 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import pathlib
+import queue
+import sys
 import threading
 import time
 
@@ -57,7 +70,18 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests-per-phase", type=int, default=4)
     ap.add_argument("--interval", type=float, default=0.05, help="seconds between requests")
+    ap.add_argument("--cut-links", action="store_true",
+                    help="hosts in network namespaces; the local one's link is cut silently (root)")
+    ap.add_argument("--dead-peer-timeout", type=float, default=None,
+                    help="the client's dead_peer_timeout with --cut-links (default: the library's)")
+    ap.add_argument("--role", nargs="+", help=argparse.SUPPRESS)  # a process inside a namespace
     args = ap.parse_args(argv)
+    if args.role:
+        run_role(args.role, args.dead_peer_timeout)
+        return
+    if args.cut_links:
+        cut_links(args.dead_peer_timeout)
+        return
 
     local = Service("local", "tcp://127.0.0.1:0")
     remote = Service("remote", "tcp://127.0.0.1:0")
@@ -98,6 +122,74 @@ def main(argv: list[str] | None = None) -> None:
         local.stop()
         remote.stop()
     print(f"requests served: {where}")
+
+
+# -- --cut-links: the same data centres on hosts of their own ----------------------------
+def run_role(role: list[str], timeout: float | None) -> None:
+    """One process inside a namespace: ``service NAME URL`` or ``client LOCAL REMOTE``."""
+    if role[0] == "service":
+        Service(role[1], role[2])
+        print("serving", flush=True)
+        threading.Event().wait()
+    client = nanopy.Socket("req")
+    if timeout is not None:
+        client.dead_peer_timeout = timeout
+    client.connect(role[1], priority=1)
+    client.connect(role[2], priority=2)
+    print("ready", flush=True)
+    i = 0
+    while True:
+        i += 1
+        try:
+            dc = client.request(b"request %d" % i, timeout=5.0).split(b" ", 1)[0].decode()
+        except nanopy.Timeout:
+            dc = "(no answer in 5 s)"
+        print(f"{time.monotonic():.3f} request {i:3d} -> {dc}", flush=True)
+        time.sleep(0.5)
+
+
+def cut_links(timeout: float | None) -> None:
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
+    import netns  # a checkout's test helpers: namespaces, a bridge, silent cuts
+
+    reason = netns.skip_reason()
+    if reason:
+        sys.exit(f"--cut-links cannot run here: {reason}")
+    me = ["import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')", __file__]
+    opts = [] if timeout is None else ["--dead-peer-timeout", str(timeout)]
+    with netns.lan("client", "local", "remote") as net:
+        urls = {}
+        for name in ("local", "remote"):
+            host = net.hosts[name]
+            urls[name] = f"tcp://{host.addr}:5555"
+            host.python(*me, "--role", "service", name, urls[name]).expect("serving", 30)
+        proc = net.hosts["client"].python(*me, *opts, "--role", "client", urls["local"], urls["remote"])
+        proc.expect("ready", 30)
+        start = time.monotonic()
+
+        def show(seconds: float) -> None:
+            """Print the client's lines for ``seconds``, timed from the start."""
+            end = time.monotonic() + seconds
+            while (left := end - time.monotonic()) > 0:
+                try:
+                    line = proc.lines.get(timeout=left)
+                except queue.Empty:
+                    return
+                if line is None:
+                    sys.exit("the client process ended")
+                at, rest = line.split(" ", 1)
+                print(f"[{float(at) - start:7.3f}s] {rest}", flush=True)
+
+        def event(text: str) -> None:
+            print(f"[{time.monotonic() - start:7.3f}s] -- {text} --", flush=True)
+
+        show(3)
+        net.cut(net.hosts["local"])
+        event("the local data centre's link is cut (no RST, no FIN)")
+        show(15)
+        net.heal(net.hosts["local"])
+        event("the link is back")
+        show(8)
 
 
 if __name__ == "__main__":

@@ -121,6 +121,9 @@ class Core:
     #: else (PUB): the engine may then take the same credit of every pipe at once
     #: (:meth:`take_all`) for a burst of sends that skip the core.
     fan_lane = False
+    #: True while payloads taken back from a dead pipe (``requeue``) wait for send
+    #: credit: the engine then hands returned credit to the core at once.
+    holding = False
 
     def __init__(self, options: Any, raw: bool = False) -> None:
         self.options = options
@@ -158,6 +161,12 @@ class Core:
 
     def pipe_credit(self, pid: int, n: int) -> None:
         """``n`` more messages may be transmitted on ``pid``."""
+
+    def requeue(self, payloads: list[bytes]) -> int:
+        """Payloads a pipe that just went away (``remove_pipe``) never wrote, in
+        order: a core that may send them elsewhere takes them and returns how many.
+        The default takes none (they are lost with the pipe, as in nanomsg)."""
+        return 0
 
     def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
         raise NotImplementedError
@@ -422,6 +431,20 @@ class LoadBalancer:
             self._ready.deactivate(pid)
         return pid, n
 
+    def take_other(self, avoid: int | None) -> int | None:
+        """Like :meth:`take`, but not pipe ``avoid`` while another pipe can send
+        (a resend tries somewhere else: the last pipe may be the problem)."""
+        pid = self.take()
+        if pid is None or pid != avoid:
+            return pid
+        others = [p for p in self._ready.active() if p != avoid]
+        if not others:
+            return pid
+        self.give(pid, 1)
+        best = min(others, key=self._priority.__getitem__)
+        self.take_pipe(best)
+        return best
+
     def take_pipe(self, pid: int) -> bool:
         """Consume one credit of a specific pipe; False if it cannot send now."""
         c = self._credit.get(pid, 0)
@@ -454,16 +477,61 @@ class LoadBalancing(Core):
     cores with a header override it.
     """
 
+    #: a dead pipe's unwritten payloads go to the other pipes (``requeue``): any pipe
+    #: may carry any message (PUSH, raw REQ), not replies bound to one pipe
+    requeues: ClassVar[bool] = False
+
     def __init__(self, options: Any, raw: bool = False) -> None:
         super().__init__(options, raw)
         self._lb = LoadBalancer()
         if type(self).send is LoadBalancing.send:
             self.send_lane = True
             self.take_sole = self._lb.take_sole  # type: ignore[method-assign]
+        self._held: deque[bytes] = deque()  # requeued payloads waiting for credit
 
     def add_pipe(self, pipe: PipeInfo, credit: int) -> None:
         super().add_pipe(pipe, credit)
         self._lb.add(pipe.id, pipe.send_priority, credit)
+        if self.holding:
+            self._send_held()
+
+    # -- requeue: a dead pipe's unwritten payloads go first, on the other pipes --------
+    # While some wait for credit, ``send`` and ``pipe_credit`` are replaced on the
+    # instance (nothing is added to their usual path): a new message waits behind
+    # them, and returned credit sends them.
+    def requeue(self, payloads: list[bytes]) -> int:
+        if not self.requeues or self.closed:
+            return 0
+        self._held.extend(payloads)
+        self._send_held()
+        return len(payloads)
+
+    def _send_held(self) -> None:
+        held = self._held
+        take = self._lb.take
+        actions = self.actions
+        while held:
+            pid = take()
+            if pid is None:
+                break
+            actions.append((TRANSMIT, pid, held.popleft()))
+        holding = bool(held)
+        if holding and not self.holding:
+            self.send = self._send_after_held  # type: ignore[method-assign]
+            self.pipe_credit = self._credit_to_held  # type: ignore[method-assign]
+        elif not holding and self.holding:
+            del self.send, self.pipe_credit
+        self.holding = holding
+
+    def _send_after_held(self, body: bytes, header: bytes = b"") -> None:
+        self._send_held()
+        if self.holding:
+            raise WouldBlock
+        type(self).send(self, body, header)
+
+    def _credit_to_held(self, pid: int, n: int) -> None:
+        type(self).pipe_credit(self, pid, n)
+        self._send_held()
 
     def remove_pipe(self, pid: int) -> None:
         super().remove_pipe(pid)

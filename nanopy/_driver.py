@@ -182,6 +182,7 @@ class SocketDriver:
         self._epoll_cache: tuple[int, Any] | None = None  # (pid, epoll) of the direct reader
         self._due: deque[tuple[int, int]] = deque()
         self._lazy_credit = _credit_is_bookkeeping(core)
+        self._relazy = False  # _lazy_credit is off while the core holds requeued payloads
         self.fanout_end = 0.0  # when the last round that wrote to several pipes ended
         # Pipes holding what a fan-out burst queued, written by one flush round.
         self._flush_lock = threading.Lock()
@@ -499,6 +500,9 @@ class SocketDriver:
         with self.lock:
             if self._due:
                 self._fold_due()
+            if self._relazy and not self.core.holding:
+                self._relazy = False  # the requeued payloads went out (remove_pipe)
+                self._lazy_credit = True
             return self._drain()
 
     def credit(self, pid: int, n: int) -> None:
@@ -521,16 +525,28 @@ class SocketDriver:
             self.execute(actions)
         return True
 
-    def remove_pipe(self, pid: int) -> None:
-        def remove() -> None:
+    def remove_pipe(self, pid: int, orphans: list[bytes] | None = None) -> int:
+        """Pipe ``pid`` is gone; ``orphans``: payloads it never wrote, which a core
+        that can (``Core.requeue``) sends on its other pipes. Returns how many it took."""
+
+        def remove() -> int:
             if (self.lane is not None and self.lane.pid == pid) or self._fan_pipes:
                 self._revoke_lane()
             del self.pipes[pid]
-            self.core.remove_pipe(pid)  # credit still due to it is ignored by the core
+            core = self.core
+            core.remove_pipe(pid)  # credit still due to it is ignored by the core
             if self.recv_q.waiters:
                 self.recv_q.wake_all()  # a thread reading this pipe directly looks again
+            if not orphans or self.closed:
+                return 0
+            taken = core.requeue(orphans)
+            if core.holding and self._lazy_credit:
+                # Some wait for credit: returned credit must reach the core at once.
+                self._lazy_credit = False
+                self._relazy = True
+            return taken
 
-        self.feed(remove, check_open=False)
+        return self.feed(remove, check_open=False)
 
     def deliver(self, pid: int, payloads: list[bytes]) -> bool:
         """Payloads read from pipe ``pid``; False = stop reading it for now.

@@ -48,11 +48,14 @@ thread.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import logging
 import os
+import socket
 import threading
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -60,9 +63,10 @@ import trio
 from ._core import TRANSMIT
 from ._errors import MessageTooLarge, RemoteProtocolError
 from .transports._base import ChannelConnection
+from .transports._stream import send_window_state, unacked_bytes
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Awaitable, Callable, Mapping
 
     from ._core import Action
     from ._driver import SocketDriver
@@ -172,6 +176,16 @@ class PipeDriver:
         self.lease_until = 0.0
         self.role_wake_fd = -1  # the role holder's wake-up eventfd
         self._failure_noted = False
+        # How the pipe ended, for the socket's loss counters (nanopy/_stats.py):
+        # the peer stopped answering; payloads never handed to the kernel (a
+        # load-balancing socket sends them on other pipes); bytes the kernel held
+        # that the peer never acknowledged (lost: SP has no acknowledgements).
+        self.dead = False
+        self.orphans: list[bytes] = []
+        self.unacked: int | None = None
+        self._tail_batch: list[bytes] = []  # the messages of the chunk ``tail`` ends
+        self._in_write = False  # the writer task is inside write_all (the kernel may be full)
+        self._guard_event: trio.Event | None = None  # wakes the window guard (see _window_guard)
         self._scope = trio.CancelScope()
         pipe._driver = self
 
@@ -332,6 +346,7 @@ class PipeDriver:
             else:
                 self.tail = memoryview(chunk)[n:] if isinstance(chunk, bytes) else chunk[n:]
                 self.tail_credit = len(batch)
+                self._tail_batch = batch
                 done = 0
             if self.tail is not None or self.outbox or self.control is not None or self._idle_event is not None:
                 self._kick_writer()  # something is left (or a flush waits): the writer task goes on
@@ -414,6 +429,13 @@ class PipeDriver:
                 if not self.closed:
                     async with trio.open_nursery() as nursery:
                         nursery.start_soon(self._until_failure, self._writer, nursery.cancel_scope)
+                        keepalive = getattr(self.conn, "keepalive", None)  # (ws: PINGs a silent peer)
+                        if keepalive is not None:
+                            nursery.start_soon(self._until_failure, partial(keepalive, self._busy),
+                                               nursery.cancel_scope)
+                        guard = self._window_guard_for()
+                        if guard is not None:
+                            nursery.start_soon(self._until_failure, guard, nursery.cancel_scope)
                         await self._until_failure(self._reader, nursery.cancel_scope)
         finally:  # also when the socket's task tree is cancelled around it
             await self._stopped()
@@ -424,7 +446,10 @@ class PipeDriver:
         with self.read_lock:  # no thread reads the connection from now on
             with self.lock:
                 self.closed = True
-                self.outbox.clear()
+                if self.tail is not None:
+                    self.orphans += unwritten(self.channel, self._tail_batch, len(self.tail))
+                self.orphans += self.outbox
+                self.outbox = []
                 self.tail = self.control = None
                 wake_fd = self.role_wake_fd
                 claimed = self.writing
@@ -440,6 +465,7 @@ class PipeDriver:
                 os.eventfd_write(wake_fd, 1)  # the role holder stops polling this pipe
             except OSError:
                 pass
+        self.unacked = kernel_unacked(self.conn)  # (before the connection is closed)
         self._notify_idle()
 
     async def _until_failure(self, loop: Any, scope: trio.CancelScope) -> None:
@@ -461,6 +487,11 @@ class PipeDriver:
             self._failure_noted = True
         if isinstance(exc, (RemoteProtocolError, MessageTooLarge)):
             self.note_protocol_error(self.pipe, exc)
+        elif isinstance(exc, OSError) and exc.errno == errno.ETIMEDOUT:
+            # The kernel's keepalive or user timeout, or the ws PINGs, gave up on it.
+            self.dead = True
+            log.info("%s: pipe %d to %s: the peer stopped answering (%s); closing it",
+                     self.name, self.pid, self.pipe.remote_address or "?", exc.strerror or exc)
         else:
             log.debug("%s: pipe %d closed: %s", self.name, self.pid, exc)
 
@@ -576,16 +607,33 @@ class PipeDriver:
                 await event.wait()
                 lingering = True
                 continue
+            stage = 0
+            self._in_write = True
+            event = self._guard_event
+            if event is not None:
+                self._guard_event = None
+                event.set()  # the window guard watches this write
             try:
                 # A chunk's rest first (it may end in the middle of a frame), then
                 # the control frame, then the payloads.
                 if tail is not None:
                     await channel.write_all(tail)
+                stage = 1
                 if control is not None:
                     await channel.write_all(control)
+                stage = 2
                 if batch:
                     await channel.write_all(channel.frame(batch))
+            except BaseException:
+                # The connection failed under the write: what never reached the
+                # kernel may still go out on another pipe (Socket._run_pipe).
+                if tail is not None and stage == 0:
+                    self.orphans += unwritten(channel, self._tail_batch, write_shortfall(channel))
+                if batch:
+                    self.orphans += batch if stage < 2 else unwritten(channel, batch, write_shortfall(channel))
+                raise
             finally:
+                self._in_write = False
                 with self.lock:
                     self.writing = False
             credit += len(batch)
@@ -594,6 +642,70 @@ class PipeDriver:
             # Keep lingering only for small flushes; a full outbox means the
             # sender outruns the socket, so write again at once.
             lingering = len(batch) < CALLER_BATCH
+
+    # -- dead-peer detection beside a full send buffer -----------------------------------
+    def _busy(self) -> bool:
+        """Silence from the peer proves nothing now: we read nothing (a full queue) or
+        our data waits for the peer's window (the window guard judges that case)."""
+        return self.paused or self._in_write
+
+    def _window_guard_for(self) -> Callable[[], Awaitable[None]] | None:
+        """The guard task of a TCP connection with a user timeout (dead_peer_timeout), or None."""
+        get = getattr(self.conn, "kernel_socket", None)
+        if get is None:
+            return None
+        sock = get()
+        try:
+            user_timeout = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT)
+        except (OSError, AttributeError):
+            return None
+        return partial(self._window_guard, sock, user_timeout) if user_timeout > 0 else None
+
+    async def _window_guard(self, sock: Any, user_timeout: int) -> None:
+        """Keep TCP_USER_TIMEOUT from cutting off a peer that is alive but not reading.
+
+        Linux ends a connection whose data waits longer than the user timeout even
+        when the peer answers every window probe, so a receiver that is only slow
+        (its queue full: back-pressure) would lose its pipe and what its kernel held.
+        While a write waits on a closed window, the user timeout is lifted and this
+        guard judges instead: a window probe unanswered for the user timeout means a
+        dead peer (ETIMEDOUT). The kernel backs its window probes off (up to 2
+        minutes apart), so a peer that vanishes during a long stall is found later
+        than one that vanishes while data flows. The timeout is put back as soon as
+        data flows; the guard sleeps while no write waits.
+        """
+        limit = user_timeout / 1000
+        interval = max(limit / 4, 0.25)
+        lifted = False
+        unanswered: float | None = None  # since when a window probe waits for its answer
+        while True:
+            if not self._in_write:
+                if lifted:
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, user_timeout)
+                    lifted = False
+                event = self._guard_event = trio.Event()
+                await event.wait()
+                continue
+            await trio.sleep(interval)
+            state = send_window_state(sock) if self._in_write else (False, False)
+            if state is None:
+                await trio.sleep_forever()  # (no TCP_INFO: the kernel's rules stand)
+            closed, probing = state
+            if not closed:
+                unanswered = None
+                if lifted:
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, user_timeout)
+                    lifted = False
+                continue
+            if not lifted:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, 0)
+                lifted = True
+            if not probing:
+                unanswered = None
+            elif unanswered is None:
+                unanswered = trio.current_time()
+            elif trio.current_time() - unanswered >= limit:
+                raise TimeoutError(errno.ETIMEDOUT, f"window probes unanswered for {limit:g} s")
 
     async def _linger(self) -> None:
         """Wait while a burst goes on, so the sender keeps writing full batches itself
@@ -626,6 +738,40 @@ class PipeDriver:
                     return
                 self._idle_event = event = trio.Event()
             await event.wait()
+
+
+def kernel_unacked(conn: Any) -> int | None:
+    """Bytes the connection's kernel socket holds unacknowledged (None: unknown)."""
+    sock = getattr(conn, "kernel_socket", None)
+    return None if sock is None else unacked_bytes(sock())
+
+
+def write_shortfall(channel: Any) -> int:
+    """Bytes of the chunk whose ``write_all`` failed that never reached the kernel,
+    where the connection counts them; 0 where it does not (a TLS stream): its
+    messages are then taken as sent, never sent twice."""
+    counted = getattr(channel, "unwritten_bytes", None)
+    left = counted() if counted is not None else None
+    return 0 if left is None else int(left)
+
+
+def unwritten(channel: Any, batch: list[bytes], left: int) -> list[bytes]:
+    """The messages of ``batch`` whose frames lie wholly within the last ``left``
+    bytes of its chunk (the part never written), in order. Only a failing pipe pays
+    for this: each message is framed once more to learn its size."""
+    if left <= 0 or not batch:
+        return []
+    sizes = [len(channel.frame([p])) for p in batch]
+    if sum(sizes) > left:
+        total = 0
+        first = len(batch)
+        for i in range(len(batch) - 1, -1, -1):
+            total += sizes[i]
+            if total > left:
+                break
+            first = i
+        return batch[first:]
+    return list(batch)
 
 
 async def wait_out_burst(

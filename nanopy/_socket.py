@@ -35,7 +35,7 @@ from ._poller import Pollable
 from ._registry import protocols as _protocols
 from ._registry import transports as _transports
 from ._requests import RequestMethods
-from ._stats import SocketStats
+from ._stats import PipeLosses, SocketStats
 from ._util import DEFAULT as _DEFAULT
 from ._util import as_bytes
 from ._waiters import WaitQueue
@@ -104,6 +104,7 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
         self._pipes_changed = threading.Condition(threading.Lock())  # for nanopy.testing
         # counters (stats) kept outside the core's rounds
         self._connects = self._disconnects = 0
+        self._losses = PipeLosses()
         self._reconnects = self._protocol_errors = self._too_large = 0
         for key, value in options.items():
             if key not in _OPTION_NAMES:
@@ -175,7 +176,7 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
 
     def _option_changed(self, name: str) -> None:
         """Hook for options that must reach running parts."""
-        if name in ("recv_max_size", "tcp_nodelay", "handshake_timeout"):
+        if name in ("recv_max_size", "tcp_nodelay", "handshake_timeout", "dead_peer_timeout"):
             # Listeners made their context at bind time; pipes accepted from now
             # on must see the new value (dialers build a context per dial).
             for ep in list(getattr(self, "_endpoints", ())):
@@ -302,7 +303,7 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
             peer_name=core.peer_name,
             recv_max_size=opts.recv_max_size,
             handshake_timeout=opts.handshake_timeout,
-            options={"tcp_nodelay": opts.tcp_nodelay, **ep.options},
+            options={"tcp_nodelay": opts.tcp_nodelay, "dead_peer_timeout": opts.dead_peer_timeout, **ep.options},
         )
 
     # -- pipes (engine thread) -----------------------------------------------------
@@ -330,7 +331,8 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
                 await driver.run()
             finally:
                 self._disconnects += 1
-                self._driver.remove_pipe(pipe.id)
+                requeued = self._driver.remove_pipe(pipe.id, driver.orphans)
+                self._losses.pipe_ended(driver, requeued)
                 self._notify_pipes_changed()
                 self._call_pipe_callbacks(self._removed_callbacks, pipe, accept=False)
         finally:
@@ -740,6 +742,7 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
             reconnect_attempts=self._reconnects,
             protocol_errors=self._protocol_errors + core.protocol_errors,
             messages_too_large=self._too_large,
+            **self._losses.as_dict(),
         )
 
     def on_pipe_added(self, callback: Callable[[Pipe], Any]) -> None:

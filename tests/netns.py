@@ -114,6 +114,18 @@ class Process:
             if match:
                 return match
 
+    def drain(self) -> list[str]:
+        """Every line read so far (those ``expect`` passed over too), without waiting."""
+        while True:
+            try:
+                line = self.lines.get_nowait()
+            except queue.Empty:
+                return self.seen
+            if line is None:
+                self.lines.put(None)
+                return self.seen
+            self.seen.append(line)
+
     def send(self, line: str) -> None:
         """Write one command line to the process's stdin."""
         assert self.popen.stdin is not None

@@ -20,6 +20,7 @@ class Push0(LoadBalancing):
     name = "push"
     peer_name = "pull"
     receives = False
+    requeues = True  # a dead pipe's unwritten messages go to the other PULLs
 
     # send: LoadBalancing.send (one pipe, WouldBlock without credit)
 

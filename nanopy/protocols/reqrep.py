@@ -26,7 +26,8 @@ Each request goes through this state table (``REQUEST_TABLE``)::
     queued   cancel    -> idle    abandoned (timeout, cancel, newer classic send)
     sent     reply     -> done    matching id: the reply is kept for its caller
     sent     pipe_lost -> queued  that pipe died: resent at once on another
-    sent     resend    -> queued  no reply after resend_interval: sent again
+    sent     resend    -> queued  no reply after resend_interval: sent again,
+                                  on another pipe when one can take it
     sent     cancel    -> idle
     done     take      -> idle    the caller takes the reply
     done     cancel    -> idle
@@ -137,6 +138,7 @@ class XReq0(LoadBalancing, BacktraceQueuing):
     peer_name = "rep"
     hop_limit = 255  # replies shrink on the way back: no hop limit to enforce here
     malformed = "raw req: reply without a request id word"
+    requeues = True  # a dead pipe's unwritten requests go to the other REPs
 
     def __init__(self, options: Any, raw: bool = True) -> None:
         super().__init__(options, True)
@@ -157,6 +159,9 @@ class Req0(RawVariant, LoadBalancing):
     peer_name = "rep"
     raw_class = XReq0
     per_caller_recv = True
+
+    def requeue(self, payloads: list[bytes]) -> int:
+        return 0  # remove_pipe already resends every request the pipe carried
 
     def __init__(self, options: Any, raw: bool = False) -> None:
         super().__init__(options, False)
@@ -272,7 +277,8 @@ class Req0(RawVariant, LoadBalancing):
             req = requests.get(rid)
             if req is None or req.state is not RequestState.QUEUED:
                 continue  # cancelled or answered meanwhile
-            pid = lb.take()
+            # A resend goes elsewhere when it can (req.pid: the last attempt's pipe).
+            pid = lb.take() if req.pid is None else lb.take_other(req.pid)
             self._transmit(req, pid)  # type: ignore[arg-type]
 
     def timer_fired(self, key: Any) -> None:

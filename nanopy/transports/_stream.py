@@ -12,8 +12,11 @@ socket (:class:`SocketIO`), the TLS transport from a :class:`trio.SSLStream`.
 from __future__ import annotations
 
 import errno
+import fcntl
 import logging
 import socket
+import sys
+import termios
 from typing import Any
 
 import trio
@@ -39,6 +42,33 @@ _ONE_CONNECTION = frozenset(
 log = logging.getLogger("nanopy")
 
 
+def unacked_bytes(sock: Any) -> int | None:
+    """Bytes written to ``sock`` that its peer has not acknowledged (Linux SIOCOUTQ;
+    still right after the connection failed); None where the kernel does not say."""
+    outq = getattr(termios, "TIOCOUTQ", None)  # (SIOCOUTQ has the same number)
+    if outq is None or sock is None:
+        return None
+    try:
+        buf = fcntl.ioctl(sock.fileno(), outq, b"\0\0\0\0")
+    except (OSError, ValueError):
+        return None
+    return int.from_bytes(buf, sys.byteorder, signed=True)
+
+
+def send_window_state(sock: Any) -> tuple[bool, bool] | None:
+    """``(closed, probing)`` for a TCP socket (Linux TCP_INFO): whether the peer's
+    receive window holds our data back (bytes queued, none in flight), and whether
+    a window probe is out unanswered; None where the kernel does not say."""
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+    except (OSError, AttributeError, ValueError):
+        return None
+    if len(info) < 28:
+        return None
+    in_flight = int.from_bytes(info[24:28], sys.byteorder)  # tcpi_unacked (segments)
+    return in_flight == 0 and bool(unacked_bytes(sock)), info[3] > 0  # (tcpi_probes)
+
+
 def close_socket(sock: socket.socket) -> None:
     """Wake trio tasks waiting on ``sock``, then close it."""
     try:
@@ -56,17 +86,30 @@ class SocketIO:
         self._sock = sock
         self._drained = False
         self._closed = False
+        self._unwritten = 0
+
+    def kernel_socket(self) -> socket.socket:
+        """The TCP (or Unix) socket underneath, for the kernel's counters."""
+        return self._sock
+
+    def unwritten_bytes(self) -> int | None:
+        """How many bytes of the chunk whose write failed never reached the kernel."""
+        return self._unwritten
 
     async def _send_all(self, data: bytes | memoryview) -> None:
         sock = self._sock
         view = memoryview(data)
-        while view:
-            try:
-                n = sock.send(view)
-            except (BlockingIOError, InterruptedError):
-                await trio.lowlevel.wait_writable(sock)
-                continue
-            view = view[n:]
+        try:
+            while view:
+                try:
+                    n = sock.send(view)
+                except (BlockingIOError, InterruptedError):
+                    await trio.lowlevel.wait_writable(sock)
+                    continue
+                view = view[n:]
+        except BaseException:
+            self._unwritten = len(view)  # (what a dead pipe's driver may still send elsewhere)
+            raise
         await trio.lowlevel.checkpoint()
 
     async def _recv_some(self, size: int) -> bytes:

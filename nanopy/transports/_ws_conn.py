@@ -15,6 +15,7 @@ parsed by ``receive`` with the same rules as any later read.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import struct
@@ -246,6 +247,21 @@ class WsConnection(ChannelConnection):
         self._unanswered = 0  # PINGs that arrived while our last PONG waited to be written
         self._broken = False  # a write was cut short: no more frames on this stream
         self._direct = channel.send_nowait
+        # Dead-peer detection (docs/partitions.md): PING a silent peer, give up on one
+        # silent for dead_peer_timeout. ``keepalive`` is the pipe's extra task, or None.
+        self._silence = ctx.options.get("dead_peer_timeout")
+        self.keepalive = self._keepalive if self._silence is not None else None
+        self._heard = 0.0  # when bytes last came from the peer (trio clock)
+        self._ping: bytes | None = None  # our PING, until the peer is heard again
+        self._pong: bytes | None = None  # the last PONG we handed the pipe
+        self._pings_sent = 0
+
+    def kernel_socket(self) -> Any:
+        return self._chan.kernel_socket()
+
+    def unwritten_bytes(self) -> int | None:
+        counted = getattr(self._chan, "unwritten_bytes", None)
+        return None if counted is None else counted()
 
     @property
     def subprotocol(self) -> str | None:
@@ -397,7 +413,9 @@ class WsConnection(ChannelConnection):
         if self._control is None:  # no pipe runs this connection: aclose writes it
             self._unsent.append(pong)
             return
-        if self._control(pong):
+        self._pong = pong
+        # (our own PING goes along while unanswered: a control frame replaces an unwritten one)
+        if self._control(pong + self._ping if self._ping is not None else pong):
             self._unanswered += count  # our last PONG was still unwritten
         else:
             self._unanswered = 0
@@ -407,6 +425,40 @@ class WsConnection(ChannelConnection):
             self._error = RemoteProtocolError(
                 f"{self.remote_address} sent {unanswered} PINGs while reading none of our frames"
             )
+
+    # -- dead-peer detection -----------------------------------------------------------
+    async def _keepalive(self, busy: Callable[[], bool]) -> None:
+        """PING the peer once it was silent for half of ``dead_peer_timeout`` (again
+        each half while it stays silent); fail the connection (TimeoutError,
+        ETIMEDOUT) once it was silent for all of it. Any frame counts as a sign of
+        life, so a pipe that carries traffic sends no PINGs. While ``busy()`` -- the
+        pipe reads nothing (its queue is full) or waits to write (the peer's window
+        is closed; the pipe's window guard watches that) -- silence proves nothing
+        and is not counted."""
+        timeout = self._silence
+        assert timeout is not None
+        quiet = timeout / 2
+        pinged = self._heard = trio.current_time()
+        while True:
+            now = trio.current_time()
+            if busy():
+                self._heard = now
+            silent = now - self._heard
+            if silent >= timeout:
+                raise TimeoutError(errno.ETIMEDOUT, f"no WebSocket frame from {self.remote_address} "
+                                   f"in {timeout:g} s (PINGs unanswered)")
+            if silent >= quiet and now - pinged >= quiet and self._control is not None:
+                pinged = now
+                self._send_ping()
+            wait = quiet - silent if silent < quiet else min(timeout - silent, quiet)
+            await trio.sleep(max(wait, 0.01))
+
+    def _send_ping(self) -> None:
+        self._pings_sent += 1
+        ping = self._ping = Frame(Opcode.PING, b"np%d" % self._pings_sent).serialize(mask=self._client)
+        assert self._control is not None
+        if self._control(ping) and self._pong is not None:
+            self._control(self._pong + ping)  # it replaced an unwritten PONG: keep that too
 
     # -- reading --------------------------------------------------------------------
     async def receive(self) -> list[bytes]:
@@ -455,6 +507,8 @@ class WsConnection(ChannelConnection):
         cut = False
         msgs: list[bytes] = []
         if data:
+            self._heard = trio.current_time()
+            self._ping = None  # the peer is alive: no PING owed
             # In slices: websockets makes an object per frame, so a read full of
             # tiny frames would cost ~30x its size at once if parsed in one go.
             view = memoryview(data)

@@ -32,7 +32,7 @@ from ._ws_conn import (
     read_head,
     ws_log,
 )
-from .tcp import bind_tcp_socket, format_host_port, peer_text, set_nodelay
+from .tcp import bind_tcp_socket, configure_tcp_socket, format_host_port, peer_text
 from .tls import CLOSE_TIMEOUT, StreamChannel, tls_server
 
 log = logging.getLogger("nanopy")
@@ -128,7 +128,7 @@ class PortServer:
                 # Like a refused TCP port: the client asked for nothing served here.
                 await _answer(chan, 404, "Not Found")
                 return
-            set_nodelay(sock, listener.ctx)
+            configure_tcp_socket(sock, listener.ctx)
             conn = WsConnection(
                 chan, listener.ctx, peer, proto=proto, request=request, early=early, deadline=deadline
             )

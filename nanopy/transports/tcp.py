@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import math
 import socket
 from typing import Any
 
@@ -132,19 +133,71 @@ def bind_tcp_socket(url: str, scheme: str) -> socket.socket:
     return sock
 
 
-def set_nodelay(sock: socket.socket, ctx: PipeContext) -> None:
+#: the longest a TCP connect may wait for the peer's SYN-ACK while dead-peer
+#: detection is on: a dialer whose peer vanished tries again (after its back-off)
+#: instead of waiting out the kernel's SYN retries (about two minutes), so it
+#: finds the peer within ``reconnect_interval_max`` + this of its return.
+CONNECT_TIMEOUT_MAX = 2.0
+
+
+def keepalive_settings(timeout: float) -> tuple[int, int, int, int]:
+    """TCP keepalive ``(idle, interval, count)`` in whole seconds and TCP_USER_TIMEOUT
+    in milliseconds for ``dead_peer_timeout``.
+
+    Linux closes a connection whose data stays unacknowledged for the user timeout,
+    and an idle one at the first keepalive tick (``idle``, then every ``interval``)
+    at which the peer has been silent for the user timeout. The kernel's timers are
+    coarse, so from 3 s on the user timeout is one interval short of ``timeout``
+    and the ticks land on it: a vanished peer is given up on within ``timeout``.
+    Without TCP_USER_TIMEOUT (other systems) ``idle + interval * count`` is the same
+    time. The kernel counts whole seconds: at least 2 s.
+    """
+    whole = max(2, int(timeout))
+    if whole < 3:
+        return 1, 1, 1, int(min(timeout, 2.0) * 1000)  # (an idle pipe: 2 s at best)
+    interval = max(1, whole // 6)
+    user = whole - interval  # the ticks idle + k * interval land on it
+    count = max(1, min(3, (user - 1) // interval))
+    return user - count * interval, interval, count, int(timeout * 1000) - interval * 1000
+
+
+def configure_tcp_socket(sock: socket.socket, ctx: PipeContext) -> None:
+    """Per-connection options of every TCP-based pipe (tcp, tls+tcp, ws, wss), dialed
+    or accepted: TCP_NODELAY, and dead-peer detection (docs/partitions.md) -- keepalive
+    probes for an idle connection and TCP_USER_TIMEOUT for data the peer does not
+    acknowledge, both from ``dead_peer_timeout``. Nothing changes on the wire."""
     if ctx.options.get("tcp_nodelay", True):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    timeout = ctx.options.get("dead_peer_timeout")
+    if timeout is None:
+        return
+    idle, interval, count, user_timeout = keepalive_settings(timeout)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (("TCP_KEEPIDLE", idle), ("TCP_KEEPINTVL", interval), ("TCP_KEEPCNT", count),
+                        ("TCP_USER_TIMEOUT", user_timeout)):
+        option = getattr(socket, name, None)
+        if option is not None:  # (Linux has them all; other systems some)
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
+
+
+def connect_timeout(ctx: PipeContext) -> float | None:
+    timeout = ctx.options.get("dead_peer_timeout")
+    return None if timeout is None else min(timeout, CONNECT_TIMEOUT_MAX)
 
 
 async def dial_tcp_socket(url: str, scheme: str, ctx: PipeContext) -> tuple[socket.socket, str]:
     """A connected TCP socket for ``url`` and the peer's address as text."""
     host, port = split_host_port(url, scheme, bind=False)
     last: OSError | None = None
+    limit = connect_timeout(ctx)
     for family, addr in await resolve(host, port):
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
-            await connect_socket(sock, addr)
+            configure_tcp_socket(sock, ctx)
+            with trio.move_on_after(limit if limit is not None else math.inf) as scope:
+                await connect_socket(sock, addr)
+            if scope.cancelled_caught:
+                raise TimeoutError(f"connect to {peer_text(addr)}: no answer in {limit:g} s")
         except OSError as exc:
             sock.close()
             last = exc
@@ -152,16 +205,16 @@ async def dial_tcp_socket(url: str, scheme: str, ctx: PipeContext) -> tuple[sock
         except BaseException:
             sock.close()
             raise
-        set_nodelay(sock, ctx)
         return sock, peer_text(addr)
     raise last or OSError(f"cannot resolve {host!r}")
 
 
 class TcpListener(StreamListener):
-    """Accepted sockets get TCP_NODELAY (per the socket option) and a ``host:port`` peer."""
+    """Accepted sockets get TCP_NODELAY and dead-peer detection (per the socket
+    options) and a ``host:port`` peer."""
 
     def configure(self, conn_sock: socket.socket) -> None:
-        set_nodelay(conn_sock, self._ctx)
+        configure_tcp_socket(conn_sock, self._ctx)
 
     def describe_peer(self, addr: object) -> str:
         return peer_text(addr)

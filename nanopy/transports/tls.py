@@ -95,6 +95,10 @@ class StreamChannel:
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                     pass
 
+    def kernel_socket(self) -> Any:
+        """The TCP socket under the TLS session, for the kernel's counters."""
+        return self.stream.transport_stream.socket
+
     async def recv(self, size: int) -> bytes:
         try:
             return bytes(await self.stream.receive_some(size))
@@ -175,6 +179,9 @@ class TlsConnection(FramedConnection):
     def __init__(self, channel: StreamChannel, ctx: PipeContext, remote_address: str) -> None:
         super().__init__(ctx, False, remote_address)
         self._chan = channel
+
+    def kernel_socket(self) -> Any:
+        return self._chan.kernel_socket()
 
     async def handshake(self) -> None:
         await self._chan.start()  # TLS first, then the SP header exchange inside it

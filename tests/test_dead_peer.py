@@ -1,0 +1,322 @@
+"""Dead-peer detection and what a dying pipe saves, on loopback (issue 23; the
+silent-partition cases across hosts are in tests/test_multihost_partitions.py).
+
+* the option and the kernel settings it makes on dialed and accepted sockets;
+* a WebSocket peer that goes silent is found by our PINGs (the kernel still
+  acknowledges it, so only the PINGs can tell), and a live idle one is not;
+* PUSH: the messages a dying pipe had not handed to the kernel go to the other
+  pipe, in order; only what the kernel held is lost, and stats() says so;
+* REQ: a resend goes to another pipe than the unanswering one.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import socket
+import struct
+import threading
+import time
+from typing import Any
+
+import pytest
+
+import nanopy
+from nanopy.testing import wait_no_pipes, wait_pipes
+from nanopy.transports.tcp import keepalive_settings
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_option_defaults_and_validation() -> None:
+    with nanopy.Socket("pair") as sock:
+        assert sock.dead_peer_timeout == 10.0
+        sock.dead_peer_timeout = None
+        assert sock.dead_peer_timeout is None
+        sock.dead_peer_timeout = 2
+        assert sock.dead_peer_timeout == 2.0
+        with pytest.raises(ValueError, match="dead_peer_timeout"):
+            sock.dead_peer_timeout = 0
+        with pytest.raises(TypeError, match="dead_peer_timeout"):
+            sock.dead_peer_timeout = "2"  # type: ignore[assignment]
+
+
+@pytest.mark.parametrize("timeout", [2, 2.5, 3, 5, 10, 10.5, 15, 60, 3600])
+def test_keepalive_ticks_land_within_the_timeout(timeout: float) -> None:
+    idle, interval, count, user_ms = keepalive_settings(timeout)
+    assert idle >= 1 and interval >= 1 and count >= 1
+    assert user_ms <= timeout * 1000
+    # Linux gives up at the first tick at or after the user timeout; elsewhere after the count.
+    ticks = [idle + k * interval for k in range(1, 1000)]
+    assert next(t for t in ticks if t * 1000 >= user_ms) <= timeout
+    assert idle + count * interval <= timeout
+
+
+def _kernel_sockets(sock: nanopy.Socket) -> list[socket.socket]:
+    return [d.conn.kernel_socket() for d in sock._driver.pipe_drivers()]  # type: ignore[attr-defined]
+
+
+def _bind_and_connect(a: nanopy.Socket, b: nanopy.Socket, scheme: str) -> None:
+    if scheme in ("tls+tcp", "wss"):
+        from tls_certs import tls_files
+
+        t = tls_files()
+        url = a.bind(f"{scheme}://127.0.0.1:0", ssl_context=t.server_ctx).url
+        b.connect(url.replace("127.0.0.1", "localhost"), ssl_context=t.client_ctx)  # (the name in the cert)
+    else:
+        b.connect(a.bind(f"{scheme}://127.0.0.1:0").url)
+    wait_pipes(a)
+    wait_pipes(b)
+
+
+@pytest.mark.parametrize("scheme", ["tcp", "ws", "tls+tcp", "wss"])
+def test_dialed_and_accepted_sockets_get_keepalive_and_user_timeout(scheme: str) -> None:
+    with nanopy.Socket("pair", dead_peer_timeout=10) as a, nanopy.Socket("pair") as b:
+        b.dead_peer_timeout = 10
+        _bind_and_connect(a, b, scheme)
+        for ks in _kernel_sockets(a) + _kernel_sockets(b):
+            assert ks.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+            assert ks.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 6
+            assert ks.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 9000
+    with nanopy.Socket("pair", dead_peer_timeout=None) as a, nanopy.Socket("pair", dead_peer_timeout=None) as b:
+        _bind_and_connect(a, b, scheme)
+        for ks in _kernel_sockets(a) + _kernel_sockets(b):
+            assert ks.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 0
+
+
+def _silent_ws_server(listener: socket.socket, accepted: list[socket.socket]) -> None:
+    """Answer one WebSocket upgrade for the pair protocol, then read and say nothing."""
+    conn, _ = listener.accept()
+    accepted.append(conn)
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += conn.recv(4096)
+    key = next(line.split(b":", 1)[1].strip() for line in head.split(b"\r\n")
+               if line.lower().startswith(b"sec-websocket-key"))
+    accept = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+    conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                 b"Sec-WebSocket-Accept: " + accept + b"\r\nSec-WebSocket-Protocol: pair.sp.nanomsg.org\r\n\r\n")
+    try:
+        while conn.recv(4096):  # the PINGs arrive and are never answered
+            pass
+    except OSError:
+        pass
+
+
+def test_silent_websocket_peer_is_found_by_pings(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="nanopy")
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    server = threading.Thread(target=_silent_ws_server, args=(listener, accepted), daemon=True)
+    server.start()
+    try:
+        with nanopy.Socket("pair", dead_peer_timeout=1, reconnect_interval=30) as sock:
+            sock.connect(f"ws://127.0.0.1:{listener.getsockname()[1]}/")
+            wait_pipes(sock)
+            started = time.monotonic()
+            wait_no_pipes(sock, timeout=10)
+            took = time.monotonic() - started
+            assert 0.8 < took < 3.0
+            assert sock.stats().dead_pipes == 1
+        dead = [r for r in caplog.records if "stopped answering" in r.getMessage()]
+        assert len(dead) == 1 and dead[0].levelno == logging.INFO
+        assert f"127.0.0.1:{listener.getsockname()[1]}" in dead[0].getMessage()
+    finally:
+        listener.close()
+        for conn in accepted:
+            conn.close()
+
+
+def test_live_idle_websocket_pipe_stays() -> None:
+    with nanopy.Socket("pair", dead_peer_timeout=1) as a, nanopy.Socket("pair", dead_peer_timeout=1) as b:
+        a.bind("ws://127.0.0.1:0")
+        b.connect(a.endpoints[0].url)
+        wait_pipes(b)
+        removed = threading.Event()
+        b.on_pipe_removed(lambda pipe: removed.set())
+        assert not removed.wait(3.0)  # three timeouts of silence: PINGs and PONGs keep it
+        b.send(b"still here")
+        assert a.recv(timeout=5) == b"still here"
+        assert a.stats().dead_pipes == b.stats().dead_pipes == 0
+
+
+def test_nng_answers_our_pings() -> None:
+    """An idle ws pipe to NNG (pynng) outlives several timeouts: NNG answers the PINGs."""
+    from peers import free_tcp_port, pynng_socket
+
+    url = f"ws://127.0.0.1:{free_tcp_port()}/"
+    with pynng_socket("Pair0", listen=url) as peer, nanopy.Socket("pair", dead_peer_timeout=1) as sock:
+        sock.connect(url)
+        wait_pipes(sock)
+        removed = threading.Event()
+        sock.on_pipe_removed(lambda pipe: removed.set())
+        assert not removed.wait(3.0)
+        assert all(d.conn._pings_sent >= 2 for d in sock._driver.pipe_drivers())  # type: ignore[attr-defined]
+        sock.send(b"after the silence")
+        assert peer.recv() == b"after the silence"
+        assert sock.stats().dead_pipes == 0
+
+
+@pytest.mark.parametrize("scheme", ["tcp", "ws"])
+def test_slow_reader_keeps_its_pipe(scheme: str) -> None:
+    """Back-pressure is not death: a PULL that reads nothing for four timeouts (its
+    queue full, its window closed, our writes waiting) keeps its pipe and gets every
+    message -- though Linux's user timeout would end a connection whose data waits."""
+    with nanopy.Socket("push", dead_peer_timeout=1, send_timeout=0.3) as push, \
+            nanopy.Socket("pull", dead_peer_timeout=1, recv_buffer=8) as pull:
+        push.connect(pull.bind(f"{scheme}://127.0.0.1:0").url)
+        wait_pipes(push)
+        body = b"y" * 60000
+        sent = 0
+        while True:  # until every buffer on the way is full
+            try:
+                push.send(b"%06d" % sent + body)
+            except nanopy.Timeout:
+                break
+            sent += 1
+        removed = threading.Event()
+        push.on_pipe_removed(lambda pipe: removed.set())
+        pull.on_pipe_removed(lambda pipe: removed.set())
+        assert not removed.wait(4.0)
+        got = [int(pull.recv(timeout=5)[:6]) for _ in range(sent)]
+        assert got == list(range(sent))
+        assert push.stats().dead_pipes == pull.stats().dead_pipes == 0
+
+
+def _sp_handshake(conn: socket.socket, protocol: int) -> None:
+    conn.sendall(b"\x00SP\x00" + struct.pack("!H", protocol) + b"\x00\x00")
+    got = b""
+    while len(got) < 8:
+        got += conn.recv(8 - len(got))
+
+
+def test_push_requeues_what_a_dying_pipe_never_wrote() -> None:
+    """A PULL that reads nothing (priority 1) holds PUSH's messages in the kernel and
+    then in its pipe's queue; when it resets, the queued ones go to the other PULL,
+    in order, and only the kernel's part is lost (and counted)."""
+    stuck = socket.create_server(("127.0.0.1", 0))
+    with nanopy.Socket("push", send_buffer=200, send_timeout=0.5) as push, nanopy.Socket("pull") as pull:
+        pull.bind("tcp://127.0.0.1:0")
+        push.connect(f"tcp://127.0.0.1:{stuck.getsockname()[1]}", priority=1)
+        conn, _ = stuck.accept()
+        _sp_handshake(conn, 0x51)
+        wait_pipes(push)
+        body = b"x" * 64000
+        count = 0
+        # Fill the stuck pipe: the kernel's buffers, then its queue, until no credit is left.
+        while True:
+            try:
+                push.send(b"%06d" % (count + 1) + body)
+            except nanopy.Timeout:
+                break
+            count += 1
+        push.connect(pull.endpoints[0].url, priority=2)
+        wait_pipes(push, 2)
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()  # RST: the pipe dies with its queue full
+        wait_pipes(push, 1)
+        got = []
+        while True:
+            try:
+                got.append(int(pull.recv(timeout=2)[:6]))
+            except nanopy.Timeout:
+                break
+        stats = push.stats()
+        assert stats.messages_requeued > 0
+        assert got == list(range(got[0], count + 1)), "the requeued messages arrived out of order or with gaps"
+        assert len(got) == stats.messages_requeued
+        lost = got[0] - 1  # the first messages: in the kernels when the peer reset
+        assert lost > 0 and lost * len(body) < 16 << 20
+    stuck.close()
+
+
+def test_req_resend_goes_to_another_pipe() -> None:
+    with nanopy.Socket("rep") as mute, nanopy.Socket("rep") as good, \
+            nanopy.Socket("req", resend_interval=0.3) as req:
+        mute.bind("tcp://127.0.0.1:0")
+        good.bind("tcp://127.0.0.1:0")
+        req.connect(mute.endpoints[0].url, priority=1)
+        req.connect(good.endpoints[0].url, priority=2)
+        wait_pipes(req, 2)
+
+        def answer() -> None:
+            msg = good.recv_msg(timeout=10)
+            msg.reply(b"from good")
+
+        helper = threading.Thread(target=answer)
+        helper.start()
+        assert req.request(b"hello", timeout=5) == b"from good"
+        helper.join()
+        assert mute.recv(timeout=1) == b"hello"  # the first attempt went to the preferred pipe
+
+
+# -- the cores' side of it (Sans-I/O) -------------------------------------------------------
+def _core(cls: type) -> object:
+    from nanopy._options import new_options
+
+    return cls(new_options(cls.name))
+
+
+def _transmits(core: object) -> list[tuple[int, bytes]]:
+    from nanopy._core import TRANSMIT
+
+    actions = core.actions  # type: ignore[attr-defined]
+    out = [(a[1], a[2]) for a in actions if a[0] == TRANSMIT]
+    actions.clear()
+    return out
+
+
+@pytest.mark.parametrize("kind", ["push", "xreq"])
+def test_core_requeue_holds_what_no_pipe_can_take_and_sends_it_first(kind: str) -> None:
+    from nanopy._core import PipeInfo
+    from nanopy._errors import WouldBlock
+    from nanopy.protocols.pipeline import Push0
+    from nanopy.protocols.reqrep import XReq0
+
+    core: Any = _core(Push0 if kind == "push" else XReq0)
+    core.add_pipe(PipeInfo(1, "a", 1, 8), 2)
+    core.add_pipe(PipeInfo(2, "b", 2, 8), 2)
+    core.send(b"m1")
+    core.send(b"m2")
+    _transmits(core)
+    core.remove_pipe(1)
+    assert core.requeue([b"o1", b"o2", b"o3"]) == 3
+    assert _transmits(core) == [(2, b"o1"), (2, b"o2")]  # pipe 2's credit
+    assert core.holding and not core.can_send()
+    with pytest.raises(WouldBlock):
+        core.send(b"new")  # a new message waits behind the held one
+    core.pipe_credit(2, 2)
+    assert _transmits(core) == [(2, b"o3")]
+    assert not core.holding and "send" not in vars(core)  # the usual methods are back
+    core.send(b"new")
+    assert _transmits(core) == [(2, b"new")]
+
+
+def test_cores_that_must_not_requeue_take_nothing() -> None:
+    from nanopy._core import PipeInfo
+    from nanopy.protocols.pair import Pair0
+    from nanopy.protocols.reqrep import Rep0, Req0
+
+    for cls in (Req0, Rep0, Pair0):
+        core: Any = _core(cls)
+        core.add_pipe(PipeInfo(1, "a", 8, 8), 4)
+        assert core.requeue([b"x"]) == 0 and not core.holding
+
+
+def test_req_resend_after_resend_interval_avoids_the_last_pipe() -> None:
+    from nanopy._core import PipeInfo
+    from nanopy.protocols.reqrep import RESEND_TICKS, Req0
+
+    core: Any = _core(Req0)
+    core.options.resend_interval = 1.0
+    core.add_pipe(PipeInfo(1, "best", 1, 8), 8)
+    core.add_pipe(PipeInfo(2, "other", 2, 8), 8)
+    core.start_request(b"q")
+    assert [pid for pid, _ in _transmits(core)] == [1]
+    for _ in range(RESEND_TICKS + 1):
+        core.timer_fired("resend-tick")
+    assert [pid for pid, _ in _transmits(core)] == [2]  # not the preferred pipe that said nothing
+    for _ in range(RESEND_TICKS + 1):
+        core.timer_fired("resend-tick")
+    assert [pid for pid, _ in _transmits(core)] == [1]  # and back: never twice on the same pipe
