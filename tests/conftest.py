@@ -27,7 +27,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "spark: needs a local SparkSession")
     config.addinivalue_line("markers", "cluster: starts a Spark standalone cluster on loopback")
     config.addinivalue_line("markers", "fault: fault-injection tier; skip with -m 'not fault'")
-    config.addinivalue_line("markers", "multihost: test hosts in network namespaces (root); skip with -m 'not multihost'")
+    config.addinivalue_line(
+        "markers", "multihost: test hosts in network namespaces (root); skip with -m 'not multihost'"
+    )
 
 
 def bind_url(transport: str, tag: str = "t") -> str:
