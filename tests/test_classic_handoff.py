@@ -179,6 +179,24 @@ def test_send_in_one_thread_recv_in_another_with_pynng_rep(make_socket: MakeSock
             assert received() == b"re:q%d" % n
 
 
+@pytest.mark.interop
+def test_handoff_across_a_dying_pynng_rep(make_socket: MakeSocket) -> None:
+    req = make_socket("req", recv_timeout=20)
+    url = req.bind("tcp://127.0.0.1:0").url
+    with pynng_socket("Rep0", recv_timeout=10000) as first:
+        first.dial(url, block=True)
+        wait_pipes(req)
+        req.send(b"again")
+        assert first.recv() == b"again"
+        received = in_thread(req.recv)
+        with pynng_socket("Rep0", recv_timeout=10000) as second:
+            second.dial(url, block=True)
+            wait_pipes(req, 2)
+            first.close()  # dies holding the request: REQ resends at once on the other pipe
+            second.send(b"re:" + second.recv())
+            assert received() == b"re:again"
+
+
 @pytest.mark.parametrize("protocol", ["rep", "respondent"])
 def test_recv_in_one_thread_send_in_another(make_socket: MakeSocket, protocol: str) -> None:
     peer_protocol = "req" if protocol == "rep" else "surveyor"
