@@ -8,7 +8,8 @@ Generic on purpose (shared by every interop test file):
 * :func:`parse_msgpack_bins` splits ``--msgpack`` output into message bodies (it keeps
   empty messages visible, unlike ``--raw``);
 * :func:`free_tcp_url` picks a loopback port for a tool that must listen;
-* :func:`pynng_socket` opens a pynng socket and always closes it.
+* :func:`pynng_socket` opens a pynng socket and always closes it, after ours
+  (:func:`close_pynng_last`: NNG's ws pipe close can race a peer's and abort).
 
 Known tool quirks (nanomsg-utils 1.1.5, nng-utils 1.5.2):
 
@@ -217,13 +218,56 @@ def free_tcp_url(host: str = "127.0.0.1") -> str:
     return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
 
 
+#: how long a pynng socket's close waits for its pipes to go once ours are closed
+PYNNG_PIPES_GONE = 3.0
+
+
 @contextmanager
 def pynng_socket(kind: str, **options: Any) -> Iterator[Any]:
-    """Open ``pynng.<kind>(**options)`` (e.g. ``"Pull0"``), closing it at exit."""
+    """Open ``pynng.<kind>(**options)`` (e.g. ``"Pull0"``) and close it at exit, ours first.
+
+    NNG 1.5's close of a pipe whose peer closes at the same moment can abort the
+    process (SIGABRT inside its ws pipe close). So the exit closes our side first
+    (:func:`close_pynng_last`) and the pynng socket last, when it has no pipe of
+    ours left to race on.
+    """
     pynng = pytest.importorskip("pynng")
     sock = getattr(pynng, kind)(**options)
     try:
         yield sock
+    finally:
+        close_pynng_last(sock)
+
+
+def _address(pipe: Any) -> str | None:
+    try:
+        return str(pipe.local_address)
+    except Exception:  # a pipe NNG is tearing down
+        return None
+
+
+def close_pynng_last(sock: Any) -> None:
+    """Close the nanopy sockets that have a pipe to ``sock``, wait (bounded) until NNG
+    dropped those pipes on its own, then close ``sock``.
+
+    A nanopy pipe and an NNG pipe are the two ends of one connection when our
+    remote address is NNG's local one (tcp, ws, wss, tls+tcp: host:port; ipc: path).
+    """
+    from nanopy import _engine
+
+    try:
+        theirs = {addr: pipe for pipe in sock.pipes if (addr := _address(pipe)) is not None}
+        shared = set()
+        for ours in list(_engine._sockets):
+            if ours.closed:
+                continue
+            mine = {p.remote_address for p in ours.pipes} & theirs.keys()
+            if mine:
+                shared |= {theirs[addr].id for addr in mine}
+                ours.close(linger=0)
+        deadline = time.monotonic() + PYNNG_PIPES_GONE
+        while shared & {p.id for p in sock.pipes} and time.monotonic() < deadline:
+            time.sleep(0.005)  # NNG gives no event for a pipe it dropped: poll its list
     finally:
         sock.close()
 

@@ -21,6 +21,7 @@ its first record (readiness), which is what both tools' outputs are compared on.
 from __future__ import annotations
 
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -540,3 +541,36 @@ def test_tls_with_verbose_bind_address(tmp_path: Path) -> None:
         if proc.poll() is None:
             os.kill(proc.pid, 9)
         proc.wait(timeout=10)
+
+
+# -- issue 22 (6): no peer ever connected -----------------------------------------------------
+
+
+def test_send_timeout_with_no_peer_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    target = f"tcp://127.0.0.1:{free_tcp_port()}"  # nobody listens there
+    assert catmod.main(["--push", "--connect", target, "--data", "x", "--send-timeout", "0.2"]) == 3
+    err = capsys.readouterr().err
+    assert f"Can't send: Connection timed out: no peer connected: check that a peer is running at {target}" in err
+
+
+def test_waiting_with_no_peer_prints_a_hint() -> None:
+    target = f"tcp://127.0.0.1:{free_tcp_port()}"
+    proc = subprocess.Popen([*NANOPY_CAT, "--push", "--connect", target, "--data", "x"], stderr=subprocess.PIPE)
+    try:
+        assert proc.stderr is not None
+        line = b""
+        deadline = time.monotonic() + 30
+        while not line.endswith(b"\n") and time.monotonic() < deadline:
+            ready, _, _ = select.select([proc.stderr], [], [], deadline - time.monotonic())
+            if not ready:
+                break
+            chunk = os.read(proc.stderr.fileno(), 4096)
+            if not chunk:
+                break
+            line += chunk
+        assert line.startswith(b"nanopy cat: no peer connected after "), line
+        assert f"check that a peer is running at {target}".encode() in line
+        assert proc.poll() is None  # a hint, not an error: it goes on waiting
+    finally:
+        proc.kill()
+        proc.wait(10)

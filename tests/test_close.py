@@ -542,6 +542,7 @@ def test_exit_with_an_unreachable_peer_takes_linger_not_more() -> None:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")  # 3.12+: docs/api.md
 def test_after_fork_inherited_sockets_close_at_once_and_new_ones_work() -> None:
     pull = nanopy.Socket("pull", recv_timeout=10)
     with closing(pull):

@@ -20,6 +20,7 @@ The same file checks that docs/api.md's option table is the one generated from
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import pydoc
@@ -115,11 +116,37 @@ def _env() -> dict[str, str]:
     return env
 
 
+#: a block that uses an optional extra runs only where it is installed (the ``test``
+#: extra alone must give a green suite): text in the block -> (modules, extra)
+NEEDS = {
+    "-m sphinx": (("sphinx", "myst_parser"), "docs"),
+    "nanopy.spark": (("pyspark", "pyarrow"), "spark"),
+}
+
+
+def missing_extra(code: str) -> str | None:
+    """Why ``code`` cannot run here (an optional extra is not installed), or None."""
+    for marker, (modules, extra) in NEEDS.items():
+        if marker in code:
+            absent = [m for m in modules if importlib.util.find_spec(m) is None]
+            if absent:
+                return f"needs {', '.join(absent)} (pip install -e '.[{extra}]')"
+    return None
+
+
+def test_blocks_needing_an_absent_extra_are_skipped_with_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(NEEDS, "import no_such_extra", (("no_such_extra",), "nope"))
+    assert missing_extra("import no_such_extra\n") == "needs no_such_extra (pip install -e '.[nope]')"
+    assert missing_extra("import nanopy\n") is None
+
+
 @pytest.mark.timeout(BLOCK_TIMEOUT + 30)
 @pytest.mark.parametrize("block", CHECKED, ids=[b.id for b in CHECKED])
 def test_code_block(block: Block, tmp_path: Path) -> None:
     if block.skip_reason is not None:
         pytest.skip(f"marked in the doc: {block.skip_reason}")
+    if (absent := missing_extra(block.code)) is not None:
+        pytest.skip(absent)
     if block.language == "json":
         json.loads(block.code)
         return

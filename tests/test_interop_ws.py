@@ -381,3 +381,15 @@ def test_wss_close_with_pynng_is_prompt_and_clean(
     else:
         assert code == 1000, f"NNG's CLOSE not received ({role}, {first}): {code}"
     assert seconds < 0.2, f"closing took {seconds:.3f} s ({role}, {first})"
+
+
+# -- issue 22 (3): NNG's close of a ws pipe can race its peer's and abort -------------------
+@pytest.mark.parametrize("nanopy_listens", [True, False], ids=["nanopy-listens", "nng-listens"])
+def test_pynng_socket_is_closed_after_ours_and_its_pipes(make_socket: MakeSocket, nanopy_listens: bool) -> None:
+    """tests/peers.py closes our side first; the pynng socket closes with no pipe left."""
+    seen: list[tuple[bool, int]] = []
+    with pynng_socket("Pair0") as peer:
+        sock = attach_pynng(make_socket, "pair", peer, nanopy_listens)
+        close = peer.close
+        peer.close = lambda: (seen.append((sock.closed, len(peer.pipes))), close())
+    assert seen == [(True, 0)]

@@ -81,6 +81,20 @@ def test_ci_runs_readme_command_2_exactly() -> None:
     assert steps[-1] == command
 
 
+def test_supported_pythons_are_declared_and_each_one_tested() -> None:
+    """Classifiers list what CI runs: 3.11 (the whole suite) and the quick tier on the
+    others; the test extra alone must carry the suite (setuptools: plug-in tests)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pattern = r"Programming Language :: Python :: 3\.\d+"
+    versions = sorted(c.rsplit(" ", 1)[1] for c in project["classifiers"] if re.fullmatch(pattern, c))
+    assert versions == ["3.11", "3.12", "3.13"]
+    assert any(dep.startswith("setuptools") for dep in project["optional-dependencies"]["test"])
+    script = ROOT / ".ci" / "other-pythons-then"
+    assert os.access(script, os.X_OK)
+    assert " .ci/other-pythons-then .venv/bin/python -m pytest" in _readme_command(2)
+    assert "for version in " + " ".join(versions[1:]) + "; do" in script.read_text()
+
+
 def test_version_is_the_distribution_version() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert nanopy.__version__ == project["version"]

@@ -1,7 +1,10 @@
 """Quality gates: ruff (rule set in pyproject.toml) and ``mypy --strict nanopy`` run clean.
 
 Each runs as a subprocess of the tool in this interpreter's environment; a tool
-that is not installed skips its test (both are in the ``test`` extra).
+that is not installed skips its test (both are in the ``test`` extra). The mypy
+gate gives the same answer without the optional Spark extras: it also runs
+against an environment that sees every installed package but pyspark (and
+pyarrow), as a venv holding only ``nanopy[ws]`` and mypy would.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -37,4 +41,35 @@ def test_ruff_finds_nothing() -> None:
 @pytest.mark.timeout(600)
 def test_mypy_strict_finds_nothing() -> None:
     done = _run("mypy", "--strict", "--no-incremental", "nanopy")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _env_without(hidden: tuple[str, ...], dest: Path) -> Path:
+    """A bare venv whose site-packages links every package installed here except ``hidden``."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(dest)], check=True, timeout=120)
+    python = dest / "bin" / "python"
+    target = Path(subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout.strip())
+    for site_dir in [Path(p) for p in sys.path if p.endswith("site-packages") and os.path.isdir(p)]:
+        for entry in site_dir.iterdir():
+            name = entry.name.lower()
+            if name.startswith(hidden) or name.endswith(".pth") or name.startswith("__editable__"):
+                continue
+            link = target / entry.name
+            if not link.exists():
+                link.symlink_to(entry)
+    return python
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    "hidden",
+    [("pyspark", "pyarrow", "py4j"), ("pyspark", "py4j")],
+    ids=["without-spark-extras", "pyarrow-without-pyspark"],
+)
+def test_mypy_strict_answer_does_not_depend_on_the_spark_extras(hidden: tuple[str, ...], tmp_path: Path) -> None:
+    python = _env_without(hidden, tmp_path / "venv")
+    done = _run("mypy", "--strict", "--no-incremental", "--python-executable", str(python), "-p", "nanopy")
     assert done.returncode == 0, done.stdout + done.stderr

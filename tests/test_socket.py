@@ -1280,6 +1280,7 @@ def test_many_socket_cycles_leak_nothing() -> None:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")  # 3.12+: docs/api.md
 def test_fork_old_socket_is_closed_new_one_works(make_socket: Factory) -> None:
     parent_pull = make_socket("pull")
     url = parent_pull.bind("tcp://127.0.0.1:0").url

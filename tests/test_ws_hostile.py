@@ -512,3 +512,66 @@ def test_option_changes_reach_a_bound_ws_listener(make_socket: Any) -> None:
     with sock:
         sock.sendall(masked(0x82, b"x" * 11))
         assert close_code(sock, proto) == 1009
+
+
+# -- issue 22 (2): a peer that reads may burst its PINGs ----------------------------------
+PING_BURST = 100
+PING_BURSTS = 200  # 20,000 PINGs in all
+
+
+def read_pongs_until(sock: socket.socket, proto: ClientProtocol, last: bytes) -> int:
+    """Read until the PONG that answers the PING carrying ``last``; PONGs seen."""
+    pongs = 0
+    while True:
+        data = sock.recv(65536)
+        assert data, "the server closed the connection"
+        proto.receive_data(data)
+        for frame in proto.events_received():
+            assert frame.opcode is not Opcode.CLOSE, f"closed: {frame}"
+            if frame.opcode is Opcode.PONG:
+                pongs += 1
+                if frame.data == last:
+                    return pongs
+
+
+def test_reader_bursting_pings_gets_pongs_and_stays_open(listener_process: Any) -> None:
+    lp = listener_process("pull")
+    sock, proto = ws_connect(lp.url, "pull.sp.nanomsg.org")
+    with sock:
+        sock.settimeout(10)
+        baseline = lp.rss()
+        peak = baseline
+        # Back to back, while reading: 300 PINGs in one write, then 20,000 in 100-PING writes.
+        for n in range(10):
+            sock.sendall(b"".join(masked(0x89, b"b%d.%d" % (n, i)) for i in range(300)))
+            assert read_pongs_until(sock, proto, b"b%d.299" % n) >= 1
+        for burst in range(PING_BURSTS):
+            sock.sendall(b"".join(masked(0x89, b"%d.%d" % (burst, i)) for i in range(PING_BURST)))
+            # at least one PONG per burst: the one for its latest PING
+            assert read_pongs_until(sock, proto, b"%d.%d" % (burst, PING_BURST - 1)) >= 1
+            if burst % 20 == 0:
+                peak = max(peak, lp.rss())
+        errors, pipes = lp.stats()
+        assert (errors, pipes) == (0, 1), "a reading peer was closed for its PINGs"
+    assert peak - baseline < RSS_BUDGET_PER_CONNECTION
+
+
+def test_reader_pouring_pings_without_pause_stays_open(listener_process: Any) -> None:
+    """A writer thread pours 20,000 PINGs while another thread reads every PONG."""
+    lp = listener_process("pull")
+    sock, proto = ws_connect(lp.url, "pull.sp.nanomsg.org")
+    with sock:
+        sock.settimeout(10)
+        last = b"%d" % (PING_BURST * PING_BURSTS - 1)
+        writer = threading.Thread(
+            target=lambda: [
+                sock.sendall(b"".join(masked(0x89, b"%d" % (b * PING_BURST + i)) for i in range(PING_BURST)))
+                for b in range(PING_BURSTS)
+            ],
+            daemon=True,
+        )
+        writer.start()
+        assert read_pongs_until(sock, proto, last) >= 1
+        writer.join(10)
+        errors, pipes = lp.stats()
+        assert (errors, pipes) == (0, 1), "a reading peer was closed for its PINGs"

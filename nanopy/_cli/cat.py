@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import ssl
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -212,17 +213,34 @@ class Fatal(Exception):
     """A socket operation failed: print the message and exit 3 (nanocat's nn_assert_errno)."""
 
 
-def _reason(exc: BaseException) -> str:
+#: seconds without any peer after which ``nanopy cat`` says so on stderr (once)
+NO_PEER_HINT_AFTER = 3.0
+
+
+def _reason(exc: BaseException, cfg: CatConfig | None = None) -> str:
     from .. import Closed, ProtocolError, Timeout
 
     # nanocat prints strerror(); keep its wording for the common cases.
     if isinstance(exc, Timeout):
+        if cfg is not None and "no peer connected" in str(exc):
+            # The API's explanation, with the addresses this command line used.
+            return f"Connection timed out: no peer connected: {_where_peer(cfg)}"
         return "Connection timed out"
     if isinstance(exc, ProtocolError):
         return f"Operation cannot be performed in this state ({exc})"
     if isinstance(exc, Closed):
         return "Bad file descriptor"
     return str(exc) or type(exc).__name__
+
+
+def _where_peer(cfg: CatConfig) -> str:
+    """Where a peer should be, in the words of the API's "no peer connected" Timeout."""
+    parts = []
+    if cfg.connects:
+        parts.append(f"check that a peer is running at {', '.join(cfg.connects)}")
+    if cfg.binds:
+        parts.append(f"check that a peer connects to {', '.join(cfg.binds)}")
+    return "; ".join(parts) or "no --bind or --connect address was given"
 
 
 def _ssl_context(cfg: CatConfig, server: bool) -> ssl.SSLContext | None:
@@ -264,6 +282,7 @@ class Cat:
         self.out = out
         self.write = None if cfg.format == "no" else FORMATTERS[cfg.format]
         self.sock: Any = None
+        self._hint: threading.Timer | None = None
 
     # -- setup -------------------------------------------------------------------------------
     def open(self) -> None:
@@ -303,8 +322,27 @@ class Cat:
                 sock.connect(url, **_endpoint_options(cfg, url, server=False))
             except (nanopy.NanopyError, OSError, TypeError, ValueError) as exc:
                 raise Fatal(f"Can't connect {url}: {_reason(exc)}") from None
+        if cfg.connects or cfg.data is not None:
+            # A bound receive-only peer (a server) waits for peers as its job; a dialer or
+            # a sender that has never seen one is told, once, where we look for it.
+            self._hint = threading.Timer(NO_PEER_HINT_AFTER, self._no_peer_hint)
+            self._hint.daemon = True
+            self._hint.start()
+
+    def _no_peer_hint(self) -> None:
+        sock = self.sock
+        if sock is None or sock.closed or sock.stats().connects:
+            return
+        print(
+            f"{PROG}: no peer connected after {NO_PEER_HINT_AFTER:g} s: {_where_peer(self.cfg)} "
+            "(still waiting)",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def close(self, linger: float | None = None) -> None:
+        if self._hint is not None:
+            self._hint.cancel()
         if self.sock is not None:
             self.sock.close(linger)
 
@@ -320,7 +358,7 @@ class Cat:
         try:
             self.sock.send(self.cfg.data)
         except nanopy.NanopyError as exc:
-            raise Fatal(f"Can't send: {_reason(exc)}") from None
+            raise Fatal(f"Can't send: {_reason(exc, self.cfg)}") from None
 
     # -- nanocat's loops ---------------------------------------------------------------
     def run(self) -> None:
@@ -364,7 +402,7 @@ class Cat:
             except (nanopy.Timeout, nanopy.ProtocolError):
                 return  # no more messages possible
             except nanopy.NanopyError as exc:
-                raise Fatal(f"Can't recv: {_reason(exc)}") from None
+                raise Fatal(f"Can't recv: {_reason(exc, self.cfg)}") from None
             self._print(body)
 
     def rw_loop(self) -> None:
@@ -391,7 +429,7 @@ class Cat:
                         time.sleep(left)
                     continue
                 except nanopy.NanopyError as exc:
-                    raise Fatal(f"Can't recv: {_reason(exc)}") from None
+                    raise Fatal(f"Can't recv: {_reason(exc, self.cfg)}") from None
                 self._print(body)
 
     def reply_loop(self) -> None:
@@ -401,7 +439,7 @@ class Cat:
             try:
                 body = self.sock.recv()
             except nanopy.NanopyError as exc:
-                raise Fatal(f"Can't recv: {_reason(exc)}") from None
+                raise Fatal(f"Can't recv: {_reason(exc, self.cfg)}") from None
             self._print(body)
             self._send()
 

@@ -198,7 +198,9 @@ class BacktraceQueuing(FairQueuing):
 # -- REP / RESPONDENT -------------------------------------------------------------
 # Classic replier state, kept per caller (thread, or trio/asyncio task; see
 # nanopy._callers): a cooked REP (or RESPONDENT) remembers the route of the last
-# request each caller received with recv(); that caller's send() answers it.
+# request each caller received with recv(); that caller's send() answers it. A
+# caller holding none answers the oldest request still unanswered (socket-wide,
+# as nanomsg: one thread may receive and another reply).
 # Replies made through Message.reply() carry their own route and bypass this table.
 class ReplierState(enum.StrEnum):
     """States of one caller's classic send/recv pair on a cooked REP/RESPONDENT."""
@@ -223,7 +225,7 @@ REPLIER_TABLE = StateTable(
     },
     {
         (ReplierState.IDLE, ReplierEvent.SEND): (
-            "send() without a pending request: call recv() first in this thread or task "
+            "send() without a pending request: call recv() first "
             "(or reply via msg.reply())"
         )
     },
@@ -246,6 +248,10 @@ class Replier(LoadBalancing, BacktraceQueuing):
     def __init__(self, options: Any, raw: bool = False) -> None:
         super().__init__(options, raw)
         self._pending: PerCaller[tuple[int, bytes]] = PerCaller()
+        # Every pending route, oldest recv() first, keyed by identity (two copies of
+        # a resent request are two routes): a caller with none of its own answers
+        # the oldest (one thread receives, another sends, as in nanomsg).
+        self._unanswered: dict[int, tuple[int, bytes]] = {}
 
     @property
     def state(self) -> ReplierState:
@@ -256,27 +262,46 @@ class Replier(LoadBalancing, BacktraceQueuing):
         msg: Message = self._fq.pop()
         caller = current_caller()
         pending = self._pending
-        REPLIER_TABLE.step(_replier_state(pending.get(caller)), ReplierEvent.RECV)
-        pending.set(msg._reply_to, caller)  # type: ignore[arg-type]
+        unanswered = self._unanswered
+        old = pending.get(caller)
+        REPLIER_TABLE.step(_replier_state(old), ReplierEvent.RECV)
+        if old is not None:
+            unanswered.pop(id(old), None)  # abandoned, as nanomsg's second recv
+        elif len(unanswered) > len(pending):
+            self._forget_ended_callers()
+        route: tuple[int, bytes] = msg._reply_to  # type: ignore[assignment]
+        pending.set(route, caller)
+        unanswered[id(route)] = route
         return msg
+
+    def _forget_ended_callers(self) -> None:
+        """Drop the routes of callers that ended holding one (nothing leaks)."""
+        live = {id(route) for _, route in self._pending.items()}
+        for key in [key for key in self._unanswered if key not in live]:
+            del self._unanswered[key]
 
     def send(self, body: bytes, header: bytes = b"") -> None:
         route = self._pending.pop()
+        if route is None and self._unanswered:
+            route = next(iter(self._unanswered.values()))  # the oldest, whoever received it
+            self._pending.discard_value(route)
         REPLIER_TABLE.step(_replier_state(route), ReplierEvent.SEND)  # idle: the friendly ProtocolError
         assert route is not None
+        del self._unanswered[id(route)]
         pid, stack = route
         self.send_to(pid, stack + body)
 
     def can_send(self) -> bool:
-        # Per caller (the Poller asks from the polling thread). send() never
-        # waits -- it raises or sends (or drops) -- so no waiter depends on this.
-        return self._pending.get() is not None
+        # Per caller (the Poller asks from the polling thread), with the socket-wide
+        # fallback. send() never waits -- it raises or sends (or drops) -- so no
+        # waiter depends on this.
+        return bool(self._unanswered)
 
     def reply(self, route: tuple[int, bytes], body: bytes) -> None:
         """Answer the request that came with ``route`` (pipe id, backtrace)."""
-        pending = self._pending
-        if len(pending):
+        if self._unanswered.pop(id(route), None) is not None:
             # Answered through the message: a classic send has nothing left to do.
+            pending = self._pending
             if pending.get() is route:
                 REPLIER_TABLE.step(ReplierState.PENDING, ReplierEvent.ANSWERED)
                 pending.pop()

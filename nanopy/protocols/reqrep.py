@@ -14,6 +14,9 @@ task (:mod:`nanopy._callers`): a caller's new ``send`` abandons only that
 caller's previous classic request, as nanomsg does for its one request, and its
 ``recv`` returns the reply to its own request; the core names a caller whose
 reply arrived with ``(READY_CALLER, caller)`` so the socket wakes exactly it.
+A caller with no classic request of its own takes (adopts) the socket's oldest
+request that no caller's ``recv`` has asked for yet, so one thread may send and
+another receive, as with nanomsg and NNG.
 ``Socket.request()`` uses one id per call. Many threads or tasks thus share one
 socket without contexts. Ids start at
 a random 31-bit value and count up; the id is the whole first word (top bit set).
@@ -105,7 +108,8 @@ REQUEST_TABLE = StateTable(
     },
     {
         (RequestState.IDLE, RequestEvent.TAKE): (
-            "recv() without a request: send() a request first (in this thread or task)"
+            "recv() without a request: send() a request first (this thread or task has none, "
+            "and no other classic request is left unclaimed)"
         )
     },
 )
@@ -173,7 +177,8 @@ class Req0(RawVariant, LoadBalancing):
         # Classic send/recv state per caller: caller -> its request id, and back
         # (weakly: a caller that ends without recv() has its request cancelled).
         self._classic: PerCaller[int] = PerCaller()
-        self._classic_owner: dict[int, weakref.ref[Any]] = {}
+        self._classic_owner: dict[int, weakref.ref[Any]] = {}  # oldest send first
+        self._claimed: set[int] = set()  # classic ids some caller's recv() asked for
         self._tick = 0
         self._ticking = False
 
@@ -238,6 +243,7 @@ class Req0(RawVariant, LoadBalancing):
         req.state = REQUEST_TABLE.step(req.state, RequestEvent.TAKE)
         del self._requests[rid]
         self._classic_owner.pop(rid, None)
+        self._claimed.discard(rid)
         return req.reply  # type: ignore[return-value]
 
     def cancel_request(self, rid: int) -> None:
@@ -246,6 +252,7 @@ class Req0(RawVariant, LoadBalancing):
         if req is None:
             return
         self._classic_owner.pop(rid, None)
+        self._claimed.discard(rid)
         req.state = REQUEST_TABLE.step(req.state, RequestEvent.CANCEL)
         self._sent.pop(rid, None)
         if req.pid is not None:
@@ -363,16 +370,40 @@ class Req0(RawVariant, LoadBalancing):
         caller = current_caller()
         rid = self._classic.get(caller)
         if rid is None:
-            REQUEST_TABLE.step(RequestState.IDLE, RequestEvent.TAKE)  # raises the friendly ProtocolError
+            rid = self._oldest_unclaimed()
+            if rid is None:
+                REQUEST_TABLE.step(RequestState.IDLE, RequestEvent.TAKE)  # raises the friendly ProtocolError
+            self._adopt(rid, caller)  # type: ignore[arg-type]
+        self._claimed.add(rid)  # type: ignore[arg-type]
         msg = self.take_reply(rid)  # type: ignore[arg-type]
         self._classic.pop(caller)
         return msg
 
+    def _oldest_unclaimed(self) -> int | None:
+        """The oldest classic request no caller's recv() has asked for (socket-wide
+        fallback: one thread or task sends, another receives, as in nanomsg)."""
+        claimed = self._claimed
+        for rid in self._classic_owner:  # insertion order: oldest send first
+            if rid not in claimed:
+                return rid
+        return None
+
+    def _adopt(self, rid: int, caller: Any) -> None:
+        """Make ``caller`` the owner of classic request ``rid`` (its sender lets go of it)."""
+        sender = self._classic_owner[rid]()
+        if sender is not None and self._classic.get(sender) == rid:
+            self._classic.pop(sender)
+        self._classic.set(rid, caller)
+        self._classic_owner[rid] = weakref.ref(caller)  # keeps its place in the order
+
     def can_recv(self) -> bool:
-        """Whether the *calling* thread's (task's) classic reply is here."""
+        """Whether the *calling* thread's (task's) classic reply is here, or, for a
+        caller with no request of its own, the oldest unclaimed one's."""
         rid = self._classic.get()
         if rid is None:
-            return False
+            rid = self._oldest_unclaimed()
+            if rid is None:
+                return False
         req = self._requests.get(rid)
         return req is not None and req.state is RequestState.DONE
 

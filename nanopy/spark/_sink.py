@@ -30,8 +30,8 @@ try:  # Arrow writers hand us whole column batches (PySpark >= 4.1)
     from pyspark.sql.datasource import DataSourceArrowWriter as _BatchBase
     from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamBase
 except ImportError:  # pragma: no cover - older PySpark: rows
-    from pyspark.sql.datasource import DataSourceStreamWriter as _StreamBase  # type: ignore[assignment]
-    from pyspark.sql.datasource import DataSourceWriter as _BatchBase  # type: ignore[assignment]
+    from pyspark.sql.datasource import DataSourceStreamWriter as _StreamBase  # type: ignore[assignment, unused-ignore]
+    from pyspark.sql.datasource import DataSourceWriter as _BatchBase  # type: ignore[assignment, unused-ignore]
 
 log = logging.getLogger("nanopy.spark")
 

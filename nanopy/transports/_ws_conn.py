@@ -8,9 +8,10 @@ frames. The per-port HTTP server that accepts connections is in
 
 Hostile peers are bounded here: a partial message costs its payload and no more
 (fragments are appended to one buffer), a message cannot be cut into endless tiny
-fragments, PINGs get one coalesced PONG, and a peer that floods PINGs while it reads
-nothing is closed. Bytes that arrive together with the HTTP head of the upgrade are
-parsed by ``receive`` with the same rules as any later read.
+fragments, PINGs get one coalesced PONG, and a peer that floods PINGs while it leaves
+our frames unread (our PONG cannot be written for a second) is closed. Bytes that
+arrive together with the HTTP head of the upgrade are parsed by ``receive`` with the
+same rules as any later read.
 """
 
 from __future__ import annotations
@@ -56,9 +57,13 @@ MAX_FRAME_LENGTH = (1 << 63) - 1
 #: this each message must bring ``MIN_FRAGMENT_AVERAGE`` bytes per further fragment
 FREE_FRAGMENTS = 1024
 MIN_FRAGMENT_AVERAGE = 1024
-#: PINGs that may arrive while our PONG to an earlier one still waits to be written
-#: (the peer reads nothing); past this the peer is closed
+#: A peer is closed for a PING flood when our PONG has waited unwritten for
+#: ``PONG_PATIENCE`` seconds (our writer is stuck: the peer leaves what we send
+#: unread) and more than ``MAX_UNANSWERED_PINGS`` PINGs came meanwhile. PINGs parsed
+#: from reads while our PONG is merely not written *yet* are no evidence: a reader
+#: bursting PINGs gets coalesced PONGs and is never closed for them.
 MAX_UNANSWERED_PINGS = 256
+PONG_PATIENCE = 1.0
 #: incoming bytes are parsed this many at a time (one socket read; bounds the frame objects
 #: alive at once when a peer sends a long run of tiny frames)
 PARSE_SLICE = 64 * 1024
@@ -244,7 +249,8 @@ class WsConnection(ChannelConnection):
         self._closed = False
         self._unsent: list[bytes] = []  # protocol output (CLOSE, EOF) left for aclose
         self._control: Callable[[bytes], bool] | None = None  # the pipe's control-frame writer
-        self._unanswered = 0  # PINGs that arrived while our last PONG waited to be written
+        self._unanswered = 0  # PINGs that arrived while our oldest unwritten PONG waited
+        self._pong_since = 0.0  # when that PONG was queued (trio clock)
         self._broken = False  # a write was cut short: no more frames on this stream
         self._direct = channel.send_nowait
         # Dead-peer detection (docs/partitions.md): PING a silent peer, give up on one
@@ -414,16 +420,18 @@ class WsConnection(ChannelConnection):
             self._unsent.append(pong)
             return
         self._pong = pong
+        now = trio.current_time()
         # (our own PING goes along while unanswered: a control frame replaces an unwritten one)
-        if self._control(pong + self._ping if self._ping is not None else pong):
-            self._unanswered += count  # our last PONG was still unwritten
-        else:
-            self._unanswered = 0
-        unanswered = self._unanswered
-        if unanswered > MAX_UNANSWERED_PINGS and self._error is None:
+        if not self._control(pong + self._ping if self._ping is not None else pong):
+            self._unanswered, self._pong_since = 0, now  # the previous PONG went out: a fresh wait
+            return
+        self._unanswered += count  # our oldest unwritten PONG still waits
+        waited = now - self._pong_since
+        if waited >= PONG_PATIENCE and self._unanswered > MAX_UNANSWERED_PINGS and self._error is None:
             self._fail(CloseCode.POLICY_VIOLATION, "PING flood")
             self._error = RemoteProtocolError(
-                f"{self.remote_address} sent {unanswered} PINGs while reading none of our frames"
+                f"{self.remote_address} sent {self._unanswered} PINGs in {waited:.1f} s "
+                "while leaving our frames unread"
             )
 
     # -- dead-peer detection -----------------------------------------------------------
