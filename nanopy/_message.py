@@ -34,6 +34,30 @@ class Pipe:
         return f"<nanopy.Pipe id={self.id} remote={self.remote_address!r}>"
 
 
+class Multipart(bytes):
+    """A message of several frames (ZeroMQ multipart, over ``zmtp+`` pipes).
+
+    It is ``bytes`` (the frames joined, so code that only wants the data still
+    works with it) and keeps the frames in :attr:`parts`. SP pipes carry one
+    frame per message: a socket refuses to send a ``Multipart`` there rather
+    than join it silently.
+    """
+
+    parts: tuple[bytes, ...]
+
+    def __new__(cls, parts: Any) -> Multipart:
+        frames = tuple(bytes(p) if p.__class__ is not bytes else p for p in parts)
+        obj = super().__new__(cls, b"".join(frames))
+        obj.parts = frames
+        return obj
+
+    def __repr__(self) -> str:
+        return f"Multipart({list(self.parts)!r})"
+
+    def __reduce__(self) -> Any:
+        return (Multipart, (self.parts,))
+
+
 class Message:
     """A received message.
 

@@ -207,6 +207,9 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
             transport.check_dial_url(url)
         else:
             transport.check_url(url)
+        check_protocol = getattr(transport, "check_protocol", None)
+        if check_protocol is not None:  # a transport of another wire protocol (zmtp+tcp)
+            check_protocol(self._core.name, self.raw, options)
         priority = validate_priority("priority", options.pop("priority", 8))
         recv_priority = validate_priority("recv_priority", options.pop("recv_priority", 8))
         allowed = set(getattr(transport, "endpoint_options", ()))
@@ -324,6 +327,9 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
                 return
             if ep.closed:
                 driver.close_soon()  # Endpoint.close() swept its pipes before this one was added
+            started = getattr(conn, "pipe_started", None)
+            if started is not None:
+                started(self._driver)  # a ZMTP SUB pipe tells its peer the subscriptions
             self._connects += 1
             self._notify_pipes_changed()
             try:
@@ -650,6 +656,7 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
         """
         topic = topic.encode() if isinstance(topic, str) else as_bytes(topic)
         self._driver.feed(self._core_method("subscribe", "subscribe()"), topic)
+        self._subscriptions_changed()
 
     def unsubscribe(self, topic: bytes | str) -> None:
         """SUB: drop one subscription to ``topic``.
@@ -664,6 +671,14 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
         """
         topic = topic.encode() if isinstance(topic, str) else as_bytes(topic)
         self._driver.feed(self._core_method("unsubscribe", "unsubscribe()"), topic)
+        self._subscriptions_changed()
+
+    def _subscriptions_changed(self) -> None:
+        """Pipes that forward subscriptions to the peer (ZMTP) hear of the change."""
+        for driver in self._driver.pipe_drivers():
+            changed = getattr(driver.conn, "subscriptions_changed", None)
+            if changed is not None:
+                changed(self._driver)
 
     def send_msg(self, msg: Message, *, timeout: float | None = _DEFAULT) -> None:
         """Send a :class:`Message`, header included: how devices forward on raw sockets.

@@ -126,6 +126,8 @@ class ChannelConnection(Connection):
 
         ``send_control(frame)`` queues ``frame`` ahead of every payload, replacing a
         control frame not written yet; it returns True if it replaced one.
+        ``send_control(frame, append=True)`` writes it after that one instead
+        (frames that must all go out, such as ZMTP commands).
         """
 
     async def send(self, payloads: list[bytes]) -> None:
