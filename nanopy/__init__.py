@@ -28,6 +28,7 @@ from ._poller import Poller as Poller
 from ._poller import poll as poll
 from ._socket import Socket as Socket
 from ._stats import SocketStats as SocketStats
+from . import zmtp as zmtp
 
 __version__ = "0.1.0"
 

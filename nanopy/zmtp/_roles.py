@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -175,14 +175,19 @@ class PubRole(Role):
 
 class SubRole(Role):
     """Keeps the peer told of this socket's subscriptions: the difference between
-    what the core holds and what was told goes out whenever either may change."""
+    what the core holds and what was told goes out whenever either may change.
+
+    A topic is told once however often the socket subscribed to it, and cancelled
+    when its last subscription goes, as libzmq's SUB does (its publishers keep a
+    set per pipe, although RFC 37 counts).
+    """
 
     zmq_type = b"SUB"
     peers = frozenset({b"PUB", b"XPUB"})
 
     def __init__(self) -> None:
         super().__init__()
-        self._told: Counter[bytes] = Counter()
+        self._told: set[bytes] = set()
 
     def started(self, sock: SocketDriver) -> None:
         sock.feed(self._sync, sock, check_open=False)
@@ -193,13 +198,9 @@ class SubRole(Role):
     def _sync(self, sock: SocketDriver) -> None:
         """Under the socket's lock: send what changed since the last sync."""
         core: Any = sock.core
-        want: Counter[bytes] = Counter({b"": 1}) if core.raw else Counter(dict(core.topics.items()))
+        want = {b""} if core.raw else set(core.topics)
         told = self._told
-        out: list[bytes] = []
-        for topic in want.keys() | told.keys():
-            diff = want[topic] - told[topic]
-            if diff:
-                out.extend([self._encode(diff > 0, topic)] * abs(diff))
+        out = [self._encode(True, t) for t in want - told] + [self._encode(False, t) for t in told - want]
         self._told = want
         if out:
             self.send_control(b"".join(out))
