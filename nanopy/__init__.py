@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+from . import zmtp as zmtp
 from ._device import adevice as adevice
 from ._device import device as device
 from ._endpoint import Endpoint as Endpoint
@@ -28,7 +29,6 @@ from ._poller import Poller as Poller
 from ._poller import poll as poll
 from ._socket import Socket as Socket
 from ._stats import SocketStats as SocketStats
-from . import zmtp as zmtp
 
 __version__ = "0.1.0"
 

@@ -76,6 +76,12 @@ class Message:
         # the reply route (pipe id, backtrace) for protocols that can answer a message
         self._reply_to: tuple[int, bytes] | None = None
 
+    @property
+    def parts(self) -> list[bytes]:
+        """The body's frames: several for a ZeroMQ multipart message, else the body alone."""
+        body = self.body
+        return list(body.parts) if isinstance(body, Multipart) else [body]
+
     def __bytes__(self) -> bytes:
         return self.body
 

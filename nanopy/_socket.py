@@ -29,6 +29,7 @@ from ._endpoint import Endpoint
 from ._errors import AddressError, Closed, MessageTooLarge, ProtocolError, WouldBlock
 from ._lifecycle import SocketTasks
 from ._message import Message, Pipe
+from ._multipart import MultipartMixin
 from ._options import OptionAttributes, docstring_section, make_descriptors, new_options, validate_priority
 from ._pipe import PipeDriver
 from ._poller import Pollable
@@ -61,7 +62,7 @@ def _as_list(value: str | Iterable[str] | None) -> list[str]:
     return list(value)
 
 
-class Socket(RequestMethods, Pollable, OptionAttributes):
+class Socket(RequestMethods, MultipartMixin, Pollable, OptionAttributes):
     """A scalability-protocols socket.
 
     Args:
@@ -410,7 +411,7 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
             TypeError: ``data`` is not bytes-like.
         """
         if data.__class__ is not bytes:
-            data = as_bytes(data)
+            data = self._outgoing(data)
         if timeout is _DEFAULT:
             driver = self._driver
             lane = driver.lane
@@ -459,14 +460,16 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
         run = driver.run
         if run and not driver.closed:
             try:
-                return run.popleft()  # the rest of a run (nanopy/_driver.py): no lock, no call
+                head = run.popleft()  # the rest of a run (nanopy/_driver.py): no lock, no call
             except IndexError:
                 pass
+            else:
+                return head if head.__class__ is bytes else self._refuse_multipart(head)
         body = driver.try_recv_body()
         if body is None:
             timeout = self._timeout(timeout, self._options.recv_timeout)
             body = driver.call(driver.recv_body_attempt, driver.recv_q, timeout, "recv")
-        return body
+        return body if body.__class__ is bytes else self._refuse_multipart(body)
 
     def recv_msg(self, *, timeout: float | None = _DEFAULT) -> Message:
         """Receive the next message with its pipe (and header, on raw sockets).
@@ -569,7 +572,7 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
             ProtocolError: the protocol cannot send.
         """
         if data.__class__ is not bytes:
-            data = as_bytes(data)
+            data = self._outgoing(data)
         await self._asend(data, b"", timeout)
 
     async def _asend(self, body: bytes, header: bytes, timeout: Any) -> None:
@@ -611,9 +614,10 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
         if body is not None:
             if trio_task:
                 await cancel_shielded_checkpoint()
-            return body
+            return body if body.__class__ is bytes else self._refuse_multipart(body)
         timeout = self._timeout(timeout, self._options.recv_timeout)
-        return await driver.acall(driver.recv_body_attempt, driver.recv_q, timeout, "recv")
+        body = await driver.acall(driver.recv_body_attempt, driver.recv_q, timeout, "recv")
+        return body if body.__class__ is bytes else self._refuse_multipart(body)
 
     async def arecv_msg(self, *, timeout: float | None = _DEFAULT) -> Message:
         """Async :meth:`recv_msg` (trio or asyncio); a checkpoint: if cancelled, it takes nothing.
@@ -694,7 +698,7 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
             Closed: the socket is closed.
             ProtocolError: the protocol cannot send.
         """
-        body = msg.body if msg.body.__class__ is bytes else as_bytes(msg.body)
+        body = msg.body if msg.body.__class__ is bytes else self._outgoing(msg.body)
         self._send(body, msg.header if self.raw else b"", timeout)
 
     async def asend_msg(self, msg: Message, *, timeout: float | None = _DEFAULT) -> None:
@@ -709,7 +713,7 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
             Timeout: no room in time.
             Closed: the socket is closed.
         """
-        body = msg.body if msg.body.__class__ is bytes else as_bytes(msg.body)
+        body = msg.body if msg.body.__class__ is bytes else self._outgoing(msg.body)
         await self._asend(body, msg.header if self.raw else b"", timeout)
 
     async def _await_closed(self) -> None:

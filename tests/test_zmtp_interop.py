@@ -331,3 +331,52 @@ def test_heartbeats_are_answered(make_socket: MakeSocket, zctx: Any) -> None:
     assert pull.recv() == b"still here"
     zpush.close()
     wait_no_pipes(pull)
+
+
+def test_multipart_api(make_socket: MakeSocket, zctx: Any) -> None:
+    """Multipart both ways; a plain recv() of one raises and loses nothing; SP pipes refuse them."""
+    pull = make_socket("pull", recv_timeout=5)
+    zpush = zsocket(zctx, zmq.PUSH)
+    link(pull, zpush, "tcp", True)
+    zpush.send_multipart([b"head", b"tail"])
+    zpush.send(b"plain")
+    with pytest.raises(nanopy.ProtocolError, match="2 frames"):
+        pull.recv()
+    with pytest.raises(nanopy.ProtocolError, match="still queued"):
+        pull.recv()
+    assert pull.recv_multipart() == [b"head", b"tail"]
+    assert pull.recv_multipart() == [b"plain"]
+
+    push = make_socket("push")
+    zpull = zsocket(zctx, zmq.PULL)
+    link(push, zpull, "ipc", False)
+    push.send_multipart([b"a", bytearray(b"b"), memoryview(b"c")])
+    assert zpull.recv_multipart() == [b"a", b"b", b"c"]
+
+    sp = make_socket("push")
+    sp.bind("tcp://127.0.0.1:0")
+    with pytest.raises(nanopy.ProtocolError, match="SP pipes carry one frame per message"):
+        sp.send_multipart([b"a", b"b"])
+    with pytest.raises(nanopy.ProtocolError, match="SP pipes carry one frame per message"):
+        sp.send(nanopy.zmtp.Multipart([b"a", b"b"]))
+    req = make_socket("req")
+    with pytest.raises(nanopy.ProtocolError, match="req sockets send one body frame"):
+        req.send_multipart([b"a", b"b"])
+    with pytest.raises(TypeError, match="list of frames"):
+        push.send_multipart(b"ab")
+
+
+def test_async_multipart(make_socket: MakeSocket, zctx: Any) -> None:
+    import trio
+
+    pair = make_socket("pair", recv_timeout=5)
+    zpair = zsocket(zctx, zmq.PAIR)
+    link(pair, zpair, "tcp", True)
+
+    async def main() -> list[bytes]:
+        await pair.asend_multipart([b"x", b"y"])
+        assert zpair.recv_multipart() == [b"x", b"y"]
+        zpair.send_multipart([b"1", b"2", b"3"])
+        return await pair.arecv_multipart()
+
+    assert trio.run(main) == [b"1", b"2", b"3"]

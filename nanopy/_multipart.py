@@ -1,0 +1,125 @@
+"""Multipart messages (ZeroMQ's frames) on the socket API.
+
+A multipart message travels through the protocol cores as a :class:`Multipart`:
+``bytes`` holding the frames joined, with the frames kept in ``parts``. Only
+ZMTP pipes write it as frames; an SP pipe carries one frame per message, so a
+socket with SP endpoints refuses to send one rather than join it silently. A
+plain ``recv()`` that meets one raises and leaves it first in line for
+``recv_multipart()`` or ``recv_msg()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from ._errors import ProtocolError
+from ._message import Multipart
+from ._util import DEFAULT, as_bytes
+
+if TYPE_CHECKING:
+    from ._driver import SocketDriver
+    from ._endpoint import Endpoint
+    from ._message import Message
+
+#: the socket types whose messages may have several frames (REQ/REP carry one body frame)
+MULTIPART_PROTOCOLS = frozenset({"pair", "push", "pull", "pub", "sub"})
+
+
+def as_multipart(parts: Any) -> Multipart:
+    """The frames of ``parts`` (bytes-like items; text refused) as one message."""
+    if isinstance(parts, (bytes, bytearray, memoryview, str)):
+        raise TypeError("send_multipart takes a list of frames, e.g. [b'topic', b'body']; use send() for one")
+    frames = [as_bytes(p) for p in parts]
+    if not frames:
+        raise ValueError("a multipart message needs at least one frame")
+    return Multipart(frames)
+
+
+class MultipartMixin:
+    """``send_multipart``/``recv_multipart`` and their async forms, for :class:`Socket`."""
+
+    _driver: SocketDriver
+    _endpoints: list[Endpoint]
+
+    @property
+    def protocol(self) -> str:
+        raise NotImplementedError
+
+    def send(self, data: Any, *, timeout: float | None = DEFAULT) -> None:
+        raise NotImplementedError
+
+    async def asend(self, data: Any, *, timeout: float | None = DEFAULT) -> None:
+        raise NotImplementedError
+
+    def recv_msg(self, *, timeout: float | None = DEFAULT) -> Message:
+        raise NotImplementedError
+
+    async def arecv_msg(self, *, timeout: float | None = DEFAULT) -> Message:
+        raise NotImplementedError
+
+    def send_multipart(self, parts: Iterable[Any], *, timeout: float | None = DEFAULT) -> None:
+        """Send one message of several frames (ZeroMQ multipart) over ``zmtp+`` pipes.
+
+        Args:
+            parts: the frames, bytes-like.
+            timeout: as for :meth:`send`.
+
+        Raises:
+            ProtocolError: the socket has SP endpoints (``tcp://``, ``ipc://``, ...),
+                which carry one frame per message, or its type has no multipart
+                messages on ZMTP here (REQ, REP).
+            TypeError: ``parts`` is not a list of bytes-like frames.
+        """
+        self.send(as_multipart(parts), timeout=timeout)
+
+    async def asend_multipart(self, parts: Iterable[Any], *, timeout: float | None = DEFAULT) -> None:
+        """Async :meth:`send_multipart` (trio or asyncio)."""
+        await self.asend(as_multipart(parts), timeout=timeout)
+
+    def recv_multipart(self, *, timeout: float | None = DEFAULT) -> list[bytes]:
+        """Receive the next message as its list of frames (one frame for a plain message).
+
+        Args:
+            timeout: as for :meth:`recv`.
+        """
+        return self.recv_msg(timeout=timeout).parts
+
+    async def arecv_multipart(self, *, timeout: float | None = DEFAULT) -> list[bytes]:
+        """Async :meth:`recv_multipart` (trio or asyncio)."""
+        return (await self.arecv_msg(timeout=timeout)).parts
+
+    # -- the checks the plain calls make (only for data that is not exactly bytes) --
+    def _outgoing(self, data: Any) -> bytes:
+        """``data`` as the bytes to send: a :class:`Multipart` only where it stays one."""
+        if isinstance(data, Multipart):
+            self._check_multipart()
+            return data
+        return as_bytes(data)
+
+    def _check_multipart(self) -> None:
+        if self.protocol not in MULTIPART_PROTOCOLS:
+            raise ProtocolError(
+                f"{self.protocol} sockets send one body frame; multipart messages work on "
+                f"{', '.join(sorted(MULTIPART_PROTOCOLS))} sockets over zmtp+ URLs"
+            )
+        sp = [ep.url for ep in self._endpoints if not ep.url.startswith("zmtp+")]
+        if sp:
+            raise ProtocolError(
+                f"a multipart message cannot go to {sp[0]}: SP pipes carry one frame per message, "
+                "and nanopy never joins frames silently; send it on a socket whose endpoints are "
+                "all zmtp+tcp:// or zmtp+ipc://, or join the frames yourself and send() them"
+            )
+
+    def _refuse_multipart(self, body: bytes) -> bytes:
+        """A plain receive met a multipart message: put it back first in line and say so."""
+        if not isinstance(body, Multipart):
+            return body
+        driver = self._driver
+        if not driver.run:
+            driver.run_token = None  # (its pipe is not known here)
+        driver.run.appendleft(body)
+        raise ProtocolError(
+            f"the next message has {len(body.parts)} frames (ZeroMQ multipart); it is still "
+            "queued: receive it with recv_multipart() or recv_msg() (Message.parts)"
+        )
