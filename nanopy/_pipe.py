@@ -113,6 +113,9 @@ class SendAdapter:
     async def write_all(self, chunk: Any) -> None:
         await self.conn.send(chunk)
 
+    def control_chunk(self, frame: bytes) -> bytes:
+        return frame
+
 
 class PipeDriver:
     def __init__(
@@ -583,7 +586,7 @@ class PipeDriver:
                 if tail is not None:
                     await channel.write_all(tail)
                 if control is not None:
-                    await channel.write_all(control)
+                    await channel.write_all(channel.control_chunk(control))
                 if batch:
                     await channel.write_all(channel.frame(batch))
             finally:

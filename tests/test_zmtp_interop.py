@@ -380,3 +380,78 @@ def test_async_multipart(make_socket: MakeSocket, zctx: Any) -> None:
         return await pair.arecv_multipart()
 
     assert trio.run(main) == [b"1", b"2", b"3"]
+
+
+def test_curve_both_ways_with_pyzmq_keys(make_socket: MakeSocket, zctx: Any) -> None:
+    from zmq.auth.thread import ThreadAuthenticator
+
+    server_public, server_secret = zmq.curve_keypair()  # Z85 bytes, as pyzmq makes them
+    client_public, client_secret = zmq.curve_keypair()
+    # nanopy serves, a pyzmq client connects: its key must be in curve_clients
+    pull = make_socket("pull", recv_timeout=5, recv_max_size=BIG_LIMIT)
+    zpush = zsocket(zctx, zmq.PUSH, curve_serverkey=server_public, curve_publickey=client_public,
+                    curve_secretkey=client_secret)
+    link(pull, zpush, "tcp", True, curve_secret_key=server_secret, curve_clients={client_public.decode()})
+    zpush.send_multipart([b"sealed", b"frames"])
+    zpush.send(BIG)
+    assert pull.recv_multipart() == [b"sealed", b"frames"]
+    assert pull.recv() == BIG
+    stranger_public, stranger_secret = zmq.curve_keypair()
+    stranger = zsocket(zctx, zmq.PUSH, curve_serverkey=server_public, curve_publickey=stranger_public,
+                       curve_secretkey=stranger_secret)
+    stranger.connect(pull.endpoints[0].url.removeprefix("zmtp+"))
+    wait_until(lambda: pull.stats().protocol_errors >= 1, what="the unknown client key refused")
+    assert len(pull.pipes) == 1
+
+    # pyzmq serves (with a ZAP handler, as libzmq needs), nanopy connects with an ephemeral key
+    authenticator = ThreadAuthenticator(zctx)
+    authenticator.start()
+    try:
+        authenticator.configure_curve(domain="*", location=zmq.auth.CURVE_ALLOW_ANY)
+        zpull = zsocket(zctx, zmq.PULL, curve_server=1, curve_secretkey=server_secret)
+        push = make_socket("push")
+        link(push, zpull, "ipc", False, curve_server_key=server_public.decode())
+        push.send(b"to a CURVE server")
+        push.send_multipart([b"x", BIG])
+        assert zpull.recv() == b"to a CURVE server"
+        assert zpull.recv_multipart() == [b"x", BIG]
+        wrong = make_socket("push")
+        wrong.connect(push.endpoints[0].url, curve_server_key=client_public)  # not the server's key
+        wait_until(lambda: wrong.stats().protocol_errors >= 1, what="the wrong server key refused")
+        assert wrong.pipes == []
+    finally:
+        authenticator.stop()
+
+
+def test_curve_nanopy_to_nanopy_with_heartbeat(make_socket: MakeSocket) -> None:
+    public, secret = nanopy.zmtp.curve_keypair()
+    client_public, client_secret = nanopy.zmtp.curve_keypair()
+    rep = make_socket("rep", recv_timeout=5)
+    ep = rep.bind("zmtp+tcp://127.0.0.1:0", curve_secret_key=secret, curve_clients=[client_public])
+    req = make_socket("req", recv_timeout=5)
+    req.connect(ep.url, curve_server_key=public.encode(), curve_secret_key=client_secret)
+    wait_pipes(req)
+    req.send(b"hi")
+    msg = rep.recv_msg()
+    msg.reply(b"hello " + msg.body)
+    assert req.recv() == b"hello hi"
+    # a PING from either side is answered inside the box
+    conn = req._pipes[req.pipes[0].id].conn
+    before = conn.last_heard
+    conn.send_ping()
+    wait_until(lambda: conn.last_heard > before, what="the PONG")
+    assert req.stats().protocol_errors == rep.stats().protocol_errors == 0
+
+
+def test_curve_option_errors(make_socket: MakeSocket, monkeypatch: pytest.MonkeyPatch) -> None:
+    sock = make_socket("push")
+    with pytest.raises(ValueError, match="32 raw bytes or 40 characters of Z85"):
+        sock.connect("zmtp+tcp://127.0.0.1:1", curve_server_key="short")
+    with pytest.raises(TypeError, match="PLAIN or CURVE"):
+        sock.connect("zmtp+tcp://127.0.0.1:1", curve_server_key=bytes(32), plain=("a", "b"))
+    import sys
+
+    monkeypatch.setitem(sys.modules, "nacl", None)
+    monkeypatch.setitem(sys.modules, "nacl.bindings", None)
+    with pytest.raises(ImportError, match=r"nanopy\[curve\]"):
+        sock.connect("zmtp+tcp://127.0.0.1:1", curve_server_key=bytes(32))

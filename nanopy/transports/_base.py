@@ -130,6 +130,11 @@ class ChannelConnection(Connection):
         (frames that must all go out, such as ZMTP commands).
         """
 
+    def control_chunk(self, frame: bytes) -> Any:
+        """The wire data of a control frame, made when it is written (after the
+        chunks before it were framed): a ZMTP CURVE connection seals it then."""
+        return frame
+
     async def send(self, payloads: list[bytes]) -> None:
         await self.write_all(self.frame(payloads))
 

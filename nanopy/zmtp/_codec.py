@@ -163,7 +163,7 @@ class ZmtpDecoder:
     bounds every frame and every whole message.
     """
 
-    __slots__ = ("max_size", "multi", "single", "command", "_buf", "_parts", "_need",
+    __slots__ = ("max_size", "multi", "single", "command", "unbox", "_buf", "_parts", "_need",
                  "_flags", "_msg", "_msg_size", "error")
 
     def __init__(
@@ -177,6 +177,8 @@ class ZmtpDecoder:
         self.multi = multi
         self.single = single
         self.command = command
+        #: a CURVE connection's MESSAGE opener: every frame must then be a MESSAGE
+        self.unbox: Callable[[bytes], tuple[int, bytes]] | None = None
         self._buf = b""  # the start of a frame header cut by the last read
         self._parts: list[bytes] = []  # pieces of a frame body cut by reads
         self._need = 0  # body bytes still missing for the frame in _parts
@@ -198,6 +200,15 @@ class ZmtpDecoder:
 
     def _frame(self, flags: int, body: bytes, out: list[bytes]) -> None:
         """One complete frame (not the common short single one, handled inline)."""
+        if self.unbox is not None:
+            # CURVE: each frame is a MESSAGE box (libzmq sends it as a data frame)
+            # holding the real frame's flags and body.
+            if flags & MORE:
+                raise RemoteProtocolError("a CURVE MESSAGE frame with the MORE flag")
+            name, data = split_command(body)
+            if name != b"MESSAGE":
+                raise RemoteProtocolError(f"a {name!r} frame where a CURVE MESSAGE must be")
+            flags, body = self.unbox(data)
         if flags & COMMAND:
             if self._msg:
                 raise RemoteProtocolError("ZMTP command frame inside a multipart message")
@@ -259,6 +270,7 @@ class ZmtpDecoder:
             end = len(chunk)
         limit = self.max_size
         single = self.single
+        plain = self.unbox is None
         while pos < end:
             flags = chunk[pos]
             if flags & LONG:
@@ -281,7 +293,7 @@ class ZmtpDecoder:
                 self._need = stop - end
                 self._flags = flags
                 return out
-            if flags == 0 and not self._msg and single is None:
+            if flags == 0 and plain and single is None and not self._msg:
                 out.append(chunk[start:stop])  # the common case: a short single-frame message
             else:
                 self._frame(flags, chunk[start:stop], out)

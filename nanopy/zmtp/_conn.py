@@ -21,6 +21,7 @@ from .._errors import RemoteProtocolError
 from ..transports._base import PipeContext
 from ..transports._stream import StreamConnection
 from . import _codec as codec
+from ._curve import Cipher
 from ._mechanisms import Mechanism, make_mechanism
 from ._roles import describe_peers, make_role
 
@@ -46,7 +47,7 @@ class ZmtpConnection(StreamConnection):
         self.framing = None  # a role may filter or rewrite per pipe: no shared chunks
         self.role = make_role(ctx.protocol_name)
         self.mechanism: Mechanism = make_mechanism(ctx.options)
-        self._decoder = codec.ZmtpDecoder(  # type: ignore[assignment]
+        self._decoder = self._zmtp_decoder = codec.ZmtpDecoder(
             ctx.recv_max_size, self.role.multi, self._command, self.role.single
         )
         self._send_control: Callable[..., bool] | None = None
@@ -54,6 +55,8 @@ class ZmtpConnection(StreamConnection):
         self.peer_identity = b""
         self.minor = 1
         self.last_heard = time.monotonic()
+        #: CURVE's sealer and opener, set by its handshake (None: frames go in the clear)
+        self.cipher: Cipher | None = None
 
     # -- handshake (engine thread, under the socket's handshake_timeout) ---------
     async def read_exact(self, n: int, what: str) -> bytes:
@@ -102,6 +105,8 @@ class ZmtpConnection(StreamConnection):
         codec.parse_mechanism(await self.read_exact(codec.GREETING_SIZE - 12, "greeting"), mech.name)
         props = await mech.handshake(self, self._metadata())
         self._check_peer(props)
+        if self.cipher is not None:
+            self._zmtp_decoder.unbox = self.cipher.open
 
     def _metadata(self) -> list[tuple[bytes, bytes]]:
         props = [(b"Socket-Type", self.role.zmq_type)]
@@ -124,7 +129,14 @@ class ZmtpConnection(StreamConnection):
 
     # -- after the handshake -------------------------------------------------------
     def frame(self, payloads: list[bytes]) -> bytes:
-        return self.role.frame(payloads)
+        cipher = self.cipher
+        if cipher is None:
+            return self.role.frame(payloads)
+        return cipher.seal(self.role.frame(payloads))
+
+    def control_chunk(self, frame: bytes) -> bytes:
+        # Sealed when written, not when queued: CURVE nonces must grow in wire order.
+        return frame if self.cipher is None else self.cipher.seal(frame)
 
     def write_nowait(self, chunk: bytes | memoryview) -> int:
         if not chunk:

@@ -128,9 +128,26 @@ def check_options(options: Mapping[str, Any]) -> None:
         raise TypeError("plain_auth= takes a callable(user, password) -> bool")
     if plain is not None and auth is not None:
         raise TypeError("an endpoint is either a PLAIN client (plain=) or a PLAIN server (plain_auth=), not both")
+    curve = [key for key in options if key.startswith("curve_") and options[key] is not None]
+    if curve:
+        if plain is not None or auth is not None:
+            raise TypeError("an endpoint uses one security mechanism: PLAIN or CURVE, not both")
+        from ._curve import make_curve
+
+        if options.get("curve_server_key") is None and options.get("curve_secret_key") is None:
+            raise TypeError(
+                "CURVE needs curve_server_key= (a client) or curve_secret_key= without it (a server)"
+            )
+        make_curve(options)  # the keys are checked now (and PyNaCl is there)
 
 
 def make_mechanism(options: Mapping[str, Any]) -> Mechanism:
+    if any(key.startswith("curve_") for key in options):
+        from ._curve import make_curve
+
+        curve = make_curve(options)
+        if curve is not None:
+            return curve
     plain = options.get("plain")
     if plain is not None:
         return PlainClient(_text(plain[0], "user"), _text(plain[1], "password"))

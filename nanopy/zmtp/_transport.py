@@ -23,7 +23,10 @@ from ._mechanisms import check_options
 from ._roles import check_protocol
 
 #: endpoint keywords of both schemes
-ENDPOINT_OPTIONS = ("identity", "plain", "plain_auth")
+ENDPOINT_OPTIONS = (
+    "identity", "plain", "plain_auth",
+    "curve_secret_key", "curve_public_key", "curve_server_key", "curve_clients",
+)
 
 
 class _ZmtpTcpListener(TcpListener):
