@@ -57,7 +57,7 @@ def parse_version(data: bytes) -> int:
     major, minor = data[0], data[1]
     if major < 3:
         raise RemoteProtocolError(
-            f"the peer speaks ZMTP {major}.{minor}; nanopy speaks 3.0 and 3.1 (libzmq 4.x and later)"
+            f"the peer speaks ZMTP {major}.x (1.0 or 2.0: libzmq before 4); nanopy speaks 3.0 and 3.1"
         )
     return 1 if major > 3 or minor >= 1 else 0
 
@@ -217,13 +217,14 @@ class ZmtpDecoder:
             name, data = split_command(body)
             self.command(name, data)
             return
-        if flags & MORE:
-            self._msg.append(body)
+        if self._msg or flags & MORE:
             self._msg_size += len(body)
             if self.max_size and self._msg_size > self.max_size:
                 raise MessageTooLarge(
                     f"peer sent a multipart message over {self.max_size} bytes (recv_max_size)"
                 )
+        if flags & MORE:
+            self._msg.append(body)
             return
         if self._msg:
             msg = self._msg

@@ -128,6 +128,17 @@ class ZmtpConnection(StreamConnection):
         self.peer_identity = props.get("identity", b"")
 
     # -- after the handshake -------------------------------------------------------
+    def read_nowait(self) -> list[bytes] | None:
+        got = super().read_nowait()
+        if got is not None:
+            self.last_heard = time.monotonic()  # any traffic is a sign of life (RFC 37)
+        return got
+
+    async def receive(self) -> list[bytes]:
+        got = await super().receive()
+        self.last_heard = time.monotonic()
+        return got
+
     def frame(self, payloads: list[bytes]) -> bytes:
         cipher = self.cipher
         if cipher is None:
