@@ -455,3 +455,36 @@ def test_curve_option_errors(make_socket: MakeSocket, monkeypatch: pytest.Monkey
     monkeypatch.setitem(sys.modules, "nacl.bindings", None)
     with pytest.raises(ImportError, match=r"nanopy\[curve\]"):
         sock.connect("zmtp+tcp://127.0.0.1:1", curve_server_key=bytes(32))
+
+
+def test_nanopy_cat_speaks_zmtp(zctx: Any, tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    zpush = zsocket(zctx, zmq.PUSH)
+    port = zpush.bind_to_random_port("tcp://127.0.0.1")
+    out = tmp_path / "out"
+    cat = [sys.executable, "-m", "nanopy", "cat"]
+    proc = subprocess.Popen(
+        [*cat, "--pull", "--connect", f"zmtp+tcp://127.0.0.1:{port}", "--recv-timeout", "2", "--raw"],
+        stdout=out.open("wb"),
+    )
+    try:
+        zpush.send(b"plain\n")
+        zpush.send_multipart([b"frame1\n", b"frame2\n"])
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert out.read_bytes() == b"plain\nframe1\nframe2\n"
+
+    zpull = zsocket(zctx, zmq.PULL)
+    zpull.rcvtimeo = 30000
+    port = zpull.bind_to_random_port("tcp://127.0.0.1")
+    sent = subprocess.run(
+        [*cat, "--push", "--connect", f"zmtp+tcp://127.0.0.1:{port}", "--data", "via cat"],
+        check=False, capture_output=True, timeout=60,
+    )
+    assert sent.returncode == 0, sent.stderr
+    assert zpull.recv() == b"via cat"
