@@ -133,12 +133,16 @@ def encode_single(payload: bytes) -> bytes:
     return _LONG.pack(LONG, n) + payload
 
 
-def encode_singles(payloads: list[bytes]) -> bytes:
-    """Single-frame messages in one buffer (the hot path of PUSH, PAIR, PUB)."""
+def encode_batch(payloads: list[bytes], multi: Callable[[bytes], bytes]) -> bytes:
+    """Messages in one buffer (the hot path of PUSH, PAIR, PUB): a ``bytes`` payload
+    is one frame; any other (a multipart message) is encoded by ``multi``."""
     short = _SHORT.pack
     long_ = _LONG.pack
     parts = []
     for p in payloads:
+        if p.__class__ is not bytes:
+            parts.append(multi(p))
+            continue
         n = len(p)
         parts.append(short(0, n) if n < 256 else long_(LONG, n))
         parts.append(p)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from .._errors import AddressError
 from .._message import Multipart
 from .._radix import RadixTree
-from ._codec import DELIMITER, encode_command, encode_message, encode_single, frame_header
+from ._codec import DELIMITER, encode_batch, encode_command, encode_message, encode_single, frame_header
 
 if TYPE_CHECKING:
     from .._driver import SocketDriver
@@ -64,7 +64,7 @@ def encode_body(payload: bytes, more: bool = False) -> bytes:
 def encode_bodies(payloads: list[bytes]) -> bytes:
     if len(payloads) == 1:
         return encode_body(payloads[0])
-    return b"".join(map(encode_body, payloads))
+    return encode_batch(payloads, encode_body)
 
 
 def join_frames(frames: list[bytes]) -> bytes:
