@@ -6,10 +6,16 @@ ZMTP pipes write it as frames; an SP pipe carries one frame per message, so a
 socket with SP endpoints refuses to send one rather than join it silently. A
 plain ``recv()`` that meets one raises and leaves it first in line for
 ``recv_multipart()`` or ``recv_msg()``.
+
+Only a socket with a ZMTP endpoint can receive one, so only such a socket pays
+for the check: its first ``zmtp+`` bind or connect moves it to a subclass whose
+``recv``/``arecv`` look at the body's class (:func:`receive_multipart`); an SP
+socket's receive path is untouched.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -123,3 +129,39 @@ class MultipartMixin:
             f"the next message has {len(body.parts)} frames (ZeroMQ multipart); it is still "
             "queued: receive it with recv_multipart() or recv_msg() (Message.parts)"
         )
+
+
+_checking: dict[type, type] = {}
+_checking_lock = threading.Lock()
+
+
+def receive_multipart(sock: Any) -> None:
+    """Make ``sock``'s plain receives refuse multipart messages (see the module docstring)."""
+    base = type(sock)
+    if getattr(base, "_checks_multipart", False):
+        return
+    with _checking_lock:
+        cls = _checking.get(base)
+        if cls is None:
+            cls = _checking[base] = _checking_class(base)
+    sock.__class__ = cls
+
+
+def _checking_class(base: type) -> type:
+    plain_recv: Any = getattr(base, "recv")  # noqa: B009 - (a Socket class, typed loosely here)
+    plain_arecv: Any = getattr(base, "arecv")  # noqa: B009
+
+    def recv(self: Any, *, timeout: float | None = DEFAULT) -> bytes:
+        body: bytes = plain_recv(self, timeout=timeout)
+        return body if body.__class__ is bytes else self._refuse_multipart(body)
+
+    async def arecv(self: Any, *, timeout: float | None = DEFAULT) -> bytes:
+        body: bytes = await plain_arecv(self, timeout=timeout)
+        return body if body.__class__ is bytes else self._refuse_multipart(body)
+
+    recv.__doc__ = plain_recv.__doc__
+    arecv.__doc__ = plain_arecv.__doc__
+    return type(base.__name__, (base,), {
+        "recv": recv, "arecv": arecv, "_checks_multipart": True,
+        "__module__": base.__module__, "__qualname__": base.__qualname__, "__doc__": base.__doc__,
+    })

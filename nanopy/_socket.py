@@ -29,7 +29,7 @@ from ._endpoint import Endpoint
 from ._errors import AddressError, Closed, MessageTooLarge, ProtocolError, WouldBlock
 from ._lifecycle import SocketTasks
 from ._message import Message, Pipe
-from ._multipart import MultipartMixin
+from ._multipart import MultipartMixin, receive_multipart
 from ._options import OptionAttributes, docstring_section, make_descriptors, new_options, validate_priority
 from ._pipe import PipeDriver
 from ._poller import Pollable
@@ -211,6 +211,7 @@ class Socket(RequestMethods, MultipartMixin, Pollable, OptionAttributes):
         check_protocol = getattr(transport, "check_protocol", None)
         if check_protocol is not None:  # a transport of another wire protocol (zmtp+tcp)
             check_protocol(self._core.name, self.raw, options)
+            receive_multipart(self)  # from now on recv() looks for multipart messages
         priority = validate_priority("priority", options.pop("priority", 8))
         recv_priority = validate_priority("recv_priority", options.pop("recv_priority", 8))
         allowed = set(getattr(transport, "endpoint_options", ()))
@@ -460,16 +461,14 @@ class Socket(RequestMethods, MultipartMixin, Pollable, OptionAttributes):
         run = driver.run
         if run and not driver.closed:
             try:
-                head = run.popleft()  # the rest of a run (nanopy/_driver.py): no lock, no call
+                return run.popleft()  # the rest of a run (nanopy/_driver.py): no lock, no call
             except IndexError:
                 pass
-            else:
-                return head if head.__class__ is bytes else self._refuse_multipart(head)
         body = driver.try_recv_body()
         if body is None:
             timeout = self._timeout(timeout, self._options.recv_timeout)
             body = driver.call(driver.recv_body_attempt, driver.recv_q, timeout, "recv")
-        return body if body.__class__ is bytes else self._refuse_multipart(body)
+        return body
 
     def recv_msg(self, *, timeout: float | None = _DEFAULT) -> Message:
         """Receive the next message with its pipe (and header, on raw sockets).
@@ -614,10 +613,9 @@ class Socket(RequestMethods, MultipartMixin, Pollable, OptionAttributes):
         if body is not None:
             if trio_task:
                 await cancel_shielded_checkpoint()
-            return body if body.__class__ is bytes else self._refuse_multipart(body)
+            return body
         timeout = self._timeout(timeout, self._options.recv_timeout)
-        body = await driver.acall(driver.recv_body_attempt, driver.recv_q, timeout, "recv")
-        return body if body.__class__ is bytes else self._refuse_multipart(body)
+        return await driver.acall(driver.recv_body_attempt, driver.recv_q, timeout, "recv")
 
     async def arecv_msg(self, *, timeout: float | None = _DEFAULT) -> Message:
         """Async :meth:`recv_msg` (trio or asyncio); a checkpoint: if cancelled, it takes nothing.

@@ -104,7 +104,18 @@ class ZmtpConnection(StreamConnection):
         self.minor = self.role.minor = codec.parse_version(await self.read_exact(2, "greeting"))
         codec.parse_mechanism(await self.read_exact(codec.GREETING_SIZE - 12, "greeting"), mech.name)
         props = await mech.handshake(self, self._metadata())
-        self._check_peer(props)
+        try:
+            self._check_peer(props)
+        except RemoteProtocolError as exc:
+            # Tell the peer why before closing (RFC 37's ERROR); it may not listen.
+            reason = str(exc).encode()[:255]
+            try:
+                await self._send_all(self.control_chunk(
+                    codec.encode_command(b"ERROR", bytes((len(reason),)) + reason)
+                ))
+            except OSError:
+                pass
+            raise
         if self.cipher is not None:
             self._zmtp_decoder.unbox = self.cipher.open
 
