@@ -164,7 +164,7 @@ def test_nanopy_sub_forwards_subscriptions(
     assert sub.recv() == b"b1"  # (an a-sync may have come twice: the first after the timeout)
 
 
-@pytest.mark.parametrize(("transport", "nanopy_binds"), DIRECTIONS[:2])
+@pytest.mark.parametrize(("transport", "nanopy_binds"), DIRECTIONS)
 def test_zmq_pub_to_nanopy_sub(make_socket: MakeSocket, zctx: Any, transport: str, nanopy_binds: bool) -> None:
     sub = make_socket("sub", recv_timeout=0.1, recv_max_size=BIG_LIMIT)
     sub.subscribe(b"t/")
@@ -488,3 +488,15 @@ def test_nanopy_cat_speaks_zmtp(zctx: Any, tmp_path: Any) -> None:
     )
     assert sent.returncode == 0, sent.stderr
     assert zpull.recv() == b"via cat"
+
+
+def test_multipart_bodies_on_req_rep_are_dropped_not_joined(
+    make_socket: MakeSocket, zctx: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    rep = make_socket("rep", recv_timeout=0.3)
+    zreq = zsocket(zctx, zmq.REQ)
+    link(rep, zreq, "tcp", True)
+    zreq.send_multipart([b"two", b"frames"])
+    with pytest.raises(nanopy.Timeout):
+        rep.recv()
+    assert "dropping a request whose body has several frames" in caplog.text

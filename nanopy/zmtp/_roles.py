@@ -67,11 +67,6 @@ def encode_bodies(payloads: list[bytes]) -> bytes:
     return encode_batch(payloads, encode_body)
 
 
-def join_frames(frames: list[bytes]) -> bytes:
-    """A received body: one frame as it is, several as a :class:`Multipart`."""
-    return frames[0] if len(frames) == 1 else Multipart(frames)
-
-
 class Role:
     """The plain role (PUSH, PULL, PAIR): a message is its frames."""
 
@@ -98,6 +93,13 @@ class Role:
 
     def started(self, sock: SocketDriver) -> None:
         """The pipe joined its socket (engine thread)."""
+
+    def multipart_body(self, what: str) -> None:
+        """A request or reply body of several frames: nanopy's REQ/REP carry one, and
+        joining them would change the message, so it is dropped (said once per pipe)."""
+        if not getattr(self, "_warned", False):
+            self._warned = True
+            log.warning("zmtp: dropping a %s whose body has several frames (REQ/REP carry one here)", what)
 
     def changed(self, sock: SocketDriver) -> None:
         """The socket's subscriptions changed (any thread)."""
@@ -251,7 +253,10 @@ class ReqRole(Role):
                 self.send_control(DELIMITER + encode_body(body))
         if rid is None:
             return None
-        return rid + join_frames(frames[1:]) if len(frames) == 2 else rid + frames[1]
+        if len(frames) > 2:
+            self.multipart_body("reply")
+            return None
+        return rid + frames[1]
 
 
 class RepRole(Role):
@@ -275,7 +280,9 @@ class RepRole(Role):
         except ValueError:
             return None  # no delimiter: dropped
         body = frames[end + 1 :]
-        if not body:
+        if len(body) != 1:
+            if body:
+                self.multipart_body("request")
             return None
         token = ((next(self._ids) & 0x7FFFFFFF) | 0x80000000).to_bytes(4, "big")
         with self._lock:
@@ -283,7 +290,7 @@ class RepRole(Role):
             envelopes[token] = frames[:end]
             if len(envelopes) > MAX_ENVELOPES:
                 del envelopes[next(iter(envelopes))]
-        return token + join_frames(body) if len(body) > 1 else token + body[0]
+        return token + body[0]
 
     def frame(self, payloads: list[bytes]) -> bytes:
         out: list[bytes] = []
