@@ -274,9 +274,31 @@ class ZmtpDecoder:
             self._buf = b""
             end = len(chunk)
         limit = self.max_size
-        single = self.single
-        plain = self.unbox is None
+        # Short single-frame data messages, the common case, take the inner loop:
+        # no handler to call, no limit they could break, no box to open.
+        fast = self.unbox is None and self.single is None and (not limit or limit >= 255)
+        append = out.append
+        unpack = _U64.unpack_from
         while pos < end:
+            if fast and not self._msg:
+                while pos + 2 <= end:
+                    flags = chunk[pos]
+                    if not flags:
+                        start = pos + 2
+                        stop = start + chunk[pos + 1]
+                    elif flags == LONG and pos + 9 <= end:
+                        start = pos + 9
+                        stop = start + unpack(chunk, pos + 1)[0]
+                        if limit and stop - start > limit:
+                            break  # (refused below)
+                    else:
+                        break
+                    if stop > end:
+                        break
+                    append(chunk[start:stop])
+                    pos = stop
+                if pos >= end:
+                    break
             flags = chunk[pos]
             if flags & LONG:
                 if end - pos < 9:
@@ -290,7 +312,7 @@ class ZmtpDecoder:
                 start = pos + 2
             if flags & 0xF8:
                 raise RemoteProtocolError(f"ZMTP frame with reserved flag bits set (0x{flags:02x})")
-            if limit and size > limit + (COMMAND_SLACK if flags & COMMAND else 0):
+            if limit and size > limit and (not flags & COMMAND or size > limit + COMMAND_SLACK):
                 raise MessageTooLarge(f"peer sent a {size}-byte frame; recv_max_size is {limit}")
             stop = start + size
             if stop > end:
@@ -298,10 +320,7 @@ class ZmtpDecoder:
                 self._need = stop - end
                 self._flags = flags
                 return out
-            if flags == 0 and plain and single is None and not self._msg:
-                out.append(chunk[start:stop])  # the common case: a short single-frame message
-            else:
-                self._frame(flags, chunk[start:stop], out)
+            self._frame(flags, chunk[start:stop], out)
             pos = stop
         if pos < end:
             self._buf = chunk[pos:]
