@@ -45,8 +45,8 @@ class RawPeer:
         host, _, port = url.removeprefix("zmtp+tcp://").rpartition(":")
         self.sock = socket.create_connection((host, int(port)), timeout=5)
 
-    def handshake(self, socket_type: bytes = b"PUSH") -> None:
-        self.sock.sendall(greeting() + ready(socket_type))
+    def handshake(self, socket_type: bytes = b"PUSH", minor: int = 1) -> None:
+        self.sock.sendall(greeting(minor=minor) + ready(socket_type))
         assert read_exact(self.sock, 64)[:10] == greeting()[:10]
         head = read_exact(self.sock, 2)
         assert head[0] == codec.COMMAND
@@ -175,6 +175,46 @@ def test_random_frames_after_a_good_handshake(victim: tuple[nanopy.Socket, str, 
     got = pull.recv()
     while got != b"after the noise":  # (noise still arriving as messages)
         got = pull.recv_msg().body
+
+
+@pytest.mark.parametrize("minor", [0, 1])
+def test_subscriptions_in_the_peers_dialect(make_socket: MakeSocket, minor: int) -> None:
+    """SUB tells a 3.1 publisher with SUBSCRIBE/CANCEL commands and a 3.0 one with
+    0x01/0x00 messages; PUB understands both from its subscribers."""
+    sub = make_socket("sub")
+    sub.subscribe(b"a")
+    url = sub.bind("zmtp+tcp://127.0.0.1:0").url
+    peer = RawPeer(url)
+    peer.handshake(b"PUB", minor)
+    told = codec.encode_command(b"SUBSCRIBE", b"a") if minor else b"\x00\x02\x01a"
+    assert read_exact(peer.sock, len(told)) == told
+    sub.unsubscribe(b"a")
+    told = codec.encode_command(b"CANCEL", b"a") if minor else b"\x00\x02\x00a"
+    assert read_exact(peer.sock, len(told)) == told
+    peer.close()
+
+    pub = make_socket("pub")
+    url = pub.bind("zmtp+tcp://127.0.0.1:0").url
+    peer = RawPeer(url)
+    peer.handshake(b"SUB", minor)
+    wait_pipes(pub)
+    peer.sock.sendall(codec.encode_command(b"SUBSCRIBE", b"k") if minor else b"\x00\x02\x01k")
+    wanted = b"\x00\x04keep"
+    got = b""
+    for _ in range(500):  # the subscription reaches the PUB a moment after it was sent
+        pub.send(b"drop")
+        pub.send(b"keep")
+        peer.sock.settimeout(0.01)
+        try:
+            got += peer.sock.recv(4096)
+        except TimeoutError:
+            continue
+        if got:
+            break
+    peer.sock.settimeout(5)
+    got += read_exact(peer.sock, max(0, len(wanted) - len(got)))
+    assert got.startswith(wanted) and b"drop" not in got
+    peer.close()
 
 
 # -- the codec alone ------------------------------------------------------------------------
