@@ -17,3 +17,5 @@ from ._curve import curve_keypair as curve_keypair
 from ._curve import public_key as public_key
 
 __all__ = ["Multipart", "curve_keypair", "public_key"]
+
+Multipart.__module__ = __name__  # shown as nanopy.zmtp.Multipart

@@ -51,14 +51,11 @@ def frames_of(payload: bytes) -> list[bytes]:
     return list(parts) if parts is not None else [bytes(payload)]
 
 
-def encode_body(payload: bytes, more: bool = False) -> bytes:
-    """A body as its frames (the last one with MORE if ``more``)."""
-    if payload.__class__ is bytes and not more:
+def encode_body(payload: bytes) -> bytes:
+    """A body as its frames (several for a :class:`Multipart`)."""
+    if payload.__class__ is bytes:
         return encode_single(payload)
-    frames = frames_of(payload)
-    if more:
-        return b"".join(frame_header(len(f), 1) + f for f in frames)
-    return encode_message(frames)
+    return encode_message(frames_of(payload))
 
 
 def encode_bodies(payloads: list[bytes]) -> bytes:
@@ -72,7 +69,8 @@ class Role:
 
     zmq_type = b""
     peers: frozenset[bytes] = frozenset()
-    #: True if the role handles single-frame messages itself (see ZmtpDecoder.single)
+    #: what a single-frame message becomes (see ZmtpDecoder.single); None: the
+    #: body as it is, parsed by the decoder's inner loop
     single: Callable[[bytes], bytes | None] | None = None
 
     def __init__(self) -> None:
