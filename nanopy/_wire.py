@@ -38,6 +38,11 @@ def parse_header(data: bytes, peer_id: int) -> int:
         raise RemoteProtocolError(f"short SP header ({len(data)} bytes)")
     magic, proto, reserved = _HEADER.unpack(data)
     if magic != _MAGIC:
+        if data[0] == 0xFF:  # ZMTP's greeting starts so: a ZeroMQ peer
+            raise RemoteProtocolError(
+                f"not an SP peer but a ZeroMQ (ZMTP) one: header {data.hex()}; "
+                "use a zmtp+tcp:// or zmtp+ipc:// URL for it"
+            )
         raise RemoteProtocolError(f"not an SP peer: header {data.hex()}")
     if reserved != b"\x00\x00":
         raise RemoteProtocolError(f"SP header has reserved bytes set: {data.hex()}")
