@@ -126,26 +126,31 @@ def encode_message(frames: list[bytes]) -> bytes:
     return b"".join(out)
 
 
+# The header of every short single frame, made once (indexing beats packing).
+_SHORT_HEADERS = [_SHORT.pack(0, n) for n in range(256)]
+
+
 def encode_single(payload: bytes) -> bytes:
     n = len(payload)
     if n < 256:
-        return _SHORT.pack(0, n) + payload
+        return _SHORT_HEADERS[n] + payload
     return _LONG.pack(LONG, n) + payload
 
 
 def encode_batch(payloads: list[bytes], multi: Callable[[bytes], bytes]) -> bytes:
     """Messages in one buffer (the hot path of PUSH, PAIR, PUB): a ``bytes`` payload
     is one frame; any other (a multipart message) is encoded by ``multi``."""
-    short = _SHORT.pack
+    headers = _SHORT_HEADERS
     long_ = _LONG.pack
-    parts = []
+    parts: list[bytes] = []
+    append = parts.append
     for p in payloads:
         if p.__class__ is not bytes:
-            parts.append(multi(p))
+            append(multi(p))
             continue
         n = len(p)
-        parts.append(short(0, n) if n < 256 else long_(LONG, n))
-        parts.append(p)
+        append(headers[n] if n < 256 else long_(LONG, n))
+        append(p)
     return b"".join(parts)
 
 
