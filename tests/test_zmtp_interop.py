@@ -377,6 +377,8 @@ def test_async_multipart(make_socket: MakeSocket, zctx: Any) -> None:
         await pair.asend_multipart([b"x", b"y"])
         assert zpair.recv_multipart() == [b"x", b"y"]
         zpair.send_multipart([b"1", b"2", b"3"])
+        with pytest.raises(nanopy.ProtocolError, match="3 frames"):
+            await pair.arecv()
         return await pair.arecv_multipart()
 
     assert trio.run(main) == [b"1", b"2", b"3"]
