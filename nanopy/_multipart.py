@@ -152,6 +152,17 @@ def _checking_class(base: type) -> type:
     plain_arecv: Any = getattr(base, "arecv")  # noqa: B009
 
     def recv(self: Any, *, timeout: float | None = DEFAULT) -> bytes:
+        if timeout is DEFAULT:
+            # The rest of a run, as the plain recv serves it (a call level less).
+            driver = self._driver
+            run = driver.run
+            if run and not driver.closed:
+                try:
+                    head = run.popleft()
+                except IndexError:
+                    pass
+                else:
+                    return head if head.__class__ is bytes else self._refuse_multipart(head)
         body: bytes = plain_recv(self, timeout=timeout)
         return body if body.__class__ is bytes else self._refuse_multipart(body)
 

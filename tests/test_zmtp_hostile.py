@@ -249,3 +249,11 @@ def test_decoder_refuses_before_buffering() -> None:
     assert dec.feed(b"\x00\x01a\x08\x00") == [b"a"]  # the good frame first, the error next
     with pytest.raises(RemoteProtocolError):
         dec.feed(b"")
+
+
+def test_a_zeromq_greeting_on_an_sp_url_is_named() -> None:
+    """(libzmq may close before its greeting is read, so this is checked on the parser.)"""
+    from nanopy._wire import parse_header
+
+    with pytest.raises(RemoteProtocolError, match=r"a ZeroMQ \(ZMTP\) one.*use a zmtp\+tcp://"):
+        parse_header(greeting()[:8], 0x51)

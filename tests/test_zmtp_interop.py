@@ -502,14 +502,3 @@ def test_multipart_bodies_on_req_rep_are_dropped_not_joined(
     with pytest.raises(nanopy.Timeout):
         rep.recv()
     assert "dropping a request whose body has several frames" in caplog.text
-
-
-def test_a_zeromq_peer_on_an_sp_url_is_told_apart(
-    make_socket: MakeSocket, zctx: Any, caplog: pytest.LogCaptureFixture
-) -> None:
-    pull = make_socket("pull")
-    url = pull.bind("tcp://127.0.0.1:0").url
-    zpush = zsocket(zctx, zmq.PUSH)
-    zpush.connect(url)
-    wait_until(lambda: pull.stats().protocol_errors >= 1, what="the ZeroMQ peer refused")
-    assert "a ZeroMQ (ZMTP) one" in caplog.text and "zmtp+tcp://" in caplog.text
