@@ -502,3 +502,25 @@ def test_multipart_bodies_on_req_rep_are_dropped_not_joined(
     with pytest.raises(nanopy.Timeout):
         rep.recv()
     assert "dropping a request whose body has several frames" in caplog.text
+
+
+def test_plain_nanopy_to_nanopy_and_option_errors(make_socket: MakeSocket, caplog: pytest.LogCaptureFixture) -> None:
+    pull = make_socket("pull", recv_timeout=5)
+    url = pull.bind("zmtp+ipc://" + ipc_path(), plain_auth=lambda user, password: (user, password) == ("u", "p")).url
+    push = make_socket("push")
+    push.connect(url, plain=("u", "p"))
+    push.send(b"plain")
+    assert pull.recv() == b"plain"
+    wrong = make_socket("push")
+    wrong.connect(url, plain=("u", "x"))
+    wait_until(lambda: wrong.stats().protocol_errors >= 1, what="the client told of its refusal")
+    assert wrong.pipes == []
+    assert "the ZMTP peer refused the handshake: Invalid username or password" in caplog.text
+    for bad, error in (
+        ({"plain": "u:p"}, TypeError),
+        ({"plain": ("u", "p"), "plain_auth": lambda u, p: True}, TypeError),
+        ({"identity": b"\x00x"}, ValueError),
+        ({"identity": 5}, TypeError),
+    ):
+        with pytest.raises(error):
+            push.connect("zmtp+tcp://127.0.0.1:1", **bad)

@@ -116,7 +116,14 @@ def _text(value: Any, what: str) -> bytes:
 
 
 def check_options(options: Mapping[str, Any]) -> None:
-    """Refuse a bad combination of security options at bind/connect."""
+    """Refuse bad endpoint options (identity, security) at bind/connect."""
+    identity = options.get("identity")
+    if identity is not None:
+        if not isinstance(identity, (str, bytes, bytearray, memoryview)):
+            raise TypeError("identity= takes bytes or str")
+        data = identity.encode() if isinstance(identity, str) else bytes(identity)
+        if not 0 < len(data) <= 255 or data[0] == 0:
+            raise ValueError("identity= must be 1 to 255 bytes, not starting with a zero byte (RFC 37)")
     plain = options.get("plain")
     if plain is not None:
         if not (isinstance(plain, tuple) and len(plain) == 2):
