@@ -392,12 +392,18 @@ def test_curve_both_ways_with_pyzmq_keys(make_socket: MakeSocket, zctx: Any) -> 
     # nanopy serves, a pyzmq client connects: its key must be in curve_clients
     pull = make_socket("pull", recv_timeout=5, recv_max_size=BIG_LIMIT)
     zpush = zsocket(zctx, zmq.PUSH, curve_serverkey=server_public, curve_publickey=client_public,
-                    curve_secretkey=client_secret)
+                    curve_secretkey=client_secret, heartbeat_ivl=50, heartbeat_timeout=300)
     link(pull, zpush, "tcp", True, curve_secret_key=server_secret, curve_clients={client_public.decode()})
     zpush.send_multipart([b"sealed", b"frames"])
     zpush.send(BIG)
     assert pull.recv_multipart() == [b"sealed", b"frames"]
     assert pull.recv() == BIG
+    pipe = pull.pipes[0]
+    with pytest.raises(nanopy.Timeout):
+        pull.recv(timeout=0.8)  # sealed PINGs go by, sealed PONGs answer them
+    assert pull.pipes == [pipe]
+    zpush.send(b"after the heartbeats")
+    assert pull.recv() == b"after the heartbeats"
     stranger_public, stranger_secret = zmq.curve_keypair()
     stranger = zsocket(zctx, zmq.PUSH, curve_serverkey=server_public, curve_publickey=stranger_public,
                        curve_secretkey=stranger_secret)
