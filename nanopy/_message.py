@@ -41,21 +41,43 @@ class Multipart(bytes):
     works with it) and keeps the frames in :attr:`parts`. SP pipes carry one
     frame per message: a socket refuses to send a ``Multipart`` there rather
     than join it silently.
+
+    Inside nanopy a protocol core may put a header in front of a body (a REQ's
+    request id, a REP's backtrace) as ``header + body`` and take it off again as
+    ``payload[len(header):]``; both keep the frames (``header`` holds it meanwhile),
+    so REQ and REP carry multipart bodies without knowing it.
     """
 
     parts: tuple[bytes, ...]
+    header: bytes
 
-    def __new__(cls, parts: Any) -> Multipart:
+    def __new__(cls, parts: Any, header: bytes = b"") -> Multipart:
         frames = tuple(bytes(p) if p.__class__ is not bytes else p for p in parts)
-        obj = super().__new__(cls, b"".join(frames))
+        obj = super().__new__(cls, header + b"".join(frames))
         obj.parts = frames
+        obj.header = header
         return obj
+
+    def __radd__(self, other: Any) -> Multipart:
+        # ``bytes + Multipart`` lands here (a bytes subclass's reflected add comes first).
+        if isinstance(other, (bytes, bytearray)):
+            return Multipart(self.parts, bytes(other) + self.header)
+        return NotImplemented
+
+    def __getitem__(self, key: Any) -> Any:
+        header = self.header
+        if (
+            header and key.__class__ is slice and key.start == len(header)
+            and key.stop is None and key.step is None
+        ):
+            return Multipart(self.parts)  # the header taken off again
+        return bytes.__getitem__(self, key)
 
     def __repr__(self) -> str:
         return f"Multipart({list(self.parts)!r})"
 
     def __reduce__(self) -> Any:
-        return (Multipart, (self.parts,))
+        return (Multipart, (self.parts, self.header))
 
 
 class Message:

@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from ._endpoint import Endpoint
     from ._message import Message
 
-#: the socket types whose messages may have several frames (REQ/REP carry one body frame)
-MULTIPART_PROTOCOLS = frozenset({"pair", "push", "pull", "pub", "sub"})
+#: the socket types whose messages may have several frames on ZMTP pipes
+MULTIPART_PROTOCOLS = frozenset({"pair", "push", "pull", "pub", "sub", "req", "rep"})
 
 
 def as_multipart(parts: Any) -> Multipart:
@@ -73,8 +73,8 @@ class MultipartMixin:
 
         Raises:
             ProtocolError: the socket has SP endpoints (``tcp://``, ``ipc://``, ...),
-                which carry one frame per message, or its type has no multipart
-                messages on ZMTP here (REQ, REP).
+                which carry one frame per message, or its type has no ZeroMQ
+                counterpart (SURVEYOR, BUS, ...).
             TypeError: ``parts`` is not a list of bytes-like frames.
         """
         self.send(as_multipart(parts), timeout=timeout)
@@ -106,7 +106,7 @@ class MultipartMixin:
     def _check_multipart(self) -> None:
         if self.protocol not in MULTIPART_PROTOCOLS:
             raise ProtocolError(
-                f"{self.protocol} sockets send one body frame; multipart messages work on "
+                f"{self.protocol} sockets send one frame per message; multipart messages work on "
                 f"{', '.join(sorted(MULTIPART_PROTOCOLS))} sockets over zmtp+ URLs"
             )
         sp = [ep.url for ep in self._endpoints if not ep.url.startswith("zmtp+")]

@@ -27,9 +27,9 @@ def as_bytes(data: Any) -> bytes:
             from ._errors import ProtocolError
 
             raise ProtocolError(
-                "a multipart message cannot be sent here (a request, reply or survey has one "
-                "body frame); join its frames yourself, or send it with send_multipart() on a "
-                "pair/push/pub socket over zmtp+ URLs"
+                "a multipart message cannot be sent here (a survey or a subscription is one "
+                "frame); join its frames yourself, or send it on a socket whose endpoints are "
+                "zmtp+ URLs"
             )
         return data
     if isinstance(data, (bytearray, memoryview)):

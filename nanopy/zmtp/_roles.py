@@ -91,14 +91,6 @@ class Role:
 
     def started(self, sock: SocketDriver) -> None:
         """The pipe joined its socket (engine thread)."""
-
-    def multipart_body(self, what: str) -> None:
-        """A request or reply body of several frames: nanopy's REQ/REP carry one, and
-        joining them would change the message, so it is dropped (said once per pipe)."""
-        if not getattr(self, "_warned", False):
-            self._warned = True
-            log.warning("zmtp: dropping a %s whose body has several frames (REQ/REP carry one here)", what)
-
     def changed(self, sock: SocketDriver) -> None:
         """The socket's subscriptions changed (any thread)."""
 
@@ -251,10 +243,7 @@ class ReqRole(Role):
                 self.send_control(DELIMITER + encode_body(body))
         if rid is None:
             return None
-        if len(frames) > 2:
-            self.multipart_body("reply")
-            return None
-        return rid + frames[1]
+        return rid + (frames[1] if len(frames) == 2 else Multipart(frames[1:]))
 
 
 class RepRole(Role):
@@ -278,9 +267,7 @@ class RepRole(Role):
         except ValueError:
             return None  # no delimiter: dropped
         body = frames[end + 1 :]
-        if len(body) != 1:
-            if body:
-                self.multipart_body("request")
+        if not body:
             return None
         token = ((next(self._ids) & 0x7FFFFFFF) | 0x80000000).to_bytes(4, "big")
         with self._lock:
@@ -288,7 +275,7 @@ class RepRole(Role):
             envelopes[token] = frames[:end]
             if len(envelopes) > MAX_ENVELOPES:
                 del envelopes[next(iter(envelopes))]
-        return token + body[0]
+        return token + (body[0] if len(body) == 1 else Multipart(body))
 
     def frame(self, payloads: list[bytes]) -> bytes:
         out: list[bytes] = []
