@@ -18,6 +18,7 @@ import struct
 from collections.abc import Callable, Iterable
 
 from .._errors import MessageTooLarge, RemoteProtocolError
+from .._wire import fail_after
 
 GREETING_SIZE = 64
 SIGNATURE_SIZE = 10
@@ -200,13 +201,6 @@ class ZmtpDecoder:
     def pending(self) -> int:
         return len(self._buf) + sum(map(len, self._parts)) + len(self._msg)
 
-    def _fail(self, out: list[bytes], exc: Exception) -> list[bytes]:
-        self._buf = b""
-        self.error = exc
-        if not out:
-            raise exc
-        return out
-
     def _frame(self, flags: int, body: bytes, out: list[bytes]) -> None:
         """One complete frame (not the common short single one, handled inline)."""
         if self.unbox is not None:
@@ -255,7 +249,7 @@ class ZmtpDecoder:
         try:
             return self._feed(chunk, out)
         except (RemoteProtocolError, MessageTooLarge) as exc:
-            return self._fail(out, exc)
+            return fail_after(self, out, exc)
 
     def _feed(self, chunk: bytes, out: list[bytes]) -> list[bytes]:
         pos = 0
