@@ -56,6 +56,8 @@ class _ZmqSocket:
 
         self._ctx = zmq.Context.instance()
         self._sock = self._ctx.socket({"push": zmq.PUSH, "pull": zmq.PULL, "pair": zmq.PAIR}[kind])
+        zmtp = url.startswith("zmtp+")  # a zmtp cell: URLs between workers keep the prefix
+        url = url.removeprefix("zmtp+")
         if bind:
             if url.startswith("tcp://") and url.endswith(":0"):
                 url = url[:-1] + "*"
@@ -64,6 +66,8 @@ class _ZmqSocket:
         else:
             self._sock.connect(url)
             self.url = url
+        if zmtp:
+            self.url = "zmtp+" + self.url
         # Bound methods: the hot loops call these directly.
         self.send = self._sock.send
         self.recv = self._sock.recv
@@ -389,7 +393,17 @@ def make_url(transport: str, tag: str) -> str:
         return f"ipc://{tempfile.gettempdir()}/npbench-{os.getpid()}-{tag}-{next(_ipc_counter)}.ipc"
     if transport == "inproc":
         return f"inproc://npbench-{tag}-{next(_ipc_counter)}"
+    if transport == "zmtp":
+        # ZeroMQ's wire: nanopy speaks it on zmtp+tcp://; libzmq reads the URL without the prefix.
+        return "zmtp+tcp://127.0.0.1:0"
     raise ValueError(transport)
+
+
+def split_variant_system(system: str) -> tuple[str, str]:
+    """(sender, receiver) of a system name: ``"nanopy"`` is both ends, ``"nanopy>pyzmq"``
+    a nanopy sender and a pyzmq receiver (zmtp cells only: the two speak ZMTP)."""
+    sender, _, receiver = system.partition(">")
+    return sender, receiver or sender
 
 
 def remove_ipc(url: str) -> None:

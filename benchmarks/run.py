@@ -4,6 +4,9 @@
     .venv/bin/python benchmarks/run.py --quick    # 3 short rounds, ~2 minutes
     .venv/bin/python benchmarks/run.py --tests throughput --transports tcp --sizes 64
     .venv/bin/python benchmarks/run.py --plot chart.png   # also draw the comparison (matplotlib)
+    # the zmtp column: nanopy<->nanopy over zmtp+tcp, nanopy<->pyzmq both ways, pyzmq<->pyzmq
+    .venv/bin/python benchmarks/run.py --tests throughput --transports tcp,zmtp \
+        --variants 'nanopy/sync,pyzmq/sync,nanopy>pyzmq/sync,pyzmq>nanopy/sync'
 
 Every cell (test x transport x size) is measured for every variant in every
 round, and the variants take turns (their order rotates between rounds), so load
@@ -86,7 +89,9 @@ def run_all(args: argparse.Namespace) -> list[dict[str, Any]]:
     variants = [tuple(v.split("/")) for v in args.variants.split(",") if v.strip()]
     cells = plan(args)
     runs: list[dict[str, Any]] = []
-    total = args.rounds * len(cells) * len(variants)
+    total = args.rounds * sum(
+        1 for test, tr, _ in cells for system, _ in variants if ">" not in system or (tr, test) == ("zmtp", "throughput")
+    )
     done = 0
     started = time.monotonic()
     for rnd in range(args.rounds):
@@ -94,6 +99,8 @@ def run_all(args: argparse.Namespace) -> list[dict[str, Any]]:
             # Rotate who goes first, per round and per cell.
             k = (rnd + ci) % len(variants)
             for system, api in variants[k:] + variants[:k]:
+                if ">" in system and (transport != "zmtp" or test != "throughput"):
+                    continue  # a mixed pair (nanopy>pyzmq) speaks ZMTP: zmtp throughput cells only
                 t = time.monotonic()
                 try:
                     if test == "throughput":

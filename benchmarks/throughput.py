@@ -37,6 +37,7 @@ from _common import (
     open_socket,
     remove_ipc,
     run_workers,
+    split_variant_system,
     start_watchdog,
     worker_args,
 )
@@ -153,17 +154,18 @@ def worker_main() -> None:
     args = worker_args()
     start_watchdog(args["timeout"])
     role, system, api = args["role"], args["system"], args["api"]
+    sender, receiver = split_variant_system(system)
     size, warmup, duration = args["size"], args["warmup"], args["duration"]
     try:
         if role == "recv":
-            sock = open_socket(system, "pull", args["url"], bind=True)
+            sock = open_socket(receiver, "pull", args["url"], bind=True)
             emit("ready", url=sock.url)
             res = _receive(sock, api, size, warmup, duration, lambda: emit("window"))
             emit("done", **res)
             sock.close()
         elif role == "send":
             cmds = Commands()
-            sock = open_socket(system, "push", args["url"], bind=False)
+            sock = open_socket(sender, "push", args["url"], bind=False)
             sampler = Sampler()
             n = _send(sock, api, size, cmds, sampler)
             emit("sent", sent=n, samples=sampler.samples)

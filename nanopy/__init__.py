@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+from . import zmtp as zmtp
 from ._device import adevice as adevice
 from ._device import device as device
 from ._endpoint import Endpoint as Endpoint

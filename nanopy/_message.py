@@ -34,6 +34,52 @@ class Pipe:
         return f"<nanopy.Pipe id={self.id} remote={self.remote_address!r}>"
 
 
+class Multipart(bytes):
+    """A message of several frames (ZeroMQ multipart, over ``zmtp+`` pipes).
+
+    It is ``bytes`` (the frames joined, so code that only wants the data still
+    works with it) and keeps the frames in :attr:`parts`. SP pipes carry one
+    frame per message: a socket refuses to send a ``Multipart`` there rather
+    than join it silently.
+
+    Inside nanopy a protocol core may put a header in front of a body (a REQ's
+    request id, a REP's backtrace) as ``header + body`` and take it off again as
+    ``payload[len(header):]``; both keep the frames (``header`` holds it meanwhile),
+    so REQ and REP carry multipart bodies without knowing it.
+    """
+
+    parts: tuple[bytes, ...]
+    header: bytes
+
+    def __new__(cls, parts: Any, header: bytes = b"") -> Multipart:
+        frames = tuple(bytes(p) if p.__class__ is not bytes else p for p in parts)
+        obj = super().__new__(cls, header + b"".join(frames))
+        obj.parts = frames
+        obj.header = header
+        return obj
+
+    def __radd__(self, other: Any) -> Multipart:
+        # ``bytes + Multipart`` lands here (a bytes subclass's reflected add comes first).
+        if isinstance(other, (bytes, bytearray)):
+            return Multipart(self.parts, bytes(other) + self.header)
+        return NotImplemented
+
+    def __getitem__(self, key: Any) -> Any:
+        header = self.header
+        if (
+            header and key.__class__ is slice and key.start == len(header)
+            and key.stop is None and key.step is None
+        ):
+            return Multipart(self.parts)  # the header taken off again
+        return bytes.__getitem__(self, key)
+
+    def __repr__(self) -> str:
+        return f"Multipart({list(self.parts)!r})"
+
+    def __reduce__(self) -> Any:
+        return (Multipart, (self.parts, self.header))
+
+
 class Message:
     """A received message.
 
@@ -51,6 +97,12 @@ class Message:
         self.pipe = pipe
         # the reply route (pipe id, backtrace) for protocols that can answer a message
         self._reply_to: tuple[int, bytes] | None = None
+
+    @property
+    def parts(self) -> list[bytes]:
+        """The body's frames: several for a ZeroMQ multipart message, else the body alone."""
+        body = self.body
+        return list(body.parts) if isinstance(body, Multipart) else [body]
 
     def __bytes__(self) -> bytes:
         return self.body

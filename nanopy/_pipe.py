@@ -117,6 +117,9 @@ class SendAdapter:
     async def write_all(self, chunk: Any) -> None:
         await self.conn.send(chunk)
 
+    def control_chunk(self, frame: bytes) -> bytes:
+        return frame
+
 
 class PipeDriver:
     def __init__(
@@ -354,14 +357,15 @@ class PipeDriver:
             lock.release()
         return done
 
-    def send_control(self, frame: bytes) -> bool:
+    def send_control(self, frame: bytes, append: bool = False) -> bool:
         """Queue a control frame ahead of every payload (reader task; see
-        ChannelConnection.attach_control); True if it replaced one not yet written."""
+        ChannelConnection.attach_control); True if it replaced one not yet written.
+        ``append``: keep that one and write ``frame`` after it (ZMTP commands)."""
         with self.lock:
             if self.closed:
                 return False
-            replaced = self.control is not None
-            self.control = frame
+            replaced = self.control is not None and not append
+            self.control = self.control + frame if append and self.control is not None else frame
             if not self.writing:
                 self._kick_writer()
         return replaced
@@ -620,7 +624,7 @@ class PipeDriver:
                     await channel.write_all(tail)
                 stage = 1
                 if control is not None:
-                    await channel.write_all(control)
+                    await channel.write_all(channel.control_chunk(control))
                 stage = 2
                 if batch:
                     await channel.write_all(channel.frame(batch))

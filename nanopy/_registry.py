@@ -212,6 +212,8 @@ BUILTIN_TRANSPORTS = {
     "ws": "nanopy.transports.ws:transport",
     "wss": "nanopy.transports.ws:secure_transport",
     "tls+tcp": "nanopy.transports.tls:transport",
+    "zmtp+tcp": "nanopy.zmtp._transport:tcp_transport",
+    "zmtp+ipc": "nanopy.zmtp._transport:ipc_transport",
 }
 
 # Built-ins that need an optional dependency: name -> the nanopy extra that installs it.

@@ -37,6 +37,8 @@ class RequestMethods:
 
         def _core_method(self, name: str, what: str) -> Callable[..., Any]: ...
 
+        def _outgoing(self, data: Any) -> bytes: ...
+
         @staticmethod
         def _timeout(timeout: Any, default: float | None) -> float | None: ...
 
@@ -82,7 +84,7 @@ class RequestMethods:
             ProtocolError: not a cooked REQ.
         """
         if data.__class__ is not bytes:
-            data = as_bytes(data)
+            data = self._outgoing(data)
         timeout = self._timeout(timeout, self._options.recv_timeout)
         rid, queue = self._start_request(data)
         try:
@@ -108,7 +110,7 @@ class RequestMethods:
             Closed: the socket closed.
             ProtocolError: not a cooked REQ.
         """
-        data = as_bytes(data)
+        data = self._outgoing(data)
         timeout = self._timeout(timeout, self._options.recv_timeout)
         await checkpoint_before()  # cancelled: nothing is sent
         rid, queue = self._start_request(data)
@@ -127,7 +129,7 @@ class RequestMethods:
         and the requester's resend recovers, as in nanomsg.
         """
         if data.__class__ is not bytes:
-            data = as_bytes(data)
+            data = self._outgoing(data)
         driver = self._driver
         core: Any = driver.core
 

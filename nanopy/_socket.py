@@ -29,6 +29,7 @@ from ._endpoint import Endpoint
 from ._errors import AddressError, Closed, MessageTooLarge, ProtocolError, WouldBlock
 from ._lifecycle import SocketTasks
 from ._message import Message, Pipe
+from ._multipart import MultipartMixin, receive_multipart
 from ._options import OptionAttributes, docstring_section, make_descriptors, new_options, validate_priority
 from ._pipe import PipeDriver
 from ._poller import Pollable
@@ -61,7 +62,7 @@ def _as_list(value: str | Iterable[str] | None) -> list[str]:
     return list(value)
 
 
-class Socket(RequestMethods, Pollable, OptionAttributes):
+class Socket(RequestMethods, MultipartMixin, Pollable, OptionAttributes):
     """A scalability-protocols socket.
 
     Args:
@@ -208,6 +209,10 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
             transport.check_dial_url(url)
         else:
             transport.check_url(url)
+        check_protocol = getattr(transport, "check_protocol", None)
+        if check_protocol is not None:  # a transport of another wire protocol (zmtp+tcp)
+            check_protocol(self._core.name, self.raw, options)
+            receive_multipart(self)  # from now on recv() looks for multipart messages
         priority = validate_priority("priority", options.pop("priority", 8))
         recv_priority = validate_priority("recv_priority", options.pop("recv_priority", 8))
         allowed = set(getattr(transport, "endpoint_options", ()))
@@ -325,6 +330,9 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
                 return
             if ep.closed:
                 driver.close_soon()  # Endpoint.close() swept its pipes before this one was added
+            started = getattr(conn, "pipe_started", None)
+            if started is not None:
+                started(self._driver)  # a ZMTP SUB pipe tells its peer the subscriptions
             self._connects += 1
             self._notify_pipes_changed()
             try:
@@ -406,7 +414,7 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
             TypeError: ``data`` is not bytes-like.
         """
         if data.__class__ is not bytes:
-            data = as_bytes(data)
+            data = self._outgoing(data)
         if timeout is _DEFAULT:
             driver = self._driver
             lane = driver.lane
@@ -565,7 +573,7 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
             ProtocolError: the protocol cannot send.
         """
         if data.__class__ is not bytes:
-            data = as_bytes(data)
+            data = self._outgoing(data)
         await self._asend(data, b"", timeout)
 
     async def _asend(self, body: bytes, header: bytes, timeout: Any) -> None:
@@ -652,6 +660,7 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
         """
         topic = topic.encode() if isinstance(topic, str) else as_bytes(topic)
         self._driver.feed(self._core_method("subscribe", "subscribe()"), topic)
+        self._subscriptions_changed()
 
     def unsubscribe(self, topic: bytes | str) -> None:
         """SUB: drop one subscription to ``topic``.
@@ -666,6 +675,14 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
         """
         topic = topic.encode() if isinstance(topic, str) else as_bytes(topic)
         self._driver.feed(self._core_method("unsubscribe", "unsubscribe()"), topic)
+        self._subscriptions_changed()
+
+    def _subscriptions_changed(self) -> None:
+        """Pipes that forward subscriptions to the peer (ZMTP) hear of the change."""
+        for driver in self._driver.pipe_drivers():
+            changed = getattr(driver.conn, "subscriptions_changed", None)
+            if changed is not None:
+                changed(self._driver)
 
     def send_msg(self, msg: Message, *, timeout: float | None = _DEFAULT) -> None:
         """Send a :class:`Message`, header included: how devices forward on raw sockets.
@@ -681,7 +698,7 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
             Closed: the socket is closed.
             ProtocolError: the protocol cannot send.
         """
-        body = msg.body if msg.body.__class__ is bytes else as_bytes(msg.body)
+        body = msg.body if msg.body.__class__ is bytes else self._outgoing(msg.body)
         self._send(body, msg.header if self.raw else b"", timeout)
 
     async def asend_msg(self, msg: Message, *, timeout: float | None = _DEFAULT) -> None:
@@ -696,7 +713,7 @@ class Socket(RequestMethods, Pollable, OptionAttributes):
             Timeout: no room in time.
             Closed: the socket is closed.
         """
-        body = msg.body if msg.body.__class__ is bytes else as_bytes(msg.body)
+        body = msg.body if msg.body.__class__ is bytes else self._outgoing(msg.body)
         await self._asend(body, msg.header if self.raw else b"", timeout)
 
     async def _await_closed(self) -> None:

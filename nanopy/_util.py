@@ -23,6 +23,14 @@ ASYNC_YIELD_EVERY = 64  # fast-path async calls between forced checkpoints
 def as_bytes(data: Any) -> bytes:
     """Accept bytes-like data; refuse text with advice."""
     if isinstance(data, bytes):
+        if data.__class__ is not bytes and hasattr(data, "parts"):
+            from ._errors import ProtocolError
+
+            raise ProtocolError(
+                "a multipart message cannot be sent here (a survey or a subscription is one "
+                "frame); join its frames yourself, or send it on a socket whose endpoints are "
+                "zmtp+ URLs"
+            )
         return data
     if isinstance(data, (bytearray, memoryview)):
         return bytes(data)

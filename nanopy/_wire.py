@@ -11,6 +11,7 @@ us allocate.
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 from ._errors import MessageTooLarge, RemoteProtocolError
 
@@ -38,6 +39,11 @@ def parse_header(data: bytes, peer_id: int) -> int:
         raise RemoteProtocolError(f"short SP header ({len(data)} bytes)")
     magic, proto, reserved = _HEADER.unpack(data)
     if magic != _MAGIC:
+        if data[0] == 0xFF:  # ZMTP's greeting starts so: a ZeroMQ peer
+            raise RemoteProtocolError(
+                f"not an SP peer but a ZeroMQ (ZMTP) one: header {data.hex()}; "
+                "use a zmtp+tcp:// or zmtp+ipc:// URL for it"
+            )
         raise RemoteProtocolError(f"not an SP peer: header {data.hex()}")
     if reserved != b"\x00\x00":
         raise RemoteProtocolError(f"SP header has reserved bytes set: {data.hex()}")
@@ -69,6 +75,16 @@ def encode_frame(payload: bytes, ipc: bool = False) -> bytes:
     if ipc:
         return _IPC_PREFIX.pack(IPC_MSG_NORMAL, len(payload)) + payload
     return _U64.pack(len(payload)) + payload
+
+
+def fail_after(decoder: Any, out: list[bytes], exc: Exception) -> list[bytes]:
+    """A decoder met ``exc``: raise it now, or -- when frames came before it in the
+    same chunk -- hand those over and keep ``exc`` in ``decoder.error`` for the next feed."""
+    decoder._buf = b""
+    decoder.error = exc
+    if not out:
+        raise exc
+    return out
 
 
 class FrameDecoder:
@@ -175,12 +191,7 @@ class FrameDecoder:
         return int(size)
 
     def _fail(self, out: list[bytes], exc: Exception) -> list[bytes]:
-        """Raise ``exc`` now, or after handing over the frames that preceded it."""
-        self._buf = b""
-        self.error = exc
-        if not out:
-            raise exc
-        return out
+        return fail_after(self, out, exc)
 
     @property
     def pending(self) -> int:

@@ -33,12 +33,12 @@ if "tcp+zlib" not in nanopy.transports.schemes():
 
 SCHEMES = nanopy.transports.schemes()
 # Schemes whose address is a host:port (port 0 = any free port; a raw TCP peer can stall them).
-LOCAL_ONLY = {"inproc", "ipc"}
+LOCAL_ONLY = {"inproc", "ipc", "zmtp+ipc"}
 
 
 def bind_url(scheme: str) -> str:
-    if scheme == "ipc":
-        return ipc_url("conf")
+    if scheme in ("ipc", "zmtp+ipc"):
+        return scheme + ipc_url("conf").removeprefix("ipc")
     if scheme == "inproc":
         return inproc_url("conf")
     if scheme in ("ws", "wss"):

@@ -15,7 +15,8 @@ socket operation fails (``Can't bind: ...``, ``Can't send: ...``), 130 on Ctrl-C
 
 Differences from nanocat, all additive: fractional ``--recv-timeout`` values are
 honoured (nanocat truncates them to whole seconds in receive-only loops);
-``ws://``, ``wss://`` and ``tls+tcp://`` URLs work, with nngcat's TLS flags
+``ws://``, ``wss://``, ``tls+tcp://`` and ZeroMQ's ``zmtp+tcp://`` and ``zmtp+ipc://``
+URLs work (each frame of a multipart message printed as a message), with nngcat's TLS flags
 (``--cert``, ``--key``, ``--cacert``, ``--insecure``); ``-v`` prints the address a
 bind really got (useful with port 0).
 """
@@ -352,6 +353,12 @@ class Cat:
             self.out.write(self.write(body))
             self.out.flush()
 
+    def _print_parts(self, msg: Any) -> None:
+        """A message as nanocat prints one; a ZeroMQ multipart message (zmtp+ URLs)
+        as one record per frame (its frames are never joined)."""
+        for part in msg.parts:
+            self._print(part)
+
     def _send(self) -> None:
         import nanopy
 
@@ -398,12 +405,12 @@ class Cat:
 
         while True:
             try:
-                body = self.sock.recv()
+                body = self.sock.recv_msg()
             except (nanopy.Timeout, nanopy.ProtocolError):
                 return  # no more messages possible
             except nanopy.NanopyError as exc:
                 raise Fatal(f"Can't recv: {_reason(exc, self.cfg)}") from None
-            self._print(body)
+            self._print_parts(body)
 
     def rw_loop(self) -> None:
         import nanopy
@@ -422,7 +429,7 @@ class Cat:
                     break
                 wait = recv_timeout if 0 <= recv_timeout < left else left
                 try:
-                    body = self.sock.recv(timeout=wait)
+                    body = self.sock.recv_msg(timeout=wait)
                 except (nanopy.Timeout, nanopy.ProtocolError):
                     left = start + interval - time.monotonic()
                     if left > 0:
@@ -430,17 +437,17 @@ class Cat:
                     continue
                 except nanopy.NanopyError as exc:
                     raise Fatal(f"Can't recv: {_reason(exc, self.cfg)}") from None
-                self._print(body)
+                self._print_parts(body)
 
     def reply_loop(self) -> None:
         import nanopy
 
         while True:
             try:
-                body = self.sock.recv()
+                body = self.sock.recv_msg()
             except nanopy.NanopyError as exc:
                 raise Fatal(f"Can't recv: {_reason(exc, self.cfg)}") from None
-            self._print(body)
+            self._print_parts(body)
             self._send()
 
 

@@ -87,7 +87,7 @@ def split_backtrace(payload: bytes, max_ttl: int) -> tuple[bytes, bytes] | str:
     peer is broken: close its pipe, as NNG does) and TOO_MANY_HOPS when the stack
     holds more than ``max_ttl`` words (drop the message, keep the pipe).
     """
-    if payload.__class__ is not bytes:
+    if payload.__class__ is not bytes and not hasattr(payload, "parts"):  # (a Multipart stays one)
         payload = bytes(payload)  # the header is kept and joined to replies: never a view
     # Fast path: a direct peer sends exactly one word.
     if len(payload) >= 4 and payload[0] & 0x80:

@@ -126,7 +126,14 @@ class ChannelConnection(Connection):
 
         ``send_control(frame)`` queues ``frame`` ahead of every payload, replacing a
         control frame not written yet; it returns True if it replaced one.
+        ``send_control(frame, append=True)`` writes it after that one instead
+        (frames that must all go out, such as ZMTP commands).
         """
+
+    def control_chunk(self, frame: bytes) -> Any:
+        """The wire data of a control frame, made when it is written (after the
+        chunks before it were framed): a ZMTP CURVE connection seals it then."""
+        return frame
 
     async def send(self, payloads: list[bytes]) -> None:
         await self.write_all(self.frame(payloads))

@@ -17,7 +17,7 @@ import logging
 import socket
 import sys
 import termios
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -76,6 +76,23 @@ def close_socket(sock: socket.socket) -> None:
     except Exception:  # noqa: BLE001 - outside trio or already closed: nobody to wake
         pass
     sock.close()
+
+
+class StreamDecoder(Protocol):
+    """The parser a :class:`FramedConnection` reads through: SP's
+    :class:`~nanopy._wire.FrameDecoder`, or another wire protocol's (ZMTP's).
+
+    ``feed`` returns the complete payloads a chunk finishes (raising, or keeping
+    in ``error`` what it found after them); ``pending`` counts buffered bytes of
+    an incomplete message.
+    """
+
+    error: Exception | None
+
+    def feed(self, chunk: bytes) -> list[bytes]: ...
+
+    @property
+    def pending(self) -> int: ...
 
 
 class SocketIO:
@@ -156,7 +173,7 @@ class FramedConnection(ChannelConnection):
         self._ctx = ctx
         self._ipc = ipc
         self.framing = ("sp-stream", ipc)  # the same bytes for every stream pipe (TLS encrypts later)
-        self._decoder = FrameDecoder(ipc, ctx.recv_max_size)
+        self._decoder: StreamDecoder = FrameDecoder(ipc, ctx.recv_max_size)
         self.remote_address = remote_address
 
     def frame(self, payloads: list[bytes]) -> bytes:

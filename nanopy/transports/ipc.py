@@ -20,9 +20,9 @@ MAX_PATH = 107  # sun_path is 108 bytes on Linux, including the NUL
 
 
 def ipc_path(url: str) -> str:
-    path = url[len("ipc://") :]
+    scheme, _, path = url.partition("://")
     if not path:
-        raise AddressError(f"{url!r}: ipc needs a path, e.g. ipc:///tmp/app.ipc")
+        raise AddressError(f"{url!r}: ipc needs a path, e.g. {scheme}:///tmp/app.ipc")
     if "\x00" in path:
         raise AddressError(f"{url!r}: an ipc path cannot contain NUL")
     if len(os.fsencode(path)) > MAX_PATH:
@@ -71,7 +71,9 @@ def _reclaim_stale(path: str, url: str) -> None:
 
 
 class IpcTransport(Transport):
-    schemes = ("ipc",)
+    schemes: tuple[str, ...] = ("ipc",)
+    #: what accepts connections on a bound path (zmtp+ipc accepts ZMTP connections)
+    listener_class = _IpcListener
 
     def check_url(self, url: str) -> None:
         ipc_path(url)
@@ -90,7 +92,7 @@ class IpcTransport(Transport):
             if exc.errno in (errno.ENOENT, errno.EACCES, errno.ENOTDIR):
                 raise AddressError(f"{url!r}: cannot bind: {exc.strerror}") from None
             raise
-        return _IpcListener(sock, url, ctx, path)
+        return self.listener_class(sock, url, ctx, path)
 
     async def dial(self, url: str, ctx: PipeContext) -> Connection:
         path = ipc_path(url)
@@ -100,6 +102,10 @@ class IpcTransport(Transport):
         except BaseException:
             sock.close()
             raise
+        return self.connection(sock, ctx, path)
+
+    def connection(self, sock: socket.socket, ctx: PipeContext, path: str) -> Connection:
+        """The connection for a dialed socket."""
         return StreamConnection(sock, ctx, True, path)
 
 

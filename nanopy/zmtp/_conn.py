@@ -1,0 +1,215 @@
+"""ZMTP connections: the stream connection of tcp/ipc with ZeroMQ's greeting,
+handshake and framing in place of SP's.
+
+Everything after the handshake goes through the same stream code as SP pipes
+(direct writes from the sending thread, the read role, batching): only the
+codec differs -- ``frame`` builds ZMTP frames (through the socket type's role)
+and the decoder parses them. Commands the peer sends (PING, SUBSCRIBE, ...) are
+handled by the reader; what we owe in return (PONG, our SUBSCRIBEs) goes out
+through the pipe's control frame, ahead of queued messages.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .._errors import RemoteProtocolError
+from ..transports._base import PipeContext
+from ..transports._stream import StreamConnection
+from . import _codec as codec
+from ._curve import Cipher
+from ._mechanisms import Mechanism, make_mechanism
+from ._roles import describe_peers, make_role
+
+if TYPE_CHECKING:
+    from .._driver import SocketDriver
+
+log = logging.getLogger("nanopy")
+
+
+class ZmtpConnection(StreamConnection):
+    """A ZMTP 3.1 pipe (accepting 3.0 peers) over a connected stream socket.
+
+    Attributes:
+        peer_type: the peer's Socket-Type (``b"PULL"``, ...) once the handshake is done.
+        peer_identity: the Identity the peer announced (``b""`` if none).
+        minor: the peer's ZMTP minor version (0 for a 3.0 peer, 1 for 3.1).
+        last_heard: when the peer last sent anything (``time.monotonic()``), the
+            sign of life a dead-peer check looks at (see :meth:`send_ping`).
+    """
+
+    def __init__(self, sock: socket.socket, ctx: PipeContext, remote_address: str) -> None:
+        super().__init__(sock, ctx, False, remote_address)
+        self.framing = None  # a role may filter or rewrite per pipe: no shared chunks
+        self.role = make_role(ctx.protocol_name)
+        self.mechanism: Mechanism = make_mechanism(ctx.options)
+        self._decoder = self._zmtp_decoder = codec.ZmtpDecoder(
+            ctx.recv_max_size, self.role.multi, self._command, self.role.single
+        )
+        self._send_control: Callable[..., bool] | None = None
+        self.peer_type = b""
+        self.peer_identity = b""
+        self.minor = 1
+        self.last_heard = time.monotonic()
+        #: CURVE's sealer and opener, set by its handshake (None: frames go in the clear)
+        self.cipher: Cipher | None = None
+
+    # -- handshake (engine thread, under the socket's handshake_timeout) ---------
+    async def read_exact(self, n: int, what: str) -> bytes:
+        data = b""
+        while len(data) < n:
+            try:
+                chunk = await self._recv_some(n - len(data))
+            except ConnectionResetError as exc:
+                raise RemoteProtocolError(f"connection reset during the ZMTP {what}: {exc}") from None
+            if not chunk:
+                if not data and what == "greeting" and not self._greeted:
+                    raise EOFError("peer closed before the ZMTP greeting")
+                raise RemoteProtocolError(f"peer closed during the ZMTP {what}")
+            data += chunk
+            self._greeted = True
+        return data
+
+    _greeted = False
+
+    async def read_command(self) -> tuple[bytes, bytes]:
+        """One command frame of the handshake (an ERROR command raises its reason)."""
+        head = await self.read_exact(2, "handshake")
+        flags = head[0]
+        if not flags & codec.COMMAND or flags & codec.MORE or flags & 0xF8:
+            raise RemoteProtocolError(f"expected a ZMTP command during the handshake, got flags 0x{flags:02x}")
+        if flags & codec.LONG:
+            size = int.from_bytes(head[1:] + await self.read_exact(7, "handshake"), "big")
+        else:
+            size = head[1]
+        if size > 1 << 16:
+            raise RemoteProtocolError(f"a {size}-byte command during the ZMTP handshake")
+        name, data = codec.split_command(await self.read_exact(size, "handshake"))
+        if name == b"ERROR":
+            reason = data[1 : 1 + data[0]].decode("utf-8", "replace") if data else ""
+            raise RemoteProtocolError(f"the ZMTP peer refused the handshake: {reason or 'no reason given'}")
+        return name, data
+
+    async def write(self, data: bytes) -> None:
+        await self._send_all(data)
+
+    async def handshake(self) -> None:
+        mech = self.mechanism
+        await self._send_all(codec.encode_greeting(mech.name, mech.as_server))
+        codec.check_signature(await self.read_exact(codec.SIGNATURE_SIZE, "greeting"))
+        self.minor = self.role.minor = codec.parse_version(await self.read_exact(2, "greeting"))
+        codec.parse_mechanism(await self.read_exact(codec.GREETING_SIZE - 12, "greeting"), mech.name)
+        props = await mech.handshake(self, self._metadata())
+        try:
+            self._check_peer(props)
+        except RemoteProtocolError as exc:
+            # Tell the peer why before closing (RFC 37's ERROR); it may not listen.
+            reason = str(exc).encode()[:255]
+            try:
+                await self._send_all(self.control_chunk(
+                    codec.encode_command(b"ERROR", bytes((len(reason),)) + reason)
+                ))
+            except OSError:
+                pass
+            raise
+        if self.cipher is not None:
+            self._zmtp_decoder.unbox = self.cipher.open
+
+    def _metadata(self) -> list[tuple[bytes, bytes]]:
+        props = [(b"Socket-Type", self.role.zmq_type)]
+        identity = self._ctx.options.get("identity")
+        if identity:
+            props.append((b"Identity", identity.encode() if isinstance(identity, str) else bytes(identity)))
+        return props
+
+    def _check_peer(self, props: dict[str, bytes]) -> None:
+        peer = props.get("socket-type", b"")
+        role = self.role
+        if peer not in role.peers:
+            shown = peer.decode("ascii", "replace") or "(none)"
+            raise RemoteProtocolError(
+                f"a ZeroMQ {shown} socket is not a valid peer of a nanopy {role.zmq_type.decode().lower()} "
+                f"socket (it talks to {describe_peers(role)})"
+            )
+        self.peer_type = peer
+        self.peer_identity = props.get("identity", b"")
+
+    # -- after the handshake -------------------------------------------------------
+    def read_nowait(self) -> list[bytes] | None:
+        got = super().read_nowait()
+        if got is not None:
+            self.last_heard = time.monotonic()  # any traffic is a sign of life (RFC 37)
+        return got
+
+    async def receive(self) -> list[bytes]:
+        got = await super().receive()
+        self.last_heard = time.monotonic()
+        return got
+
+    def frame(self, payloads: list[bytes]) -> bytes:
+        cipher = self.cipher
+        if cipher is None:
+            return self.role.frame(payloads)
+        return cipher.seal(self.role.frame(payloads))
+
+    def control_chunk(self, frame: bytes) -> bytes:
+        # Sealed when written, not when queued: CURVE nonces must grow in wire order.
+        return frame if self.cipher is None else self.cipher.seal(frame)
+
+    def write_nowait(self, chunk: bytes | memoryview) -> int:
+        if not chunk:
+            return 0  # (a publisher's batch that matched nothing)
+        return super().write_nowait(chunk)
+
+    async def write_all(self, chunk: bytes | memoryview) -> None:
+        if chunk:
+            await self._send_all(chunk)
+
+    def attach_control(self, send_control: Callable[..., bool]) -> None:
+        self._send_control = send_control
+        self.role.send_control = self._queue_control
+
+    def _queue_control(self, frame: bytes) -> None:
+        if self._send_control is not None:
+            self._send_control(frame, append=True)
+
+    def _command(self, name: bytes, data: bytes) -> None:
+        """A command after the handshake (reader side)."""
+        self.last_heard = time.monotonic()
+        if name == b"PING":
+            # Answered always; the context (at most 16 octets) comes back as it was.
+            self._queue_control(codec.encode_command(b"PONG", data[2:18]))
+        elif name == b"PONG":
+            pass  # last_heard is the sign of life
+        elif name == b"ERROR":
+            reason = data[1 : 1 + data[0]].decode("utf-8", "replace") if data else ""
+            raise RemoteProtocolError(f"the ZMTP peer sent ERROR: {reason or 'no reason given'}")
+        elif self.role.command(name, data):
+            pass
+        elif name in (b"READY", b"HELLO", b"WELCOME", b"INITIATE"):
+            raise RemoteProtocolError(f"ZMTP {name.decode()} command after the handshake")
+        else:
+            log.debug("zmtp pipe %s: ignoring unknown command %r", self.remote_address, name)
+
+    def send_ping(self, ttl: float = 0.0) -> None:
+        """Queue a PING (the hook a dead-peer check drives; any thread).
+
+        ``ttl`` (seconds, 0 = none) asks the peer to drop the connection if it
+        hears nothing from us for that long (RFC 37). The PONG, or any traffic,
+        moves :attr:`last_heard`.
+        """
+        deciseconds = min(int(ttl * 10), 0xFFFF)
+        self._queue_control(codec.encode_command(b"PING", deciseconds.to_bytes(2, "big")))
+
+    def pipe_started(self, sock: SocketDriver) -> None:
+        """The pipe joined its socket (engine thread): a SUB sends its subscriptions."""
+        self.role.started(sock)
+
+    def subscriptions_changed(self, sock: SocketDriver) -> None:
+        """The socket subscribed or unsubscribed (any thread)."""
+        self.role.changed(sock)
+
