@@ -56,6 +56,18 @@ class Lines:
             self.items.append({"event": "exit"})
             self.cond.notify_all()
 
+    def first(self, event: str, timeout: float, **match: Any) -> dict[str, Any]:
+        """The first ``event`` line whose fields include ``match``."""
+        def found() -> dict[str, Any] | None:
+            return next((i for i in self.items if i["event"] == "exit" or (
+                i["event"] == event and all(i.get(k) == v for k, v in match.items()))), None)
+
+        with self.cond:
+            item = self.cond.wait_for(found, timeout)
+        if not item or item["event"] != event:
+            raise AssertionError(f"driver gave no {event!r} line for {match} (got {self.items[-3:]})")
+        return item
+
     def wait(self, event: str, timeout: float) -> dict[str, Any]:
         with self.cond:
             found = self.cond.wait_for(
@@ -224,3 +236,60 @@ def test_executor_killed_coordinator_stays_exactly_once(cluster: Cluster, tmp_pa
             kill_group(proc)
     assert done["ok"], done
     assert done["requeued"] >= 1, done  # the dead executor's leased chunk went back
+
+
+# Counts per message size for the default-options test; NANOPY_SPARK_BIG=1 runs the
+# issue's volumes (120,000 x 4 KB, 20,000 x 64 KB, 1,000 x 1 MiB: about 2.8 GB).
+SIZES = {4096: 30_000, 65536: 4_000, 1 << 20: 300}
+BIG = {4096: 120_000, 65536: 20_000, 1 << 20: 1_000}
+RUNNER_PEAK_KIB = 600 << 10  # the source runner process, whatever the message size
+
+
+def push_all(push: nanopy.Socket, size: int, count: int) -> None:
+    pad = b"x" * (size - 8)
+    for i in range(count):
+        push.send(b"%08d" % i + pad)
+
+
+def test_default_options_4k_64k_1m_messages_arrive_with_bounded_driver_memory(
+        cluster: Cluster, tmp_path: Any) -> None:
+    """Default options (no spool, no caps): every message of every size arrives, the
+    source process stays under a fixed memory peak; bad options fail at load();
+    a second query on the same PULL source is refused."""
+    sizes = BIG if os.environ.get("NANOPY_SPARK_BIG") else SIZES
+    pushes = {size: nanopy.Socket("push", bind="tcp://127.0.0.1:0", send_buffer=256, send_timeout=None)
+              for size in sizes}
+    specs = [f"{pushes[size].endpoints[0].url}:{size}:{count}" for size, count in sizes.items()]
+    proc = cluster.driver("defaults", str(tmp_path), *specs, log_name="defaults.log")
+    results = []
+    try:
+        lines = Lines(proc)
+        errors = lines.wait("load-errors", 240)["errors"]
+        for size, count in sizes.items():
+            started = lines.first("started", 600, size=size)
+            if size == min(sizes):
+                second = started["second_query"]
+            threading.Thread(target=push_all, args=(pushes[size], size, count), daemon=True).start()
+            results.append(lines.first("stream", 1200, size=size))
+        assert proc.wait(120) == 0, cluster.log("defaults.log")
+    finally:
+        if proc.poll() is None:
+            kill_group(proc)
+        for push in pushes.values():
+            push.close(linger=0)
+    assert errors["no-port"].endswith("has no valid port"), errors
+    assert "cannot resolve host 'no-such-host.invalid'" in errors["unresolvable"], errors
+    assert 'needs .option("url"' in errors["no-url"], errors
+    assert 'did you mean .option("protocol", "sub")' in errors["subscribe-on-pull"], errors
+    assert 'did you mean "maxBufferedBytes"' in errors["typo"], errors
+    assert "already reads the PULL source" in second, second
+    for result, (size, count) in zip(results, sizes.items(), strict=True):
+        totals = result["totals"]
+        print(f"{count} x {size} B: {result['seconds']:.1f} s, {totals['batches']} batches, "
+              f"peak RSS {result['peaks_kib']} KiB, source {result['latest']}")
+        assert result["error"] is None, result["error"]
+        assert totals["n"] == count and totals["bytes"] == count * size
+        assert totals["ids"] == count * (count - 1) // 2  # each producer id once
+        assert (totals["lo"], totals["hi"]) == (1, count)
+        assert result["latest"]["dropped"] == 0 and result["latest"]["oversized"] == 0
+        assert result["peaks_kib"]["runner"] < RUNNER_PEAK_KIB, result["peaks_kib"]

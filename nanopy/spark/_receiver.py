@@ -32,6 +32,7 @@ log = logging.getLogger("nanopy.spark")
 
 GROUP_MAX = 65536  # messages per spool file at most
 GROUP_BYTES = 8 << 20  # payload bytes per spool file, about
+FIRST_GUESS = 16 << 10  # message size assumed before the first one arrives
 SMALLEST = 256  # message size assumed for the queue bound when messages are tiny
 
 
@@ -116,8 +117,11 @@ class Receiver:
         self.too_large_seen = 0
         self.spool_errors = 0
         self.closed = False
+        self.error: BaseException | None = None
         self.waits = 0  # times the backlog bound stopped the receiver
-        self.recent_biggest = limits.max_size or (1 << 20)
+        # Until a message arrives, assume fairly large ones: the queue starts at
+        # recvBufferBytes / 16 KiB (2048 messages by default) and adapts at once.
+        self.recent_biggest = min(limits.max_size or FIRST_GUESS, FIRST_GUESS)
         buffer = limits.queue_for(self.recent_biggest)
         self.sock = open_socket(options, self.protocol, self.mode, "nanopy-spark-source", buffer)
         if not durable:
@@ -131,6 +135,21 @@ class Receiver:
 
     # -- the receiving thread ----------------------------------------------------
     def _run(self) -> None:
+        try:
+            self._receive()
+        except BaseException as exc:
+            # The query must fail with the reason, not wait for messages forever.
+            log.exception("nanopy source %s: the receiver stopped", ",".join(self.urls))
+            with self.cond:
+                self.error = exc
+                self.cond.notify_all()
+
+    def _raise_if_failed(self) -> None:
+        if self.error is not None:
+            raise RuntimeError(f"nanopy source {','.join(self.urls)}: the receiver stopped: "
+                               f"{self.error!r}") from self.error
+
+    def _receive(self) -> None:
         from .._errors import Closed, Timeout
 
         started = time.monotonic()
@@ -177,7 +196,7 @@ class Receiver:
 
     def _resize_queue(self, biggest: int) -> None:
         """Keep the socket's queue near ``recvBufferBytes`` for the sizes seen lately."""
-        self.recent_biggest = max(biggest, self.recent_biggest * 3 // 4)
+        self.recent_biggest = max(biggest, self.recent_biggest // 2)
         want = self.limits.queue_for(self.recent_biggest)
         if want != self.sock.recv_buffer:
             self.sock.recv_buffer = want
@@ -236,7 +255,8 @@ class Receiver:
         """The log end, after waiting up to ``wait`` seconds for it to pass ``seq``."""
         with self.cond:
             if self.end <= seq and wait > 0:
-                self.cond.wait_for(lambda: self.end > seq, wait)
+                self.cond.wait_for(lambda: self.end > seq or self.error is not None, wait)
+            self._raise_if_failed()
             return self.end
 
     def wait_quiet(self, quiet: float, longest: float) -> int:

@@ -300,7 +300,7 @@ class NanopyStreamReader(_ReaderOptions, DataSourceStreamReader, SupportsTrigger
                     spool = DefaultSpool()
                 else:
                     spool.prepare()
-                rx = _receivers[key] = Receiver(self.options, start, spool, arrow_schema(self.schema),
+                rx = _receivers[key] = Receiver(self.options, start, spool, arrow_schema(_source_schema()),
                                                 Limits(self.options), durable=self.spool is not None)
                 rx.claim = claim  # type: ignore[attr-defined]  # held while the receiver lives
                 if self.available_now:
