@@ -34,10 +34,11 @@ def session(master: str):  # type: ignore[no-untyped-def]
 
 
 def stream(spark, in_url: str, out_url: str, spool: str, checkpoint: str, max_batch: str) -> None:  # type: ignore[no-untyped-def]
-    """Source -> "payload:seq" -> sink; runs until killed."""
+    """Source -> "<first 8 bytes of the payload>:seq" -> sink; runs until killed."""
     query = (spark.readStream.format("nanopy").option("url", in_url)
              .option("spoolPath", spool).option("maxRecordsPerBatch", max_batch).load()
-             .selectExpr("cast(concat(cast(payload as string), ':', cast(seq as string)) as binary) as payload")
+             .selectExpr("cast(concat(cast(substring(payload, 1, 8) as string), ':', cast(seq as string)) "
+                        "as binary) as payload")
              .writeStream.format("nanopy").option("url", out_url)
              .option("checkpointLocation", checkpoint)
              .trigger(processingTime="0 seconds").start())
@@ -119,8 +120,8 @@ def load_errors(spark) -> dict[str, str]:  # type: ignore[no-untyped-def]
             spark.readStream.format("nanopy").options(**options).load()
             out[name] = "accepted"
         except Exception as exc:  # noqa: BLE001 - reported to the test
-            out[name] = next((line for line in str(exc).splitlines() if "nanopy" in line or "option" in line),
-                             str(exc)[:300])
+            out[name] = next((line.split("SourceOptionError: ", 1)[1] for line in str(exc).splitlines()
+                              if "SourceOptionError: " in line), str(exc)[-600:])
     return out
 
 
@@ -181,6 +182,8 @@ def defaults(spark, workdir: str, *streams: str) -> None:  # type: ignore[no-unt
             try:
                 second.awaitTermination(180)
                 second_error = str(second.exception())
+            except Exception as exc:  # noqa: BLE001 - the refusal, reported to the test
+                second_error = str(exc)
             finally:
                 second.stop()
             second_error = next((line for line in second_error.splitlines() if "already reads" in line),

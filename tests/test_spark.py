@@ -472,32 +472,34 @@ def test_coordinator_advertises_the_driver_host(spark: Any) -> None:
 # -- what a Kafka user expects ----------------------------------------------------------------
 
 
-def run_available_now(spark: Any, url: str, workdir: str, **options: str) -> list[Any]:
-    """An availableNow query into a memory table; returns its rows once it ended."""
+def run_to_end(spark: Any, url: str, workdir: str, trigger: dict[str, bool], **options: str) -> list[Any]:
+    """An availableNow or once query into a memory table; returns its rows once it ended."""
     name = f"nanopy_now_{abs(hash(workdir))}"
     reader = spark.readStream.format("nanopy").option("url", url)
     for key, value in options.items():
         reader = reader.option(key, value)
     query = (reader.load().writeStream.format("memory").queryName(name)
              .option("checkpointLocation", os.path.join(workdir, "checkpoint"))
-             .trigger(availableNow=True).start())
+             .trigger(**trigger).start())
     try:
-        assert query.awaitTermination(180), "an availableNow query must end by itself"
+        assert query.awaitTermination(180), f"a {trigger} query must end by itself"
         assert query.exception() is None
     finally:
         query.stop()
     return spark.sql(f"select * from {name}").collect()
 
 
-def test_available_now_takes_what_was_sent_and_ends_and_kafka_schema(spark: Any, tmp_path: Any) -> None:
-    """availableNow on a fresh start reads what the producer had sent, then ends;
-    schema=kafka gives Kafka's columns (value, offset, timestamp, ...)."""
+@pytest.mark.parametrize("trigger", [{"availableNow": True}, {"once": True}], ids=["availableNow", "once"])
+def test_available_now_and_once_take_what_was_sent_and_end_kafka_schema(
+        spark: Any, tmp_path: Any, trigger: dict[str, bool]) -> None:
+    """availableNow and once on a fresh start read what the producer had sent, then
+    end; schema=kafka gives Kafka's columns (value, offset, timestamp, ...)."""
     n = 3000
     with nanopy.Socket("push", bind="tcp://127.0.0.1:0", send_buffer=n) as push:
         url = push.endpoints[0].url
         sender = threading.Thread(target=lambda: [push.send(p) for p in ids(n)])
         sender.start()  # blocks until the query's socket connects
-        rows = run_available_now(spark, url, str(tmp_path), schema="kafka")
+        rows = run_to_end(spark, url, str(tmp_path), trigger, schema="kafka")
         sender.join(30)
     assert list(rows[0].asDict()) == ["key", "value", "topic", "partition", "offset", "timestamp",
                                       "timestampType"]

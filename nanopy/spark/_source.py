@@ -257,7 +257,7 @@ def claim_pull_source(urls: list[str], mode: str, wait: float) -> Any:
 _receivers: dict[tuple[Any, ...], Receiver] = {}
 _receivers_lock = threading.Lock()
 PARTITION_BYTES = 32 << 20  # spool bytes one executor task reads, about
-QUIET = 1.0  # availableNow: the stream counts as drained after this many idle seconds
+QUIET = 1.0  # first trigger: the stream counts as drained after this many idle seconds
 
 
 class NanopyStreamReader(_ReaderOptions, DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -303,8 +303,11 @@ class NanopyStreamReader(_ReaderOptions, DataSourceStreamReader, SupportsTrigger
                 rx = _receivers[key] = Receiver(self.options, start, spool, arrow_schema(_source_schema()),
                                                 Limits(self.options), durable=self.spool is not None)
                 rx.claim = claim  # type: ignore[attr-defined]  # held while the receiver lives
+                # The first trigger takes what the producers had queued for us, as a
+                # Kafka source would (it matters to availableNow and once).
+                end = rx.wait_quiet(QUIET, self.connect_timeout)
                 if self.available_now:
-                    self.target = rx.wait_quiet(QUIET, self.connect_timeout)
+                    self.target = end
         return rx
 
     def initialOffset(self) -> dict[str, Any]:
