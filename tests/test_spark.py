@@ -391,16 +391,21 @@ def test_bad_sink_options_fail_at_save(spark: Any, tmp_path: Any) -> None:
             fails_with(df.write.format("nanopy").mode(mode).options(**options).save, message)
 
 
-def test_custom_schema_is_refused_before_any_message(spark: Any, tmp_path: Any) -> None:
-    query = (spark.readStream.format("nanopy").schema("payload binary")
-             .option("url", "tcp://127.0.0.1:1").load()
-             .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "c")).start())
+def query_fails_with(df: Any, checkpoint: str, text: str) -> None:
+    """A noop query on ``df`` fails, with ``text`` on one line of the error."""
+    query = (df.writeStream.format("noop").option("checkpointLocation", checkpoint)
+             .trigger(processingTime="0 seconds").start())
     try:
         with pytest.raises(Exception) as excinfo:
             query.awaitTermination(120)
     finally:
         query.stop()
-    one_line_error(excinfo, "the nanopy source has a fixed schema")
+    one_line_error(excinfo, text)
+
+
+def test_custom_schema_is_refused_before_any_message(spark: Any, tmp_path: Any) -> None:
+    df = spark.readStream.format("nanopy").schema("payload binary").option("url", "tcp://127.0.0.1:1").load()
+    query_fails_with(df, str(tmp_path / "c"), "the nanopy source has a fixed schema")
 
 
 def test_sink_without_a_peer_fails_naming_the_url(spark: Any) -> None:
@@ -521,14 +526,7 @@ def test_second_query_on_one_pull_source_is_refused(spark: Any, tmp_path: Any) -
                  .trigger(processingTime="0 seconds").start())
         try:
             wait_pipes(push, 1, 120)
-            second = (df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "c2"))
-                      .trigger(processingTime="0 seconds").start())
-            try:
-                with pytest.raises(Exception) as excinfo:
-                    second.awaitTermination(120)
-            finally:
-                second.stop()
-            one_line_error(excinfo, "already reads the PULL source")
+            query_fails_with(df, str(tmp_path / "c2"), "already reads the PULL source")
             for payload in ids(n):
                 push.send(payload)
             assert sink.reached.wait(120), f"only {len(sink.rows)} of {n} arrived"

@@ -222,3 +222,30 @@ def test_unresolvable_host_fails_and_nobody_listening_warns(caplog: pytest.LogCa
     with caplog.at_level("WARNING", logger="nanopy.spark"):
         opt.check_reachable([f"tcp://127.0.0.1:{port}"], "connect", "sink")
     assert f"nothing is listening at tcp://127.0.0.1:{port}" in caplog.text
+
+
+def test_log_lines_use_sparks_layout() -> None:
+    import logging
+    import re
+
+    from nanopy.spark._logfmt import SparkFormatter
+
+    record = logging.LogRecord("nanopy.spark", logging.WARNING, __file__, 1, "dropped %d", (3,), None)
+    assert re.fullmatch(r"\d\d/\d\d/\d\d \d\d:\d\d:\d\d WARN nanopy.spark: dropped 3",
+                        SparkFormatter().format(record))
+
+
+def test_batches_are_cut_into_partitions_of_about_equal_bytes() -> None:
+    from nanopy.spark._source import plan_ranges
+    from nanopy.spark._spool import Segment
+
+    # Two files: 1,000 small messages (1 MB), then 100 big ones (100 MB).
+    files = [Segment(0, 1000, "a", 1_000_000), Segment(1000, 1100, "b", 100_000_000)]
+    ranges = plan_ranges(0, 1100, files, 32 << 20, 2, min_rows=10)
+    assert ranges[0][0] == 0 and ranges[-1][1] == 1100
+    assert all(a < b for a, b in ranges) and all(x[1] == y[0] for x, y in zip(ranges, ranges[1:]))
+    assert len(ranges) == 4  # ceil(101 MB / 32 MiB): 25 MB each
+    assert ranges[0][1] > 1000  # the first range takes all the small messages and some big ones
+    # A small batch is one partition; minPartitions splits a larger one evenly.
+    assert plan_ranges(0, 50, files, 32 << 20, 2) == [(0, 50)]
+    assert plan_ranges(0, 1000, files, 32 << 20, 2, min_rows=10) == [(0, 500), (500, 1000)]
