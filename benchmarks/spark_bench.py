@@ -53,7 +53,7 @@ with nanopy.Socket("push", bind=url, send_buffer=65536, linger=30) as push:
 """
 
 
-def bench_source(spark, n: int, size: int, max_batch: int, spool: bool) -> dict:
+def bench_source(spark, n: int, size: int, max_batch: int, spool: bool, extra: dict[str, str]) -> dict:
     from pyspark.sql import functions as F
 
     url = f"tcp://127.0.0.1:{_free_port()}"
@@ -92,12 +92,14 @@ def bench_source(spark, n: int, size: int, max_batch: int, spool: bool) -> dict:
             reader = reader.option("maxRecordsPerBatch", str(max_batch))
         if spool:
             reader = reader.option("spoolPath", os.path.join(work, "spool"))
+        for key, value in extra.items():
+            reader = reader.option(key, value)
         query = (reader.load()
                  .writeStream.foreachBatch(on_batch)
                  .option("checkpointLocation", os.path.join(work, "ck"))
                  .trigger(processingTime="0 seconds").start())
         assert producer.stdout.readline().strip() == "connected"
-        warm = 2000  # one small batch through the whole path before timing
+        warm = 20_000  # batches through the whole path (every executor) before timing
         send(warm)
         producer.stdout.readline()
         assert done.wait(120), "warm-up messages did not arrive"
@@ -114,6 +116,7 @@ def bench_source(spark, n: int, size: int, max_batch: int, spool: bool) -> dict:
             if progress.get("numInputRows"):
                 for key, ms in progress.get("durationMs", {}).items():
                     phases.setdefault(key, []).append(ms)
+        timed = stats["batches"]
         query.stop()
         ranges = sorted(stats["ranges"])
         contiguous = all(b[0] == a[1] + 1 for a, b in itertools.pairwise(ranges))
@@ -126,6 +129,7 @@ def bench_source(spark, n: int, size: int, max_batch: int, spool: bool) -> dict:
             "msgs_per_s": round(stats["count"] / elapsed) if stats["last"] else 0,
             "producer": sent,
             "median_ms": {k: sorted(v)[len(v) // 2] for k, v in sorted(phases.items())},
+            "batch_ms": phases.get("triggerExecution", [])[-timed:],
         }
     finally:
         producer.kill()
@@ -163,6 +167,10 @@ def compare(args: argparse.Namespace) -> None:
 
     base = [sys.executable, os.path.abspath(__file__), "--skip-coordinator", "--messages", str(args.messages),
             "--size", str(args.size), "--max-batch", str(args.max_batch)] + (["--spool"] if args.spool else [])
+    for o in args.option:
+        base += ["--option", o]
+    for c in args.conf:
+        base += ["--conf", c]
     curve = {}
 
     def run(master: str) -> None:
@@ -176,14 +184,16 @@ def compare(args: argparse.Namespace) -> None:
         print(f"{master}: {result}", flush=True)
 
     print(f"load average before: {os.getloadavg()}", flush=True)
-    run("local[1]")
-    run("local[2]")
-    with tempfile.TemporaryDirectory(prefix="nanopy-bench-cluster-") as work, \
-            standalone_cluster(work) as cluster:
-        run(cluster.master_url)
+    for master in args.masters.split(","):
+        if master != "cluster":
+            run(master)
+            continue
+        with tempfile.TemporaryDirectory(prefix="nanopy-bench-cluster-") as work, \
+                standalone_cluster(work) as cluster:
+            run(cluster.master_url)
     print(f"load average after: {os.getloadavg()}", flush=True)
     print(f"\n{args.messages} x {args.size} B, default source options"
-          f"{' + spoolPath' if args.spool else ''}:")
+          f"{' + spoolPath' if args.spool else ''}{' + ' + ', '.join(args.option) if args.option else ''}:")
     for master, r in curve.items():
         ok = r["delivered"] == args.messages and r["ids_sum_ok"] and r["contiguous_seq"]
         name = "cluster (2 workers x 1 core)" if master.startswith("spark://") else master
@@ -199,6 +209,12 @@ def main() -> None:
     ap.add_argument("--spool", action="store_true", help="give the source a spoolPath")
     ap.add_argument("--compare", action="store_true",
                     help="the source with local[1], local[2] and a 2-worker cluster, same run")
+    ap.add_argument("--masters", default="local[1],local[2],cluster",
+                    help="with --compare: which of local[N] and cluster to run, in order")
+    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                    help="a Spark setting, e.g. spark.locality.wait=0")
+    ap.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                    help="another source option, e.g. maxPartitionBytes=8388608")
     ap.add_argument("--items", type=int, default=20_000)
     ap.add_argument("--skip-source", action="store_true")
     ap.add_argument("--skip-coordinator", action="store_true")
@@ -208,8 +224,10 @@ def main() -> None:
     if args.compare:
         compare(args)
         return
-    spark = nanopy.spark.local_session(args.master, **({"spark.cores.max": "2"}
-                                                      if args.master.startswith("spark://") else {}))
+    conf = dict(c.split("=", 1) for c in args.conf)
+    if args.master.startswith("spark://"):
+        conf.setdefault("spark.cores.max", "2")
+    spark = nanopy.spark.local_session(args.master, **conf)
     try:
         print(f"load average before: {os.getloadavg()}", flush=True)
         if not args.skip_coordinator:
@@ -217,7 +235,8 @@ def main() -> None:
             for chunk in (16, 64, 256):
                 print("coordinator", bench_coordinator(spark, args.items, chunk), flush=True)
         if not args.skip_source:
-            print("source", bench_source(spark, args.messages, args.size, args.max_batch, args.spool),
+            extra = dict(o.split("=", 1) for o in args.option)
+            print("source", bench_source(spark, args.messages, args.size, args.max_batch, args.spool, extra),
                   flush=True)
         print(f"load average after: {os.getloadavg()}", flush=True)
     finally:

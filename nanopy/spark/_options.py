@@ -24,7 +24,7 @@ class SourceOptionError(ValueError):
 COMMON = ("url", "urls", "protocol", "mode")
 ROLES: dict[str, tuple[str, ...]] = {
     "source": COMMON + ("subscriptions", "schema", "maxRecordsPerBatch", "maxOffsetsPerTrigger",
-                        "maxBytesPerTrigger", "minPartitions", "spoolPath", "maxBuffered",
+                        "maxBytesPerTrigger", "minPartitions", "maxPartitionBytes", "spoolPath", "maxBuffered",
                         "maxBufferedBytes", "recvBuffer", "recvBufferBytes", "recvMaxSize",
                         "pollTimeoutMs", "connectTimeout"),
     "batch read": COMMON + ("subscriptions", "schema", "count", "duration", "recvBuffer",

@@ -97,6 +97,7 @@ def check_values(opts: dict[str, str], given: dict[str, str] | None = None) -> N
     """Parse every option that is present, whatever the role (errors at definition):
     numbers, choices, options of another protocol, URL shape and a resolvable host."""
     for key in ("maxRecordsPerBatch", "maxOffsetsPerTrigger", "maxBytesPerTrigger", "minPartitions",
+                "maxPartitionBytes",
                 "maxBuffered", "maxBufferedBytes", "recvBuffer", "recvBufferBytes", "count",
                 "sendBuffer"):
         opt.integer(opts, key, 1, 1)
@@ -275,6 +276,7 @@ class NanopyStreamReader(_ReaderOptions, DataSourceStreamReader, SupportsTrigger
         self.max_per_trigger = opt.integer(options, "maxOffsetsPerTrigger", 0, 1) or None
         self.max_bytes = opt.integer(options, "maxBytesPerTrigger", 256 << 20, 1)
         self.min_parts = opt.integer(options, "minPartitions", 2, 1)
+        self.part_bytes = opt.integer(options, "maxPartitionBytes", PARTITION_BYTES, 1)
         self.wait = opt.number(options, "pollTimeoutMs", 20.0) / 1000.0
         self.connect_timeout = opt.number(options, "connectTimeout", 10.0)
         spool = options.get("spoolpath") or None
@@ -379,7 +381,7 @@ class NanopyStreamReader(_ReaderOptions, DataSourceStreamReader, SupportsTrigger
             if after >= last:
                 return []
         return [SpoolPartition(uri, a, b, [f for f in files if f.last > a and f.after < b])
-                for a, b in plan_ranges(after, last, files, PARTITION_BYTES, self.min_parts)]
+                for a, b in plan_ranges(after, last, files, self.part_bytes, self.min_parts)]
 
     def commit(self, end: dict[str, Any]) -> None:
         last = int(end["seq"])
