@@ -272,7 +272,7 @@ class NanopyStreamReader(_ReaderOptions, DataSourceStreamReader, SupportsTrigger
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         # Plain values only: this object is pickled to other processes.
         _check_reader(self, options, schema, "source")
-        self.max_records = opt.integer(options, "maxRecordsPerBatch", 100_000, 1)
+        self.max_records = opt.integer(options, "maxRecordsPerBatch", 1_000_000, 1)
         self.max_per_trigger = opt.integer(options, "maxOffsetsPerTrigger", 0, 1) or None
         self.max_bytes = opt.integer(options, "maxBytesPerTrigger", 256 << 20, 1)
         self.min_parts = opt.integer(options, "minPartitions", 2, 1)
