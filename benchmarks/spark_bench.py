@@ -1,6 +1,6 @@
 """Throughput of the nanopy Spark source and of the Coordinator (local[N] or a cluster).
 
-    .venv/bin/python benchmarks/spark_bench.py [--messages 300000] [--size 1024] [--items 20000] \
+    .venv/bin/python benchmarks/spark_bench.py [--messages 1000000] [--size 1024] [--items 20000] \
         [--master spark://127.0.0.1:7077] [--spool]
     .venv/bin/python benchmarks/spark_bench.py --compare --skip-coordinator   # the scaling curve
 
@@ -203,7 +203,7 @@ def compare(args: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--messages", type=int, default=300_000)
+    ap.add_argument("--messages", type=int, default=1_000_000)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--max-batch", type=int, default=0, help="maxRecordsPerBatch (default: the source's)")
     ap.add_argument("--spool", action="store_true", help="give the source a spoolPath")
