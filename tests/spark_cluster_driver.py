@@ -3,6 +3,7 @@
     python spark_cluster_driver.py MASTER stream IN_URL OUT_URL SPOOL CHECKPOINT MAX_BATCH
     python spark_cluster_driver.py MASTER basics PULL_URL
     python spark_cluster_driver.py MASTER executor-kill PID_DIR ITEMS
+    python spark_cluster_driver.py MASTER defaults WORKDIR URL:SIZE:COUNT [URL:SIZE:COUNT ...]
 
 Each prints JSON lines on stdout ("started", then results); the test reads them.
 """
@@ -33,10 +34,11 @@ def session(master: str):  # type: ignore[no-untyped-def]
 
 
 def stream(spark, in_url: str, out_url: str, spool: str, checkpoint: str, max_batch: str) -> None:  # type: ignore[no-untyped-def]
-    """Source -> "payload:seq" -> sink; runs until killed."""
+    """Source -> "<first 8 bytes of the payload>:seq" -> sink; runs until killed."""
     query = (spark.readStream.format("nanopy").option("url", in_url)
              .option("spoolPath", spool).option("maxRecordsPerBatch", max_batch).load()
-             .selectExpr("cast(concat(cast(payload as string), ':', cast(seq as string)) as binary) as payload")
+             .selectExpr("cast(concat(cast(substring(payload, 1, 8) as string), ':', cast(seq as string)) "
+                        "as binary) as payload")
              .writeStream.format("nanopy").option("url", out_url)
              .option("checkpointLocation", checkpoint)
              .trigger(processingTime="0 seconds").start())
@@ -103,6 +105,102 @@ def executor_kill(spark, pid_dir: str, items: str) -> None:  # type: ignore[no-u
         requeued=coord.requeued, per_worker=coord.per_worker())
 
 
+def load_errors(spark) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    """Bad options, each refused at load(): the first line of nanopy's message."""
+    cases = {
+        "no-port": {"url": "tcp://127.0.0.1"},
+        "unresolvable": {"url": "tcp://no-such-host.invalid:5555"},
+        "no-url": {"protocol": "pull"},
+        "subscribe-on-pull": {"url": "tcp://127.0.0.1:1", "subscribe": "orders"},
+        "typo": {"url": "tcp://127.0.0.1:1", "maxBufferedByte": "5"},
+    }
+    out = {}
+    for name, options in cases.items():
+        try:
+            spark.readStream.format("nanopy").options(**options).load()
+            out[name] = "accepted"
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            out[name] = next((line.split("SourceOptionError: ", 1)[1] for line in str(exc).splitlines()
+                              if "SourceOptionError: " in line), str(exc)[-600:])
+    return out
+
+
+def rss_peaks(root: int) -> dict[str, int]:
+    """Peak resident memory (VmHWM, KiB) of the driver JVM and the source runners under ``root``."""
+    peaks: dict[str, int] = {}
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+            with open(f"/proc/{pid}/status") as f:
+                hwm = next(int(line.split()[1]) for line in f if line.startswith("VmHWM"))
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children") as f:
+                    todo += [int(k) for k in f.read().split()]
+        except (OSError, StopIteration):
+            continue
+        role = ("jvm" if b"java" in cmd.split(b"\0")[0] else
+                "runner" if b"python_streaming_source_runner" in cmd else None)
+        if role:
+            peaks[role] = max(peaks.get(role, 0), hwm)
+    return peaks
+
+
+def defaults(spark, workdir: str, *streams: str) -> None:  # type: ignore[no-untyped-def]
+    """Load-time checks, two queries on one PULL source, then one query per
+    URL:SIZE:COUNT with default options (no spool, no caps) until COUNT arrive."""
+    from pyspark.sql import functions as F
+
+    say(event="load-errors", errors=load_errors(spark))
+    for i, spec in enumerate(streams):
+        url, size, count = spec.rsplit(":", 2)
+        goal = int(count)
+        totals = {"n": 0, "bytes": 0, "ids": 0, "lo": None, "hi": 0, "batches": 0}
+
+        def on_batch(df, batch_id: int, totals=totals) -> None:  # type: ignore[no-untyped-def]
+            row = df.agg(F.count("*").alias("n"), F.sum(F.length("payload")).alias("b"),
+                         F.sum(F.substring("payload", 1, 8).cast("string").cast("long")).alias("d"),
+                         F.min("seq").alias("lo"), F.max("seq").alias("hi")).collect()[0]
+            if row.n:
+                totals["n"] += row.n
+                totals["bytes"] += row.b
+                totals["ids"] += row.d
+                totals["lo"] = row.lo if totals["lo"] is None else min(totals["lo"], row.lo)
+                totals["hi"] = max(totals["hi"], row.hi)
+                totals["batches"] += 1
+
+        df = spark.readStream.format("nanopy").option("url", url).load()
+        query = (df.writeStream.foreachBatch(on_batch)
+                 .option("checkpointLocation", os.path.join(workdir, f"ck{i}"))
+                 .trigger(processingTime="0 seconds").start())
+        second_error = None
+        if i == 0:  # a second query on the same PULL source is refused
+            second = (df.writeStream.format("noop").option("checkpointLocation", os.path.join(workdir, "ck-2nd"))
+                      .trigger(processingTime="0 seconds").start())
+            try:
+                second.awaitTermination(180)
+                second_error = str(second.exception())
+            except Exception as exc:  # noqa: BLE001 - the refusal, reported to the test
+                second_error = str(exc)
+            finally:
+                second.stop()
+            second_error = next((line for line in second_error.splitlines() if "already reads" in line),
+                                second_error[:300])
+        t0 = time.perf_counter()
+        say(event="started", url=url, size=int(size), count=goal, second_query=second_error)
+        while query.isActive and totals["n"] < goal:
+            query.awaitTermination(0.5)
+        seconds = time.perf_counter() - t0
+        latest = query.lastProgress["sources"][0].get("latestOffset") if query.lastProgress else None
+        error = str(query.exception()) if not query.isActive else None
+        peaks = rss_peaks(os.getpid())  # while this query's source runner lives
+        query.stop()
+        say(event="stream", url=url, size=int(size), totals=totals, seconds=seconds, error=error,
+            latest=json.loads(latest) if latest else None, peaks_kib=peaks)
+
+
 def main() -> None:
     master, scenario, *args = sys.argv[1:]
     from pyspark import cloudpickle
@@ -110,7 +208,8 @@ def main() -> None:
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     spark = session(master)
     try:
-        {"stream": stream, "basics": basics, "executor-kill": executor_kill}[scenario](spark, *args)
+        scenarios = {"stream": stream, "basics": basics, "executor-kill": executor_kill, "defaults": defaults}
+        scenarios[scenario](spark, *args)
     finally:
         spark.stop()
 

@@ -360,6 +360,13 @@ def test_bad_source_options_fail_at_load(spark: Any) -> None:
          "option maxRecordsPerBatch='lots' must be an integer"),
         ({"url": "tcp://127.0.0.1:1", "mode": "listen"}, "option mode='listen': expected one of connect, bind"),
         ({"url": "nope://x"}, "unknown transport 'nope'"),
+        ({"protocol": "pull"}, 'needs .option("url", "tcp://host:port")'),
+        ({"url": "tcp://127.0.0.1"}, "has no valid port"),
+        ({"url": "tcp://no-such-host.invalid:5555"}, "cannot resolve host 'no-such-host.invalid'"),
+        ({"url": "tcp://127.0.0.1:1", "subscribe": "a"},
+         'option "subscribe" applies to protocol "sub" only, and this is "pull"; '
+         'did you mean .option("protocol", "sub")?'),
+        ({"url": "tcp://127.0.0.1:1", "schema": "avro"}, "option schema='avro': expected one of nanopy, kafka"),
     ]
     for options, message in cases:
         for reader in (spark.readStream, spark.read):
@@ -384,16 +391,21 @@ def test_bad_sink_options_fail_at_save(spark: Any, tmp_path: Any) -> None:
             fails_with(df.write.format("nanopy").mode(mode).options(**options).save, message)
 
 
-def test_custom_schema_is_refused_before_any_message(spark: Any, tmp_path: Any) -> None:
-    query = (spark.readStream.format("nanopy").schema("payload binary")
-             .option("url", "tcp://127.0.0.1:1").load()
-             .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "c")).start())
+def query_fails_with(df: Any, checkpoint: str, text: str) -> None:
+    """A noop query on ``df`` fails, with ``text`` on one line of the error."""
+    query = (df.writeStream.format("noop").option("checkpointLocation", checkpoint)
+             .trigger(processingTime="0 seconds").start())
     try:
         with pytest.raises(Exception) as excinfo:
             query.awaitTermination(120)
     finally:
         query.stop()
-    one_line_error(excinfo, "the nanopy source has a fixed schema")
+    one_line_error(excinfo, text)
+
+
+def test_custom_schema_is_refused_before_any_message(spark: Any, tmp_path: Any) -> None:
+    df = spark.readStream.format("nanopy").schema("payload binary").option("url", "tcp://127.0.0.1:1").load()
+    query_fails_with(df, str(tmp_path / "c"), "the nanopy source has a fixed schema")
 
 
 def test_sink_without_a_peer_fails_naming_the_url(spark: Any) -> None:
@@ -460,3 +472,69 @@ def test_coordinator_advertises_the_driver_host(spark: Any) -> None:
         coord.client().run(lambda x: x)
     with Coordinator(range(10), progress=False) as coord:
         assert coord.url.startswith(f"tcp://{host}:")
+
+
+# -- what a Kafka user expects ----------------------------------------------------------------
+
+
+def run_to_end(spark: Any, url: str, workdir: str, trigger: dict[str, bool], **options: str) -> list[Any]:
+    """An availableNow or once query into a memory table; returns its rows once it ended."""
+    name = f"nanopy_now_{abs(hash(workdir))}"
+    reader = spark.readStream.format("nanopy").option("url", url)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    query = (reader.load().writeStream.format("memory").queryName(name)
+             .option("checkpointLocation", os.path.join(workdir, "checkpoint"))
+             .trigger(**trigger).start())
+    try:
+        assert query.awaitTermination(180), f"a {trigger} query must end by itself"
+        assert query.exception() is None
+    finally:
+        query.stop()
+    return spark.sql(f"select * from {name}").collect()
+
+
+@pytest.mark.parametrize("trigger", [{"availableNow": True}, {"once": True}], ids=["availableNow", "once"])
+def test_available_now_and_once_take_what_was_sent_and_end_kafka_schema(
+        spark: Any, tmp_path: Any, trigger: dict[str, bool]) -> None:
+    """availableNow and once on a fresh start read what the producer had sent, then
+    end; schema=kafka gives Kafka's columns (value, offset, timestamp, ...)."""
+    n = 3000
+    with nanopy.Socket("push", bind="tcp://127.0.0.1:0", send_buffer=n) as push:
+        url = push.endpoints[0].url
+        sender = threading.Thread(target=lambda: [push.send(p) for p in ids(n)])
+        sender.start()  # blocks until the query's socket connects
+        rows = run_to_end(spark, url, str(tmp_path), trigger, schema="kafka")
+        sender.join(30)
+    assert list(rows[0].asDict()) == ["key", "value", "topic", "partition", "offset", "timestamp",
+                                      "timestampType"]
+    assert sorted(bytes(r.value) for r in rows) == ids(n)
+    assert sorted(r.offset for r in rows) == list(range(1, n + 1))
+    assert {(r.key, r.partition, r.timestampType) for r in rows} == {(None, 0, 1)}
+    assert all(r.timestamp is not None for r in rows)
+
+
+def test_second_query_on_one_pull_source_is_refused(spark: Any, tmp_path: Any) -> None:
+    """PUSH would split the stream between two queries: the second is refused with
+    the reason, the first keeps every message."""
+    n = 2000
+    sink = Collector(n)
+    with nanopy.Socket("push", bind="tcp://127.0.0.1:0", send_buffer=n) as push:
+        url = push.endpoints[0].url
+        df = spark.readStream.format("nanopy").option("url", url).option("connectTimeout", "2").load()
+        first = (df.writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "c1"))
+                 .trigger(processingTime="0 seconds").start())
+        try:
+            wait_pipes(push, 1, 120)
+            query_fails_with(df, str(tmp_path / "c2"), "already reads the PULL source")
+            for payload in ids(n):
+                push.send(payload)
+            assert sink.reached.wait(120), f"only {len(sink.rows)} of {n} arrived"
+            assert len(push.pipes) == 1
+            latest = source_counts(first.recentProgress)[-1]
+        finally:
+            first.stop()
+    assert sorted(p for p, _ in sink.rows) == ids(n)
+    assert latest["source"] == f"nanopy pull {url}"
+    for key in ("backlog", "backlogBytes", "receivedBytes", "dropped", "oversized", "spoolFiles"):
+        assert key in latest

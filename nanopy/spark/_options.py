@@ -23,10 +23,12 @@ class SourceOptionError(ValueError):
 # Canonical spelling of every option, per role. Aliases map to their canonical name.
 COMMON = ("url", "urls", "protocol", "mode")
 ROLES: dict[str, tuple[str, ...]] = {
-    "source": COMMON + ("subscriptions", "maxRecordsPerBatch", "maxOffsetsPerTrigger", "spoolPath",
-                        "maxBuffered", "recvBuffer", "recvMaxSize", "pollTimeoutMs", "connectTimeout"),
-    "batch read": COMMON + ("subscriptions", "count", "duration", "recvBuffer", "recvMaxSize",
-                            "connectTimeout"),
+    "source": COMMON + ("subscriptions", "schema", "maxRecordsPerBatch", "maxOffsetsPerTrigger",
+                        "maxBytesPerTrigger", "minPartitions", "maxPartitionBytes", "spoolPath", "maxBuffered",
+                        "maxBufferedBytes", "recvBuffer", "recvBufferBytes", "recvMaxSize",
+                        "pollTimeoutMs", "connectTimeout"),
+    "batch read": COMMON + ("subscriptions", "schema", "count", "duration", "recvBuffer",
+                            "recvMaxSize", "connectTimeout"),
     "sink": COMMON + ("column", "topicColumn", "tag", "sendTimeout", "flushTimeout", "peerTimeout",
                       "sendBuffer"),
 }
@@ -44,6 +46,15 @@ def lower(options: Mapping[str, str]) -> dict[str, str]:
     for alias, name in ALIASES.items():
         if alias in out:
             out.setdefault(name.lower(), out.pop(alias))
+    return out
+
+
+def spelled(options: Mapping[str, str]) -> dict[str, str]:
+    """How the user wrote each option: lower-cased canonical name -> their name."""
+    out = {str(k).lower(): str(k) for k in dict(options)}
+    for alias, name in ALIASES.items():
+        if alias in out:
+            out.setdefault(name.lower(), out[alias])
     return out
 
 
@@ -107,6 +118,44 @@ def host_port(url: str) -> tuple[str, int] | None:
         return host, int(port)
     except ValueError:
         raise SourceOptionError(f"url {url!r} has no valid port") from None
+
+
+# Options that only one protocol uses: (option, protocol, what to do instead).
+PROTOCOL_ONLY = (("subscriptions", "sub"), ("topicColumn", "pub"))
+
+
+def check_protocol_options(opts: Mapping[str, str], given: Mapping[str, str] | None = None) -> None:
+    """Refuse an option the chosen protocol ignores (``subscribe`` on PULL, ...)."""
+    protocol = opts.get("protocol", "").strip().lower() or None
+    for name, needs in PROTOCOL_ONLY:
+        if name.lower() not in opts:
+            continue
+        role_default = "push" if needs == "pub" else "pull"
+        actual = protocol or role_default
+        if actual != needs:
+            spelled = (given or {}).get(name.lower(), name)
+            raise SourceOptionError(
+                f'option "{spelled}" applies to protocol "{needs}" only, and this is "{actual}"; '
+                f'did you mean .option("protocol", "{needs}")? '
+                + ("PULL receives every message pushed to it: drop the option."
+                   if needs == "sub" else "PUSH has no topics: drop the option.")
+            )
+
+
+def check_addresses(urls_: list[str], mode: str, what: str) -> None:
+    """URL shape (host and port for TCP-based transports) and a resolvable host."""
+    for url in urls_:
+        hp = host_port(url)
+        if hp is None:
+            continue
+        host, port = hp
+        if not 0 < port < 65536 and not (mode == "bind" and port == 0):
+            raise SourceOptionError(f"url {url!r}: port {port} is out of range")
+        if mode == "connect" and host in ("", "*", "0.0.0.0", "::"):
+            raise SourceOptionError(
+                f"url {url!r}: a {what} that connects needs the producer's host name or address "
+                f'(or .option("mode", "bind") to listen on this one)')
+    check_reachable(urls_, mode, what, probe=False)
 
 
 def check_reachable(urls_: list[str], mode: str, what: str, probe: bool = True) -> None:

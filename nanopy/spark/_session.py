@@ -14,7 +14,7 @@ appender.console.type = Console
 appender.console.name = console
 appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
 logger.nativeloader.name = org.apache.hadoop.util.NativeCodeLoader
 logger.nativeloader.level = error
 logger.sparkenv.name = org.apache.spark.SparkEnv
@@ -30,7 +30,7 @@ logger.microbatch.level = error
 
 def quiet_conf_dir() -> str:
     """A SPARK_CONF_DIR holding a log4j2.properties that logs warnings and up only."""
-    path = os.path.join(tempfile.gettempdir(), f"nanopy-spark-conf-{os.getuid()}-v5")
+    path = os.path.join(tempfile.gettempdir(), f"nanopy-spark-conf-{os.getuid()}-v6")
     os.makedirs(path, exist_ok=True)
     target = os.path.join(path, "log4j2.properties")
     if not os.path.exists(target):

@@ -16,9 +16,13 @@ understands: ``hdfs://namenode:8020/dir``, ``s3://bucket/dir`` (credentials and
 
 from __future__ import annotations
 
+import fcntl
 import os
+import secrets
+import shutil
+import tempfile
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
@@ -62,6 +66,15 @@ def _resolve(uri: str) -> tuple[Any, str]:
         return found
 
 
+class Segment(NamedTuple):
+    """One spool file: the messages ``after`` < seq <= ``last``, ``size`` bytes on disk."""
+
+    after: int
+    last: int
+    path: str
+    size: int
+
+
 class Spool:
     """One query's spool directory (plain values; the filesystem is opened lazily)."""
 
@@ -83,9 +96,31 @@ class Spool:
             fs.get_file_info(root)
         except (OSError, pa.ArrowException) as exc:
             raise SourceOptionError(f"spoolPath {self.display} cannot be created or reached: {exc}") from None
+        self.remove_partial()
 
-    def segments(self) -> list[tuple[int, int, str]]:
-        """``(after, last, path)`` of every complete file, in order."""
+    def remove_partial(self) -> int:
+        """Delete ``*.tmp`` files: writes a crash cut short (their messages were never
+        counted as received). Only the query's own receiver writes here, and it runs
+        once, so anything temporary at its start is left over. Returns how many."""
+        from pyarrow import fs as pafs
+
+        filesystem, root = self._fs()
+        try:
+            infos = filesystem.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+        except (OSError, pa.ArrowException):
+            return 0
+        removed = 0
+        for info in infos:
+            if info.base_name.endswith(".tmp"):
+                try:
+                    filesystem.delete_file(info.path)
+                    removed += 1
+                except (OSError, pa.ArrowException):
+                    pass
+        return removed
+
+    def segments(self) -> list[Segment]:
+        """Every complete file, in order."""
         from pyarrow import fs as pafs
 
         filesystem, root = self._fs()
@@ -100,7 +135,7 @@ class Spool:
                 continue
             a, _, b = name[:-6].partition("-")
             if a.isdigit() and b.isdigit():
-                out.append((int(a), int(b), info.path))
+                out.append(Segment(int(a), int(b), info.path, int(info.size or 0)))
         return sorted(out)
 
     def end(self) -> int:
@@ -108,49 +143,62 @@ class Spool:
         found = self.segments()
         return found[-1][1] if found else 0
 
-    def write(self, after: int, last: int, batch: pa.RecordBatch) -> str:
-        """Append one group durably; returns its path."""
+    def write(self, after: int, last: int, batch: pa.RecordBatch) -> Segment:
+        """Append one group durably."""
         filesystem, root = self._fs()
         name = f"{after:020d}-{last:020d}.arrow"
         local = root if filesystem.type_name == "local" else None
         if local is not None:
-            return _write_local(local, name, batch)
+            path, size = _write_local(local, name, batch)
+            return Segment(after, last, path, size)
         path = f"{root.rstrip('/')}/{name}"
         target = path if filesystem.type_name in _ATOMIC_PUT else path + ".tmp"
-        with filesystem.open_output_stream(target) as out, pa.ipc.new_file(out, batch.schema) as writer:
-            writer.write_batch(batch)
+        with filesystem.open_output_stream(target) as out:
+            with pa.ipc.new_file(out, batch.schema) as writer:
+                writer.write_batch(batch)
+            size = out.tell()
         if target != path:
             filesystem.move(target, path)
-        return path
+        return Segment(after, last, path, size)
 
-    def trim(self, committed: int, known: list[tuple[int, int, str]] | None = None) -> None:
+    def trim(self, committed: int, known: list[Segment] | None = None) -> None:
         """Delete every file whose messages are all at or below ``committed``."""
         filesystem, _ = self._fs()
-        for _, last, path in (known if known is not None else self.segments()):
+        for _, last, path, _ in (known if known is not None else self.segments()):
             if last <= committed:
                 try:
                     filesystem.delete_file(path)
                 except (FileNotFoundError, OSError, pa.ArrowException):
                     pass
 
-    def read(self, after: int, last: int, schema: pa.Schema) -> list[pa.RecordBatch]:
-        """The messages with ``after`` < seq <= ``last``; all of them, or a clear error."""
-        import pyarrow.compute as pc
+    def read(self, after: int, last: int, schema: pa.Schema,
+             files: list[Segment] | None = None) -> list[pa.RecordBatch]:
+        """The messages with ``after`` < seq <= ``last``; all of them, or a clear error.
 
+        ``files`` (the planner's list) saves listing the directory."""
+        return list(self.iter_read(after, last, schema, files))
+
+    def iter_read(self, after: int, last: int, schema: pa.Schema,
+                  files: list[Segment] | None = None) -> Any:
+        """:meth:`read`, one file at a time (an executor holds one file in memory)."""
         filesystem, _ = self._fs()
-        out: list[pa.RecordBatch] = []
+        local = filesystem.type_name == "local"
         covered = 0
-        for a, b, path in self.segments():
+        for a, b, path, _ in (files if files is not None else self.segments()):
             if b <= after or a >= last:
                 continue
-            with filesystem.open_input_file(path) as f:
-                table = pa.ipc.open_file(f).read_all()
-            seq = table.column("seq")
-            table = table.filter(pc.and_(pc.greater(seq, after), pc.less_equal(seq, last)))
-            table = table.select(schema.names)
+            try:
+                source = pa.memory_map(path) if local else filesystem.open_input_file(path)
+            except (FileNotFoundError, OSError, pa.ArrowException):
+                break  # counted as missing below
+            with source:
+                table = pa.ipc.open_file(source).read_all()
+            # A file holds seq a+1 .. b in order: cut by position, not by a filter.
+            lo, hi = max(after, a) - a, min(last, b) - a
+            table = table.slice(lo, hi - lo).select(schema.names)
             covered += table.num_rows
             for batch in table.to_batches():
-                out.append(pa.RecordBatch.from_arrays(batch.columns, schema=schema))
+                yield pa.RecordBatch.from_arrays(batch.columns, schema=schema)
         if covered != last - after:
             raise RuntimeError(
                 f"nanopy source: the spool {self.display} holds {covered} of the {last - after} messages "
@@ -158,10 +206,9 @@ class Spool:
                 "storage every executor can read (not a local disk of the driver host), and one "
                 "spool directory serves one query only."
             )
-        return out
 
 
-def _write_local(root: str, name: str, batch: pa.RecordBatch) -> str:
+def _write_local(root: str, name: str, batch: pa.RecordBatch) -> tuple[str, int]:
     os.makedirs(root, exist_ok=True)
     final = os.path.join(root, name)
     tmp = final + ".tmp"
@@ -169,6 +216,7 @@ def _write_local(root: str, name: str, batch: pa.RecordBatch) -> str:
         with pa.ipc.new_file(f, batch.schema) as writer:
             writer.write_batch(batch)
         f.flush()
+        size = f.tell()
         os.fsync(f.fileno())
     os.replace(tmp, final)
     fd = os.open(root, os.O_RDONLY)
@@ -176,4 +224,58 @@ def _write_local(root: str, name: str, batch: pa.RecordBatch) -> str:
         os.fsync(fd)  # the rename itself is durable
     finally:
         os.close(fd)
-    return final
+    return final, size
+
+
+# -- the default spool (no spoolPath) ---------------------------------------------------
+_DEFAULT_PREFIX = "nanopy-spool-"
+
+
+def default_root() -> str:
+    """Where default spools live: Spark's scratch space on the driver host
+    (the first of ``SPARK_LOCAL_DIRS``, as Spark passes it to its Python helpers),
+    else the temporary directory."""
+    dirs = [d for d in os.environ.get("SPARK_LOCAL_DIRS", "").split(",") if d.strip()]
+    return dirs[0].strip() if dirs else tempfile.gettempdir()
+
+
+class DefaultSpool(Spool):
+    """A spool of this process only, for a source without ``spoolPath``.
+
+    The directory holds a ``.lock`` that its process keeps locked while it lives;
+    a directory whose lock can be taken belongs to a process that died and is
+    removed by the next default spool made on this host.
+    """
+
+    def __init__(self, root: str | None = None) -> None:
+        base = root or default_root()
+        sweep_default_spools(base)
+        path = os.path.join(base, f"{_DEFAULT_PREFIX}{os.getpid()}-{secrets.token_hex(4)}")
+        # Locked before it gets its name, so a sweep never sees it unlocked.
+        os.makedirs(path + ".new")
+        self._lock = open(os.path.join(path + ".new", ".lock"), "w")  # noqa: SIM115 - held for life
+        fcntl.flock(self._lock, fcntl.LOCK_EX)
+        os.rename(path + ".new", path)
+        super().__init__(path)
+
+    def __reduce__(self) -> Any:
+        return (Spool, (self.uri,))  # executors get a plain reader of the same directory
+
+
+def sweep_default_spools(base: str) -> int:
+    """Remove default spools of dead processes under ``base``; returns how many."""
+    removed = 0
+    try:
+        names = [n for n in os.listdir(base) if n.startswith(_DEFAULT_PREFIX) and not n.endswith(".new")]
+    except OSError:
+        return 0
+    for name in names:
+        path = os.path.join(base, name)
+        try:
+            with open(os.path.join(path, ".lock")) as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                shutil.rmtree(path, ignore_errors=True)
+                removed += 1
+        except OSError:
+            continue  # alive (locked), or not ours to remove
+    return removed
