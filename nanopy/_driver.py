@@ -76,6 +76,7 @@ from ._core import (
     LoadBalancing,
     PipeInfo,
 )
+from ._drops import DEAD_PIPE
 from ._errors import Closed, MessageTooLarge, RemoteProtocolError, Timeout, WouldBlock
 from ._message import Message
 from ._pipe import CALLER_BATCH_MAX, CALLER_BYTES, MAX_HOLD, queue_fan_out, wait_out_burst
@@ -188,9 +189,8 @@ class SocketDriver:
         self._flush_pipes: list[PipeDriver] = []
         self._flush_armed = False
         self._flush_due = 0.0  # when the armed round's oldest payload has waited MAX_HOLD
-        # counters (stats)
+        # counters (stats); drops are counted by reason in ``core.drops``, under the lock
         self.sent = self.received = self.bytes_sent = self.bytes_received = 0
-        self.dropped = 0
 
     # -- errors ------------------------------------------------------------------
     def closed_error(self) -> Closed:
@@ -259,6 +259,26 @@ class SocketDriver:
             if lane is None:
                 return self.sent, self.bytes_sent
             return self.sent - lane.lane_credit, self.bytes_sent + lane.lane_bytes
+
+    def count_drop(self, reason: str, n: int = 1, pid: int | None = None) -> None:
+        """Count ``n`` messages dropped for ``reason`` (a name of nanopy._drops), on
+        pipe ``pid`` if given: the engine side's drops (a pipe found dead, a message
+        too large). Takes the socket lock: call it holding neither that lock nor a
+        pipe's (the lock order is socket, then pipe)."""
+        if n > 0:
+            with self.lock:
+                self.core.count_drop(reason, n, pid)
+
+    def drop_counts(self) -> dict[str, int]:
+        """A copy of the drops by reason (one round)."""
+        with self.lock:
+            return dict(self.core.drops)
+
+    def queued_out(self) -> int:
+        """Messages sent and not yet written, on every pipe (one look at each)."""
+        with self.lock:
+            fan = len(self._fan_out) * len(self._fan_pipes)
+        return fan + sum(pipe.queued_out() for pipe in self.pipe_drivers())
 
     def writable(self) -> bool:
         """Whether a send would go out now (lock held)."""
@@ -408,7 +428,8 @@ class SocketDriver:
                     handled, gone, credit = queue_fan_out(pipes, actions, i - 1)
                     i += handled - 1
                     transmits += handled - gone
-                    self.dropped += gone
+                    if gone:
+                        self.count_drop(DEAD_PIPE, gone)
                     for pid, n in credit:
                         more = self._credit_back(pid, n)
                         if more:
@@ -416,7 +437,7 @@ class SocketDriver:
                     continue
                 driver = pipes.get(action[1])
                 if driver is None:
-                    self.dropped += 1
+                    self.count_drop(DEAD_PIPE)  # (removed since the round that chose it)
                     continue
                 transmits += 1
                 # Not a burst: the pipe judges idle vs burst by itself (a lone
@@ -538,11 +559,14 @@ class SocketDriver:
         A full queue pauses the pipe (``PipeDriver.paused``) in this same round,
         so the RESUME_READ of any later round comes after it.
         """
+        size = sum(map(len, payloads))  # (outside the lock: per read, not per message)
         with self.lock:
             keep = self.core.messages_received(pid, payloads)
-            if not keep:
-                pipe = self.pipes.get(pid)
-                if pipe is not None:
+            pipe = self.pipes.get(pid)
+            if pipe is not None:
+                pipe.rx_msgs += len(payloads)
+                pipe.rx_bytes += size
+                if not keep:
                     pipe.paused = True
             actions = self._drain()
         if actions:
@@ -636,7 +660,7 @@ class SocketDriver:
             pid = action[1]
             driver = self.pipes.get(pid)
             if driver is None:
-                self.dropped += 1
+                self.count_drop(DEAD_PIPE)
                 return True
             done = driver.transmit(action[2])
             if done:
@@ -1029,6 +1053,7 @@ class SocketDriver:
     ) -> T | _Blocked:
         """One round of a direct receive: feed ``payloads``, try, park a fresh waiter."""
         queue = self.recv_q
+        size = sum(map(len, payloads)) if payloads else 0
         with self.lock:
             waiter = state.waiter
             if waiter is not None:
@@ -1041,10 +1066,14 @@ class SocketDriver:
                 raise self.closed_error()
             if self._due:
                 self._fold_due()
-            if payloads and not self.core.messages_received(state.pid, payloads):
+            if payloads:
+                keep = self.core.messages_received(state.pid, payloads)
                 pipe = self.pipes.get(state.pid)
                 if pipe is not None:
-                    pipe.paused = True
+                    pipe.rx_msgs += len(payloads)
+                    pipe.rx_bytes += size
+                    if not keep:
+                        pipe.paused = True
             try:
                 result: T | _Blocked = attempt()
             except WouldBlock:

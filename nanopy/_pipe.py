@@ -144,6 +144,7 @@ class PipeDriver:
         self.outbox: list[bytes] = []
         self.tail: Any = None  # the unwritten rest of a chunk
         self.tail_credit = 0  # messages of that chunk, credited once it is written
+        self.tail_bytes = 0  # their payload bytes (counted as sent then)
         self.control: bytes | None = None  # a control frame to write before the outbox
         self.writing = False  # a thread or the writer task holds the channel
         self.closed = False
@@ -157,6 +158,9 @@ class PipeDriver:
         # socket's send lane, see nanopy/_driver.py), and the bytes they carried.
         self.lane_credit = 0
         self.lane_bytes = 0
+        # Counters of the pipe view (Socket.pipes()), counted per write or read,
+        # never per message: tx under ``lock``, rx by the socket driver under its lock.
+        self.tx_msgs = self.tx_bytes = self.rx_msgs = self.rx_bytes = 0
         self._writer_event: trio.Event | None = None
         self._reader_event: trio.Event | None = None
         self.paused = False  # the core's queue for this pipe is full: read nothing
@@ -308,6 +312,7 @@ class PipeDriver:
         straight back on this thread.
         Returns the credit to give back now; the writer task takes over a rest."""
         channel = self.channel
+        size = len(batch[0]) if len(batch) == 1 else sum(map(len, batch))
         try:
             if chunk is None:
                 chunk = channel.frame(batch)
@@ -329,9 +334,12 @@ class PipeDriver:
             self.last_tx = self.now()  # a long write is not a pause in the burst
             if n >= len(chunk):
                 done = len(batch)
+                self.tx_msgs += done
+                self.tx_bytes += size
             else:
                 self.tail = memoryview(chunk)[n:] if isinstance(chunk, bytes) else chunk[n:]
                 self.tail_credit = len(batch)
+                self.tail_bytes = size  # (counted as sent once the writer task wrote the rest)
                 done = 0
             if self.tail is not None or self.outbox or self.control is not None or self._idle_event is not None:
                 self._kick_writer()  # something is left (or a flush waits): the writer task goes on
@@ -567,8 +575,9 @@ class PipeDriver:
                     event = None
                     self.writing = True
                     tail, credit, control, batch = self.tail, self.tail_credit, self.control, self.outbox
+                    tail_bytes = self.tail_bytes
                     self.tail = self.control = None
-                    self.tail_credit = 0
+                    self.tail_credit = self.tail_bytes = 0
                     self.outbox = []
             if event is not None:
                 if idle:
@@ -576,18 +585,24 @@ class PipeDriver:
                 await event.wait()
                 lingering = True
                 continue
+            written = written_bytes = 0  # (what went out, for the pipe view)
             try:
                 # A chunk's rest first (it may end in the middle of a frame), then
                 # the control frame, then the payloads.
                 if tail is not None:
                     await channel.write_all(tail)
+                    written, written_bytes = credit, tail_bytes
                 if control is not None:
                     await channel.write_all(control)
                 if batch:
                     await channel.write_all(channel.frame(batch))
+                    written += len(batch)
+                    written_bytes += sum(map(len, batch))
             finally:
                 with self.lock:
                     self.writing = False
+                    self.tx_msgs += written
+                    self.tx_bytes += written_bytes
             credit += len(batch)
             if credit:
                 self.sock.credit(self.pid, credit)
@@ -612,6 +627,11 @@ class PipeDriver:
         event, self._idle_event = self._idle_event, None
         if event is not None:
             event.set()
+
+    def queued_out(self) -> int:
+        """Messages queued on this pipe and not yet written (a rest included)."""
+        with self.lock:
+            return len(self.outbox) + (self.tail_credit if self.tail is not None else 0)
 
     def flushed(self) -> bool:
         return self.closed or not (
