@@ -371,7 +371,9 @@ class MetricsServer:
         self.port = int(self._server.server_address[1])
         shown = f"[{host}]" if ":" in host else host
         self.url = f"http://{shown}:{self.port}/metrics"
-        self._thread = threading.Thread(target=self._server.serve_forever, name="nanopy-metrics", daemon=True)
+        # (the loop looks for a close every 0.2 s: close() returns within that)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.2,), name="nanopy-metrics",
+                                        daemon=True)
         self._thread.start()
 
     def close(self) -> None:
