@@ -235,7 +235,8 @@ def test_pipe_snapshots(make_socket: MakeSocket) -> None:
     for _ in range(5):
         push.send(b"0123456789")
     wait_until(lambda: pull.pipes()[0].messages_received == 5, what="five messages read")
-    wait_until(lambda: push.pipes()[0].messages_sent == 5, what="five messages written")  # (a writer task counts after its write)
+    # (a writer task counts its batch once written)
+    wait_until(lambda: push.pipes()[0].messages_sent == 5, what="five messages written")
     (out,) = push.pipes()
     (inn,) = pull.pipes()
     assert isinstance(out, nanopy.PipeStats) and out.id == push.pipes[0].id
