@@ -33,15 +33,20 @@ def test_public_modules_import() -> None:
         importlib.import_module(module)
 
 
+def run_python(code: str) -> str:
+    """What ``code`` prints in a fresh interpreter (which must exit 0)."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
 def test_import_starts_no_thread_and_no_loop() -> None:
     # Spark workers and forked children rely on this: nothing runs until a socket needs it.
     code = (
         "import threading, nanopy, nanopy.discovery, nanopy.transports, nanopy.protocols; "
         "s = nanopy.Socket('push'); print(threading.active_count()); s.close()"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "1"
+    assert run_python(code) == "1"
 
 
 def test_metrics_module_surface() -> None:
@@ -59,6 +64,4 @@ def test_importing_metrics_needs_no_extra() -> None:
         "import sys; sys.modules['prometheus_client'] = None; sys.modules['opentelemetry'] = None; "
         "import nanopy.metrics; print(nanopy.metrics.render() == '')"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "True"
+    assert run_python(code) == "True"
