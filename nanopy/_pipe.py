@@ -292,27 +292,31 @@ class PipeDriver:
         return self._write_shared(batch, framed)
 
     def _write_shared(self, batch: list[bytes], framed: dict[Any, tuple[list[bytes], Any]] | None) -> int:
-        """``_write_claimed(batch)``, reusing the chunk in ``framed`` when the last
-        batch framed for this pipe's ``framing`` holds the same payloads (a fan-out
-        fills every pipe's outbox alike)."""
-        key = self.framing
-        if key is None or framed is None:
+        """``_write_claimed(batch)``, reusing the chunk (and the payload bytes, for
+        the pipe view) in ``framed`` when the last batch of this pipe's ``framing``
+        holds the same payloads (a fan-out fills every pipe's outbox alike)."""
+        if framed is None:
             return self._write_claimed(batch)
+        key = self.framing
         last = framed.get(key)
         if last is not None and last[0] == batch:  # (payloads compared by identity first)
-            return self._write_claimed(batch, last[1])
-        chunk = self.channel.frame(batch)
-        framed[key] = (batch, chunk)
-        return self._write_claimed(batch, chunk)
+            chunk, size = last[1]
+            return self._write_claimed(batch, chunk, size)
+        chunk = self.channel.frame(batch) if key is not None else None  # (None: each pipe frames its own)
+        size = sum(map(len, batch))
+        framed[key] = (batch, (chunk, size))
+        return self._write_claimed(batch, chunk, size)
 
-    def _write_claimed(self, batch: list[bytes], chunk: Any = None) -> int:
-        """Write ``batch`` (already framed as ``chunk`` if given) without blocking
+    def _write_claimed(self, batch: list[bytes], chunk: Any = None, size: int = -1) -> int:
+        """Write ``batch`` (already framed as ``chunk`` if given; ``size``: its
+        payload bytes, if known) without blocking
         from this thread, which claimed the channel (``writing``) with the pipe lock
         released -- an in-memory channel may deliver into a socket that sends
         straight back on this thread.
         Returns the credit to give back now; the writer task takes over a rest."""
         channel = self.channel
-        size = len(batch[0]) if len(batch) == 1 else sum(map(len, batch))
+        if size < 0:
+            size = len(batch[0]) if len(batch) == 1 else sum(map(len, batch))
         try:
             if chunk is None:
                 chunk = channel.frame(batch)
