@@ -79,7 +79,7 @@ from ._core import (
 from ._drops import DEAD_PIPE
 from ._errors import Closed, MessageTooLarge, RemoteProtocolError, Timeout, WouldBlock
 from ._message import Message
-from ._pipe import CALLER_BATCH_MAX, CALLER_BYTES, MAX_HOLD, queue_fan_out, wait_out_burst
+from ._pipe import CALLER_BATCH_MAX, CALLER_BYTES, MAX_HOLD, handed_over, queue_fan_out, wait_out_burst
 from ._timers import Timers
 from ._waiters import ThreadWaiter, WaitQueue, async_waiter
 
@@ -559,7 +559,8 @@ class SocketDriver:
         A full queue pauses the pipe (``PipeDriver.paused``) in this same round,
         so the RESUME_READ of any later round comes after it.
         """
-        size = sum(map(len, payloads))  # (outside the lock: per read, not per message)
+        # (outside the lock; an in-memory sender on this thread has summed them already)
+        size = handed_over.size if getattr(handed_over, "chunk", None) is payloads else sum(map(len, payloads))
         with self.lock:
             keep = self.core.messages_received(pid, payloads)
             pipe = self.pipes.get(pid)

@@ -72,6 +72,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nanopy")
 
+#: The batch an in-memory write is handing over on this thread, with its payload
+#: bytes: the receiving socket's ``deliver`` (called inside that write, on the same
+#: thread) takes the size from here instead of summing the same payloads again.
+handed_over = threading.local()
+
 #: what a non-blocking write may raise: the writer task meets (and reports) it again
 _WRITE_ERRORS = (OSError, EOFError, RemoteProtocolError)
 
@@ -320,7 +325,12 @@ class PipeDriver:
         try:
             if chunk is None:
                 chunk = channel.frame(batch)
-            n = channel.write_nowait(chunk)
+            if self.hands_over:
+                handed_over.chunk, handed_over.size = chunk, size
+                n = channel.write_nowait(chunk)
+                handed_over.chunk = None  # (pins no payloads)
+            else:
+                n = channel.write_nowait(chunk)
         except _WRITE_ERRORS:
             n = 0
         except BaseException:
