@@ -60,6 +60,7 @@ import trio
 from ._core import TRANSMIT
 from ._errors import MessageTooLarge, RemoteProtocolError
 from .transports._base import ChannelConnection
+from .transports._stream import FramedConnection
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -174,6 +175,9 @@ class PipeDriver:
         self.hands_over = hasattr(conn, "attach_sink")
         # Pipes with equal framing share a fan-out batch's chunk (ChannelConnection.framing).
         self.framing = self.channel.framing if isinstance(self.channel, ChannelConnection) else None
+        # SP-over-stream framing adds the same prefix to every payload: a chunk's
+        # payload bytes are its length less one prefix per message (no sum needed).
+        self.frame_prefix = len(conn.frame([b""])) if isinstance(conn, FramedConnection) else -1
         # The read role (see the module docstring).
         self.direct = hasattr(conn, "read_nowait")
         self.read_lock = threading.Lock()
@@ -308,7 +312,7 @@ class PipeDriver:
             chunk, size = last[1]
             return self._write_claimed(batch, chunk, size)
         chunk = self.channel.frame(batch) if key is not None else None  # (None: each pipe frames its own)
-        size = sum(map(len, batch))
+        size = _payload_bytes(batch, chunk, self.frame_prefix) if chunk is not None else sum(map(len, batch))
         framed[key] = (batch, (chunk, size))
         return self._write_claimed(batch, chunk, size)
 
@@ -320,11 +324,11 @@ class PipeDriver:
         straight back on this thread.
         Returns the credit to give back now; the writer task takes over a rest."""
         channel = self.channel
-        if size < 0:
-            size = len(batch[0]) if len(batch) == 1 else sum(map(len, batch))
         try:
             if chunk is None:
                 chunk = channel.frame(batch)
+            if size < 0:
+                size = _payload_bytes(batch, chunk, self.frame_prefix)
             if self.hands_over:
                 handed_over.chunk, handed_over.size = chunk, size
                 n = channel.write_nowait(chunk)
@@ -609,9 +613,10 @@ class PipeDriver:
                 if control is not None:
                     await channel.write_all(control)
                 if batch:
-                    await channel.write_all(channel.frame(batch))
+                    chunk = channel.frame(batch)
+                    await channel.write_all(chunk)
                     written += len(batch)
-                    written_bytes += sum(map(len, batch))
+                    written_bytes += _payload_bytes(batch, chunk, self.frame_prefix)
             finally:
                 with self.lock:
                     self.writing = False
@@ -660,6 +665,14 @@ class PipeDriver:
                     return
                 self._idle_event = event = trio.Event()
             await event.wait()
+
+
+def _payload_bytes(batch: list[bytes], chunk: Any, prefix: int) -> int:
+    """The payload bytes of ``batch``, framed as ``chunk``: from the chunk's length
+    when every frame adds ``prefix`` bytes (SP over a stream), else summed."""
+    if prefix >= 0:
+        return len(chunk) - prefix * len(batch)
+    return len(batch[0]) if len(batch) == 1 else sum(map(len, batch))
 
 
 async def wait_out_burst(
