@@ -559,8 +559,9 @@ class SocketDriver:
         A full queue pauses the pipe (``PipeDriver.paused``) in this same round,
         so the RESUME_READ of any later round comes after it.
         """
-        # (outside the lock; an in-memory sender on this thread has summed them already)
-        size = handed_over.size if getattr(handed_over, "chunk", None) is payloads else sum(map(len, payloads))
+        # (outside the lock; an in-memory sender handing them over has summed them already)
+        handed = handed_over[0]
+        size = handed[1] if handed is not None and handed[0] is payloads else sum(map(len, payloads))
         with self.lock:
             keep = self.core.messages_received(pid, payloads)
             pipe = self.pipes.get(pid)

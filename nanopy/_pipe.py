@@ -73,10 +73,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nanopy")
 
-#: The batch an in-memory write is handing over on this thread, with its payload
-#: bytes: the receiving socket's ``deliver`` (called inside that write, on the same
-#: thread) takes the size from here instead of summing the same payloads again.
-handed_over = threading.local()
+#: ``(chunk, payload bytes)`` of the in-memory write in progress: the receiving
+#: socket's ``deliver``, called inside that write, takes the size from here when it
+#: gets that very chunk, instead of summing the same payloads again. (One slot
+#: replaced whole: another thread's write at the same time only costs a sum.)
+handed_over: list[Any] = [None]
 
 #: what a non-blocking write may raise: the writer task meets (and reports) it again
 _WRITE_ERRORS = (OSError, EOFError, RemoteProtocolError)
@@ -330,9 +331,9 @@ class PipeDriver:
             if size < 0:
                 size = _payload_bytes(batch, chunk, self.frame_prefix)
             if self.hands_over:
-                handed_over.chunk, handed_over.size = chunk, size
+                handed_over[0] = (chunk, size)
                 n = channel.write_nowait(chunk)
-                handed_over.chunk = None  # (pins no payloads)
+                handed_over[0] = None  # (pins no payloads)
             else:
                 n = channel.write_nowait(chunk)
         except _WRITE_ERRORS:
