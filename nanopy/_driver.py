@@ -269,11 +269,6 @@ class SocketDriver:
             with self.lock:
                 self.core.count_drop(reason, n, pid)
 
-    def drop_counts(self) -> dict[str, int]:
-        """A copy of the drops by reason (one round)."""
-        with self.lock:
-            return dict(self.core.drops)
-
     def queued_out(self) -> int:
         """Messages sent and not yet written, on every pipe (one look at each)."""
         with self.lock:
