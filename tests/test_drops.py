@@ -221,6 +221,20 @@ def test_count_drop_hook_counts_with_a_reason_and_a_pipe(make_socket: MakeSocket
         push._driver.count_drop("no such reason")
 
 
+def test_a_transmit_for_a_pipe_removed_meanwhile_is_a_dead_pipe_drop() -> None:
+    # The core chose pipe 7 in a round; its driver is gone before the TRANSMIT runs.
+    from nanopy._core import PipeInfo
+    from nanopy._driver import SocketDriver
+    from nanopy._options import new_options
+    from nanopy.protocols.pipeline import Push0
+
+    core = Push0(new_options("push"))
+    driver = SocketDriver(core, lambda: "t", lambda: None)  # type: ignore[arg-type,return-value]
+    core.add_pipe(PipeInfo(7, None, 8, 8), 4)
+    assert driver.try_send(b"lost", b"")
+    assert core.drops["dead_pipe"] == 1 and core.dropped == 1
+
+
 # -- the snapshots ---------------------------------------------------------------------------
 
 
