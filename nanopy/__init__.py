@@ -28,6 +28,7 @@ from ._poller import POLLOUT as _POLLOUT
 from ._poller import Poller as Poller
 from ._poller import poll as poll
 from ._socket import Socket as Socket
+from ._stats import PipeStats as PipeStats
 from ._stats import SocketStats as SocketStats
 
 __version__ = "0.1.0"
@@ -51,7 +52,7 @@ POLLOUT = _POLLOUT  #: Poller flag: a ``send(timeout=0)`` on the socket would su
 
 __all__ = [
     "AddressError", "AddressInUse", "BUS", "Closed", "Endpoint", "Message", "MessageTooLarge",
-    "NanopyError", "PAIR", "PAIR1", "POLLIN", "POLLOUT", "PUB", "PULL", "PUSH", "Pipe", "Poller",
+    "NanopyError", "PAIR", "PAIR1", "POLLIN", "POLLOUT", "PUB", "PULL", "PUSH", "Pipe", "PipeStats", "Poller",
     "ProtocolError", "REP", "REQ", "RESPONDENT", "RemoteProtocolError", "SUB", "SURVEYOR", "Socket",
     "SocketStats", "Timeout", "adevice", "device", "poll",
 ]

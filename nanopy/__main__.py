@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "discover": ("nanopy._cli.discover:discover_main", "run a discovery service and show the live table"),
     "announce": ("nanopy._cli.discover:announce_main", "announce a service to discovery services"),
     "bench": ("nanopy._cli.bench:main", "throughput and latency benchmarks"),
+    "stat": ("nanopy._cli.stat:main", "show the live sockets of a process serving nanopy.metrics"),
 }
 
 

@@ -42,6 +42,7 @@ import enum
 from collections import deque
 from typing import Any, ClassVar
 
+from ._drops import DEAD_PIPE, NO_PEER, QUEUE_FULL, UNROUTABLE, new_drop_counts
 from ._errors import ProtocolError, WouldBlock
 from ._message import Message
 from ._priolist import PrioList
@@ -74,13 +75,14 @@ Action = tuple[Any, ...]
 class PipeInfo:
     """What a core knows about one pipe."""
 
-    __slots__ = ("id", "recv_priority", "send_priority", "token")
+    __slots__ = ("dropped", "id", "recv_priority", "send_priority", "token")
 
     def __init__(self, pid: int, token: Any, send_priority: int, recv_priority: int) -> None:
         self.id = pid
         self.token = token  # opaque to the core: put into Message.pipe
         self.send_priority = send_priority
         self.recv_priority = recv_priority
+        self.dropped = 0  # this pipe's share of the core's drops (sock.pipes())
 
 
 class Core:
@@ -131,11 +133,37 @@ class Core:
         self.actions: list[Action] = []
         self.pipes: dict[int, PipeInfo] = {}
         self.closed = False
-        # Counted by cores, reported in stats(): messages dropped by protocol rules.
-        self.dropped = 0
+        # Counted by cores, reported in stats(): messages dropped, by reason
+        # (nanopy._drops; the engine side counts into the same dict under the lock).
+        self.drops = new_drop_counts()
         self.protocol_errors = 0
         # Gone pipes whose received messages are still queued (see retire_pipe).
         self._retired: list[int] = []
+
+    @property
+    def dropped(self) -> int:
+        """Messages dropped for any reason (the sum of ``drops``)."""
+        return sum(self.drops.values())
+
+    @dropped.setter
+    def dropped(self, value: int) -> None:
+        raise AttributeError(
+            f"{type(self).__name__}.dropped is the sum of drops by reason: count a drop with "
+            "self.count_drop(reason, n, pid), reason one of nanopy._drops.DROP_REASONS"
+        )
+
+    def count_drop(self, reason: str, n: int = 1, pid: int | None = None) -> None:
+        """Count ``n`` messages dropped for ``reason`` (a name of nanopy._drops),
+        on pipe ``pid`` when they belong to one."""
+        self.drops[reason] += n
+        if pid is not None:
+            info = self.pipes.get(pid)
+            if info is not None:
+                info.dropped += n
+
+    def queued(self, pid: int | None = None) -> int:
+        """Messages received and not taken yet (of pipe ``pid``, or all)."""
+        return 0
 
     # -- pipes -----------------------------------------------------------------
     def add_pipe(self, pipe: PipeInfo, credit: int) -> None:
@@ -165,7 +193,9 @@ class Core:
     def requeue(self, payloads: list[bytes]) -> int:
         """Payloads a pipe that just went away (``remove_pipe``) never wrote, in
         order: a core that may send them elsewhere takes them and returns how many.
-        The default takes none (they are lost with the pipe, as in nanomsg)."""
+        The default takes none: they are lost with the pipe (as in nanomsg), and
+        counted as ``dead_pipe`` drops."""
+        self.count_drop(DEAD_PIPE, len(payloads))
         return 0
 
     def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
@@ -372,8 +402,11 @@ class FairQueue:
     def __bool__(self) -> bool:
         return bool(self._ready)
 
-    def queued(self) -> int:
-        return sum(len(q) for q in self._queues.values())
+    def queued(self, pid: int | None = None) -> int:
+        """Items queued (of pipe ``pid``, or all), a run not handed out included."""
+        if pid is not None:
+            return len(self._queues.get(pid, ())) + self.in_run(pid)
+        return sum(len(q) for q in self._queues.values()) + len(self.run)
 
 
 class LoadBalancer:
@@ -458,6 +491,9 @@ class LoadBalancer:
     def ready(self) -> list[int]:
         return self._ready.active()
 
+    def __contains__(self, pid: int) -> bool:
+        return pid in self._credit
+
     def __bool__(self) -> bool:
         return bool(self._ready)
 
@@ -501,7 +537,7 @@ class LoadBalancing(Core):
     # them, and returned credit sends them.
     def requeue(self, payloads: list[bytes]) -> int:
         if not self.requeues or self.closed:
-            return 0
+            return super().requeue(payloads)
         self._held.extend(payloads)
         self._send_held()
         return len(payloads)
@@ -554,7 +590,7 @@ class LoadBalancing(Core):
         if self._lb.take_pipe(pid):
             self.actions.append((TRANSMIT, pid, payload))
         else:
-            self.dropped += 1
+            self.count_drop(QUEUE_FULL if pid in self._lb else UNROUTABLE, 1, pid)
 
 
 class Distributing(Core):
@@ -581,8 +617,13 @@ class Distributing(Core):
             self._credit[pid] += n
 
     def distribute(self, payload: bytes, skip: int | None = None) -> int:
-        """Transmit ``payload`` on every pipe with credit but ``skip``; return how many missed it."""
+        """Transmit ``payload`` on every pipe with credit but ``skip``; return how
+        many missed it. Misses count as drops (``queue_full``), and a payload with
+        no pipe at all as one ``no_peer`` drop."""
         credit = self._credit
+        if not credit:
+            self.count_drop(NO_PEER)
+            return 0
         append = self.actions.append
         missed = 0
         for pid, c in credit.items():
@@ -593,6 +634,7 @@ class Distributing(Core):
                 append((TRANSMIT, pid, payload))
             else:
                 missed += 1
+                self.count_drop(QUEUE_FULL, 1, pid)
         return missed
 
     def can_send(self) -> bool:
@@ -627,6 +669,9 @@ class FairQueuing(Core):
 
     def can_recv(self) -> bool:
         return bool(self._fq)
+
+    def queued(self, pid: int | None = None) -> int:
+        return self._fq.queued(pid)
 
 
 class BodyQueuing(FairQueuing):

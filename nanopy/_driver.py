@@ -76,9 +76,10 @@ from ._core import (
     LoadBalancing,
     PipeInfo,
 )
+from ._drops import DEAD_PIPE
 from ._errors import Closed, MessageTooLarge, RemoteProtocolError, Timeout, WouldBlock
 from ._message import Message
-from ._pipe import CALLER_BATCH_MAX, CALLER_BYTES, MAX_HOLD, queue_fan_out, wait_out_burst
+from ._pipe import CALLER_BATCH_MAX, CALLER_BYTES, MAX_HOLD, handed_over, queue_fan_out, wait_out_burst
 from ._timers import Timers
 from ._waiters import ThreadWaiter, WaitQueue, async_waiter
 
@@ -189,9 +190,8 @@ class SocketDriver:
         self._flush_pipes: list[PipeDriver] = []
         self._flush_armed = False
         self._flush_due = 0.0  # when the armed round's oldest payload has waited MAX_HOLD
-        # counters (stats)
+        # counters (stats); drops are counted by reason in ``core.drops``, under the lock
         self.sent = self.received = self.bytes_sent = self.bytes_received = 0
-        self.dropped = 0
 
     # -- errors ------------------------------------------------------------------
     def closed_error(self) -> Closed:
@@ -260,6 +260,21 @@ class SocketDriver:
             if lane is None:
                 return self.sent, self.bytes_sent
             return self.sent - lane.lane_credit, self.bytes_sent + lane.lane_bytes
+
+    def count_drop(self, reason: str, n: int = 1, pid: int | None = None) -> None:
+        """Count ``n`` messages dropped for ``reason`` (a name of nanopy._drops), on
+        pipe ``pid`` if given: the engine side's drops (a pipe found dead, a message
+        too large). Takes the socket lock: call it holding neither that lock nor a
+        pipe's (the lock order is socket, then pipe)."""
+        if n > 0:
+            with self.lock:
+                self.core.count_drop(reason, n, pid)
+
+    def queued_out(self) -> int:
+        """Messages sent and not yet written, on every pipe (one look at each)."""
+        with self.lock:
+            fan = len(self._fan_out) * len(self._fan_pipes)
+        return fan + sum(pipe.queued_out() for pipe in self.pipe_drivers())
 
     def writable(self) -> bool:
         """Whether a send would go out now (lock held)."""
@@ -409,7 +424,8 @@ class SocketDriver:
                     handled, gone, credit = queue_fan_out(pipes, actions, i - 1)
                     i += handled - 1
                     transmits += handled - gone
-                    self.dropped += gone
+                    if gone:
+                        self.count_drop(DEAD_PIPE, gone)
                     for pid, n in credit:
                         more = self._credit_back(pid, n)
                         if more:
@@ -417,7 +433,7 @@ class SocketDriver:
                     continue
                 driver = pipes.get(action[1])
                 if driver is None:
-                    self.dropped += 1
+                    self.count_drop(DEAD_PIPE)  # (removed since the round that chose it)
                     continue
                 transmits += 1
                 # Not a burst: the pipe judges idle vs burst by itself (a lone
@@ -527,7 +543,8 @@ class SocketDriver:
 
     def remove_pipe(self, pid: int, orphans: list[bytes] | None = None) -> int:
         """Pipe ``pid`` is gone; ``orphans``: payloads it never wrote, which a core
-        that can (``Core.requeue``) sends on its other pipes. Returns how many it took."""
+        that can (``Core.requeue``) sends on its other pipes; the rest count as
+        ``dead_pipe`` drops (but a REQ's, which it resends itself). Returns how many it took."""
 
         def remove() -> int:
             if (self.lane is not None and self.lane.pid == pid) or self._fan_pipes:
@@ -537,9 +554,12 @@ class SocketDriver:
             core.remove_pipe(pid)  # credit still due to it is ignored by the core
             if self.recv_q.waiters:
                 self.recv_q.wake_all()  # a thread reading this pipe directly looks again
-            if not orphans or self.closed:
+            if not orphans:
                 return 0
-            taken = core.requeue(orphans)
+            if self.closed:
+                core.count_drop(DEAD_PIPE, len(orphans))
+                return 0
+            taken = core.requeue(orphans)  # (what it does not take, it counts as dropped)
             if core.holding and self._lazy_credit:
                 # Some wait for credit: returned credit must reach the core at once.
                 self._lazy_credit = False
@@ -554,11 +574,16 @@ class SocketDriver:
         A full queue pauses the pipe (``PipeDriver.paused``) in this same round,
         so the RESUME_READ of any later round comes after it.
         """
+        # (outside the lock; an in-memory sender handing them over has summed them already)
+        handed = handed_over[0]
+        size = handed[1] if handed is not None and handed[0] is payloads else sum(map(len, payloads))
         with self.lock:
             keep = self.core.messages_received(pid, payloads)
-            if not keep:
-                pipe = self.pipes.get(pid)
-                if pipe is not None:
+            pipe = self.pipes.get(pid)
+            if pipe is not None:
+                pipe.rx_msgs += len(payloads)
+                pipe.rx_bytes += size
+                if not keep:
                     pipe.paused = True
             actions = self._drain()
         if actions:
@@ -652,7 +677,7 @@ class SocketDriver:
             pid = action[1]
             driver = self.pipes.get(pid)
             if driver is None:
-                self.dropped += 1
+                self.count_drop(DEAD_PIPE)
                 return True
             done = driver.transmit(action[2])
             if done:
@@ -1045,6 +1070,7 @@ class SocketDriver:
     ) -> T | _Blocked:
         """One round of a direct receive: feed ``payloads``, try, park a fresh waiter."""
         queue = self.recv_q
+        size = sum(map(len, payloads)) if payloads else 0
         with self.lock:
             waiter = state.waiter
             if waiter is not None:
@@ -1057,10 +1083,14 @@ class SocketDriver:
                 raise self.closed_error()
             if self._due:
                 self._fold_due()
-            if payloads and not self.core.messages_received(state.pid, payloads):
+            if payloads:
+                keep = self.core.messages_received(state.pid, payloads)
                 pipe = self.pipes.get(state.pid)
                 if pipe is not None:
-                    pipe.paused = True
+                    pipe.rx_msgs += len(payloads)
+                    pipe.rx_bytes += size
+                    if not keep:
+                        pipe.paused = True
             try:
                 result: T | _Blocked = attempt()
             except WouldBlock:

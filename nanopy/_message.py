@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._socket import Socket
+    from ._stats import PipeStats
 
 
 class Pipe:
@@ -15,15 +17,27 @@ class Pipe:
         id: a 31-bit number unique within the process (as NNG pipe ids).
         remote_address: the peer's address as text (``"127.0.0.1:5555"``, a path, ...).
         endpoint: the :class:`Endpoint` that created the pipe.
+        connected_at: when the pipe came up (seconds since the epoch).
     """
 
-    __slots__ = ("id", "remote_address", "endpoint", "_driver", "__weakref__")
+    __slots__ = ("id", "remote_address", "endpoint", "connected_at", "_driver", "__weakref__")
 
     def __init__(self, pid: int, remote_address: str, endpoint: Any) -> None:
         self.id = pid
         self.remote_address = remote_address
         self.endpoint = endpoint
+        self.connected_at = time.time()
         self._driver: Any = None
+
+    def stats(self) -> PipeStats:
+        """A snapshot of this pipe's counters and queues (see ``Socket.pipes()``).
+
+        Returns:
+            A frozen :class:`PipeStats`; a pipe that is gone keeps its last counts.
+        """
+        from ._observe import pipe_stats
+
+        return pipe_stats(self._driver)
 
     def close(self) -> None:
         """Close this pipe only; a dialer will reconnect."""

@@ -76,6 +76,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nanopy")
 
+#: ``(chunk, payload bytes)`` of the in-memory write in progress: the receiving
+#: socket's ``deliver``, called inside that write, takes the size from here when it
+#: gets that very chunk, instead of summing the same payloads again. (One slot
+#: replaced whole: another thread's write at the same time only costs a sum.)
+handed_over: list[Any] = [None]
+
 #: what a non-blocking write may raise: the writer task meets (and reports) it again
 _WRITE_ERRORS = (OSError, EOFError, RemoteProtocolError)
 
@@ -151,6 +157,7 @@ class PipeDriver:
         self.outbox: list[bytes] = []
         self.tail: Any = None  # the unwritten rest of a chunk
         self.tail_credit = 0  # messages of that chunk, credited once it is written
+        self.tail_bytes = 0  # their payload bytes (counted as sent then)
         self.control: bytes | None = None  # a control frame to write before the outbox
         self.writing = False  # a thread or the writer task holds the channel
         self.closed = False
@@ -164,6 +171,9 @@ class PipeDriver:
         # socket's send lane, see nanopy/_driver.py), and the bytes they carried.
         self.lane_credit = 0
         self.lane_bytes = 0
+        # Counters of the pipe view (Socket.pipes()), counted per write or read,
+        # never per message: tx under ``lock``, rx by the socket driver under its lock.
+        self.tx_msgs = self.tx_bytes = self.rx_msgs = self.rx_bytes = 0
         self._writer_event: trio.Event | None = None
         self._reader_event: trio.Event | None = None
         self.paused = False  # the core's queue for this pipe is full: read nothing
@@ -172,6 +182,10 @@ class PipeDriver:
         self.hands_over = hasattr(conn, "attach_sink")
         # Pipes with equal framing share a fan-out batch's chunk (ChannelConnection.framing).
         self.framing = self.channel.framing if isinstance(self.channel, ChannelConnection) else None
+        # SP-over-stream framing adds the same prefix to every payload: a chunk's
+        # payload bytes are its length less one prefix per message (no sum needed).
+        overhead = self.channel.frame_overhead if isinstance(self.channel, ChannelConnection) else None
+        self.frame_prefix = -1 if overhead is None else overhead
         # The read role (see the module docstring).
         self.direct = hasattr(conn, "read_nowait")
         self.read_lock = threading.Lock()
@@ -305,21 +319,24 @@ class PipeDriver:
         return self._write_shared(batch, framed)
 
     def _write_shared(self, batch: list[bytes], framed: dict[Any, tuple[list[bytes], Any]] | None) -> int:
-        """``_write_claimed(batch)``, reusing the chunk in ``framed`` when the last
-        batch framed for this pipe's ``framing`` holds the same payloads (a fan-out
-        fills every pipe's outbox alike)."""
-        key = self.framing
-        if key is None or framed is None:
+        """``_write_claimed(batch)``, reusing the chunk (and the payload bytes, for
+        the pipe view) in ``framed`` when the last batch of this pipe's ``framing``
+        holds the same payloads (a fan-out fills every pipe's outbox alike)."""
+        if framed is None:
             return self._write_claimed(batch)
+        key = self.framing
         last = framed.get(key)
         if last is not None and last[0] == batch:  # (payloads compared by identity first)
-            return self._write_claimed(batch, last[1])
-        chunk = self.channel.frame(batch)
-        framed[key] = (batch, chunk)
-        return self._write_claimed(batch, chunk)
+            chunk, size = last[1]
+            return self._write_claimed(batch, chunk, size)
+        chunk = self.channel.frame(batch) if key is not None else None  # (None: each pipe frames its own)
+        size = _payload_bytes(batch, chunk, self.frame_prefix) if chunk is not None else sum(map(len, batch))
+        framed[key] = (batch, (chunk, size))
+        return self._write_claimed(batch, chunk, size)
 
-    def _write_claimed(self, batch: list[bytes], chunk: Any = None) -> int:
-        """Write ``batch`` (already framed as ``chunk`` if given) without blocking
+    def _write_claimed(self, batch: list[bytes], chunk: Any = None, size: int = -1) -> int:
+        """Write ``batch`` (already framed as ``chunk`` if given; ``size``: its
+        payload bytes, if known) without blocking
         from this thread, which claimed the channel (``writing``) with the pipe lock
         released -- an in-memory channel may deliver into a socket that sends
         straight back on this thread.
@@ -328,7 +345,14 @@ class PipeDriver:
         try:
             if chunk is None:
                 chunk = channel.frame(batch)
-            n = channel.write_nowait(chunk)
+            if size < 0:
+                size = _payload_bytes(batch, chunk, self.frame_prefix)
+            if self.hands_over:
+                handed_over[0] = (chunk, size)
+                n = channel.write_nowait(chunk)
+                handed_over[0] = None  # (pins no payloads)
+            else:
+                n = channel.write_nowait(chunk)
         except _WRITE_ERRORS:
             n = 0
         except BaseException:
@@ -346,10 +370,13 @@ class PipeDriver:
             self.last_tx = self.now()  # a long write is not a pause in the burst
             if n >= len(chunk):
                 done = len(batch)
+                self.tx_msgs += done
+                self.tx_bytes += size
             else:
                 self.tail = memoryview(chunk)[n:] if isinstance(chunk, bytes) else chunk[n:]
                 self.tail_credit = len(batch)
                 self._tail_batch = batch
+                self.tail_bytes = size  # (counted as sent once the writer task wrote the rest)
                 done = 0
             if self.tail is not None or self.outbox or self.control is not None or self._idle_event is not None:
                 self._kick_writer()  # something is left (or a flush waits): the writer task goes on
@@ -602,8 +629,9 @@ class PipeDriver:
                     event = None
                     self.writing = True
                     tail, credit, control, batch = self.tail, self.tail_credit, self.control, self.outbox
+                    tail_bytes = self.tail_bytes
                     self.tail = self.control = None
-                    self.tail_credit = 0
+                    self.tail_credit = self.tail_bytes = 0
                     self.outbox = []
             if event is not None:
                 if idle:
@@ -617,17 +645,22 @@ class PipeDriver:
             if event is not None:
                 self._guard_event = None
                 event.set()  # the window guard watches this write
+            written = written_bytes = 0  # (what went out, for the pipe view)
             try:
                 # A chunk's rest first (it may end in the middle of a frame), then
                 # the control frame, then the payloads.
                 if tail is not None:
                     await channel.write_all(tail)
+                    written, written_bytes = credit, tail_bytes
                 stage = 1
                 if control is not None:
                     await channel.write_all(channel.control_chunk(control))
                 stage = 2
                 if batch:
-                    await channel.write_all(channel.frame(batch))
+                    chunk = channel.frame(batch)
+                    await channel.write_all(chunk)
+                    written += len(batch)
+                    written_bytes += _payload_bytes(batch, chunk, self.frame_prefix)
             except BaseException:
                 # The connection failed under the write: what never reached the
                 # kernel may still go out on another pipe (Socket._run_pipe).
@@ -640,6 +673,8 @@ class PipeDriver:
                 self._in_write = False
                 with self.lock:
                     self.writing = False
+                    self.tx_msgs += written
+                    self.tx_bytes += written_bytes
             credit += len(batch)
             if credit:
                 self.sock.credit(self.pid, credit)
@@ -729,6 +764,11 @@ class PipeDriver:
         if event is not None:
             event.set()
 
+    def queued_out(self) -> int:
+        """Messages queued on this pipe and not yet written (a rest included)."""
+        with self.lock:
+            return len(self.outbox) + (self.tail_credit if self.tail is not None else 0)
+
     def flushed(self) -> bool:
         return self.closed or not (
             self.outbox or self.writing or self.tail is not None or self.control is not None
@@ -776,6 +816,14 @@ def unwritten(channel: Any, batch: list[bytes], left: int) -> list[bytes]:
             first = i
         return batch[first:]
     return list(batch)
+
+
+def _payload_bytes(batch: list[bytes], chunk: Any, prefix: int) -> int:
+    """The payload bytes of ``batch``, framed as ``chunk``: from the chunk's length
+    when every frame adds ``prefix`` bytes (SP over a stream), else summed."""
+    if prefix >= 0:
+        return len(chunk) - prefix * len(batch)
+    return len(batch[0]) if len(batch) == 1 else sum(map(len, batch))
 
 
 async def wait_out_burst(

@@ -25,11 +25,13 @@ from trio.lowlevel import cancel_shielded_checkpoint
 from . import _engine
 from ._core import Core, PipeInfo
 from ._driver import SocketDriver, _Blocked, cancellation_point, checkpoint_after, checkpoint_before, in_trio
+from ._drops import TOO_LARGE
 from ._endpoint import Endpoint
 from ._errors import AddressError, Closed, MessageTooLarge, ProtocolError, WouldBlock
 from ._lifecycle import SocketTasks
 from ._message import Message, Pipe
 from ._multipart import MultipartMixin, receive_multipart
+from ._observe import PipeList, socket_stats
 from ._options import OptionAttributes, docstring_section, make_descriptors, new_options, validate_priority
 from ._pipe import PipeDriver
 from ._poller import Pollable
@@ -47,6 +49,7 @@ log = logging.getLogger("nanopy")
 
 _pipe_ids_lock = threading.Lock()
 _pipe_ids = itertools.count(random.randrange(1, 1 << 30))
+_socket_serials = itertools.count(1)  # (next() on a count is atomic under the GIL)
 
 
 def _new_pipe_id() -> int:
@@ -107,6 +110,9 @@ class Socket(RequestMethods, MultipartMixin, Pollable, OptionAttributes):
         self._connects = self._disconnects = 0
         self._losses = PipeLosses()
         self._reconnects = self._protocol_errors = self._too_large = 0
+        # Metrics label a socket by its name, or by this stable id while it has none.
+        self._serial = next(_socket_serials)
+        self._named = False
         for key, value in options.items():
             if key not in _OPTION_NAMES:
                 raise TypeError(
@@ -158,9 +164,20 @@ class Socket(RequestMethods, MultipartMixin, Pollable, OptionAttributes):
         return list(self._endpoints)
 
     @property
-    def pipes(self) -> list[Pipe]:
-        """The currently connected pipes."""
-        return [d.pipe for d in list(self._pipes.values())]
+    def pipes(self) -> PipeList:
+        """The currently connected pipes; ``sock.pipes()`` gives a snapshot of each.
+
+        A list of :class:`Pipe` objects that may also be called: ``sock.pipes()``
+        returns one :class:`PipeStats` per pipe (id, remote address, transport,
+        priorities, queued messages each way, messages and bytes each way, drops,
+        connected since).
+        """
+        return PipeList(d.pipe for d in list(self._pipes.values()))
+
+    @property
+    def _metrics_label(self) -> str:
+        """The ``socket`` label of this socket's metrics (nanopy.metrics)."""
+        return str(self.name) if self._named else f"{self._core.name}-{self._serial}"
 
     def __repr__(self) -> str:
         state = "closed" if self._driver.closed else f"{len(self._pipes)} pipes"
@@ -177,6 +194,8 @@ class Socket(RequestMethods, MultipartMixin, Pollable, OptionAttributes):
 
     def _option_changed(self, name: str) -> None:
         """Hook for options that must reach running parts."""
+        if name == "name":
+            self._named = True
         if name in ("recv_max_size", "tcp_nodelay", "handshake_timeout", "dead_peer_timeout"):
             # Listeners made their context at bind time; pipes accepted from now
             # on must see the new value (dialers build a context per dial).
@@ -365,6 +384,7 @@ class Socket(RequestMethods, MultipartMixin, Pollable, OptionAttributes):
         self._protocol_errors += 1
         if isinstance(exc, MessageTooLarge):
             self._too_large += 1
+            self._driver.count_drop(TOO_LARGE, 1, pipe.id if pipe is not None else None)
         where = f"pipe {pipe.id} ({pipe.remote_address})" if pipe else "a new connection"
         ep = pipe.endpoint if pipe is not None else endpoint
         if ep is not None:
@@ -740,27 +760,14 @@ class Socket(RequestMethods, MultipartMixin, Pollable, OptionAttributes):
     def stats(self) -> SocketStats:
         """A snapshot of this socket's counters.
 
+        ``dropped`` counts every message nanopy discarded and ``drops`` the same
+        by reason (docs/metrics.md lists them); the counts add up exactly.
+        ``stats()["dropped"]`` reads the same field as ``stats().dropped``.
+
         Returns:
             A frozen :class:`SocketStats`.
         """
-        driver = self._driver
-        core = driver.core
-        received, bytes_received = driver.received_counts()
-        sent, bytes_sent = driver.sent_counts()
-        return SocketStats(
-            messages_sent=sent,
-            messages_received=received,
-            bytes_sent=bytes_sent,
-            bytes_received=bytes_received,
-            messages_dropped=driver.dropped + core.dropped,
-            pipes=len(driver.pipes),
-            connects=self._connects,
-            disconnects=self._disconnects,
-            reconnect_attempts=self._reconnects,
-            protocol_errors=self._protocol_errors + core.protocol_errors,
-            messages_too_large=self._too_large,
-            **self._losses.as_dict(),
-        )
+        return socket_stats(self)
 
     def on_pipe_added(self, callback: Callable[[Pipe], Any]) -> None:
         """Call ``callback(pipe)`` on the engine thread for each new pipe.

@@ -1,29 +1,55 @@
-"""Socket statistics."""
+"""Socket and pipe statistics: frozen snapshots, read by attribute or by key."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
+
+from ._drops import new_drop_counts
+
+
+class _Snapshot:
+    """Key access for the snapshot dataclasses: ``stats["dropped"]`` is
+    ``stats.dropped``, and ``dict(stats)`` has every field."""
+
+    __slots__ = ()
+
+    def keys(self) -> list[str]:
+        """The field names, in order.
+
+        Returns:
+            The names ``snapshot[name]`` accepts.
+        """
+        return [f.name for f in dataclasses.fields(self)]  # type: ignore[arg-type]
+
+    def __getitem__(self, key: str) -> Any:
+        if key.__class__ is not str or key not in self.keys():
+            raise KeyError(f"{key!r}: not a {type(self).__name__} field; fields are {', '.join(self.keys())}")
+        return getattr(self, key)
 
 
 @dataclass(frozen=True)
-class SocketStats:
+class SocketStats(_Snapshot):
     """A snapshot of one socket's counters (``Socket.stats()``).
+
+    Read a field as an attribute (``s.dropped``) or by key (``s["dropped"]``);
+    ``dict(s)`` gives them all.
 
     Attributes:
         messages_sent: messages the user sent (or replied).
         messages_received: messages the user received.
         bytes_sent: body bytes the user sent.
         bytes_received: body bytes the user received.
-        messages_dropped: messages a protocol discarded on purpose (PUB to a full
-            pipe, SUB's oldest on overflow, too many hops, late replies).
+        messages_dropped: the same number as ``dropped`` (its older name).
         pipes: pipes connected now.
         connects: pipes made since the socket was created.
         disconnects: pipes lost since the socket was created.
         reconnect_attempts: failed dials and handshakes.
         protocol_errors: peers that broke the wire protocol (their pipe was closed).
         messages_too_large: messages refused for exceeding ``recv_max_size``
-            (each also counts in ``protocol_errors``).
+            (each also counts in ``protocol_errors`` and in ``drops["too_large"]``).
         dead_pipes: pipes closed because their peer stopped answering for
             ``dead_peer_timeout`` (each also counts in ``disconnects``).
         lost_pipes_unacked: pipes that ended while their kernel still held bytes
@@ -32,6 +58,11 @@ class SocketStats:
             Linux's count, so 0 where the kernel does not tell).
         messages_requeued: messages a dying pipe had not written yet that went back
             to the socket and on to its other pipes (load-balancing senders).
+        dropped: messages discarded, for any reason: ``sum(drops.values())``.
+        drops: messages discarded by reason: every name of docs/metrics.md
+            ("queue_full", "no_peer", "too_large", ...), zeros included.
+        queued_in: messages received and not yet taken by the user.
+        queued_out: messages sent and not yet written to a connection.
     """
 
     messages_sent: int = 0
@@ -50,6 +81,10 @@ class SocketStats:
     lost_pipes_unacked: int = 0
     lost_unacked_bytes: int = 0
     messages_requeued: int = 0
+    dropped: int = 0
+    drops: Mapping[str, int] = field(default_factory=new_drop_counts)
+    queued_in: int = 0
+    queued_out: int = 0
 
 
 class PipeLosses:
@@ -72,3 +107,47 @@ class PipeLosses:
 
     def as_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in self.__slots__}
+
+
+@dataclass(frozen=True)
+class PipeStats(_Snapshot):
+    """A snapshot of one pipe (``Socket.pipes()``, ``Pipe.stats()``).
+
+    Messages and bytes are counted as the pipe writes and reads them: payloads
+    with their protocol header (a REQ's request id, ...), without the
+    transport's framing. Read a field as an attribute or by key, as
+    :class:`SocketStats`.
+
+    Attributes:
+        id: the pipe id (as ``Pipe.id``).
+        remote_address: the peer's address as text.
+        transport: the URL scheme (``"tcp"``, ``"ipc"``, ``"inproc"``, ...).
+        url: the URL of the endpoint that made the pipe.
+        dialed: True for a pipe of a ``connect``, False for one a ``bind`` accepted.
+        priority: the endpoint's send priority (1 = highest .. 16).
+        recv_priority: the endpoint's receive priority.
+        queued_out: messages queued on this pipe, not yet written.
+        queued_in: messages it delivered that the user has not taken yet.
+        messages_sent: messages written to the connection.
+        messages_received: messages read from the connection.
+        bytes_sent: their bytes (protocol header included).
+        bytes_received: their bytes (protocol header included).
+        dropped: messages of this pipe the socket dropped (any reason).
+        connected_since: when the pipe came up (seconds since the epoch).
+    """
+
+    id: int
+    remote_address: str
+    transport: str
+    url: str
+    dialed: bool
+    priority: int
+    recv_priority: int
+    queued_out: int
+    queued_in: int
+    messages_sent: int
+    messages_received: int
+    bytes_sent: int
+    bytes_received: int
+    dropped: int
+    connected_since: float

@@ -351,14 +351,15 @@ def test_surveyor_broadcast_and_deadline() -> None:
     actions = take(sv)
     assert sorted(transmits(actions)) == [(1, w(sid) + b"who"), (2, w(sid) + b"who")]
     assert (ARM_TIMER, sid, 0.5) in actions
+    assert sv.drops["queue_full"] == 1  # the busy respondent's miss
     with pytest.raises(WouldBlock):
         sv.recv()
     sv.messages_received(1, [w(sid) + b"me", w(sid ^ 1) + b"other"])
-    assert sv.dropped == 1 and take(sv) == [(READY, sid)]
+    assert sv.drops["cancelled"] == 1 and take(sv) == [(READY, sid)]
     sv.timer_fired(sid)
     assert take(sv) == [(READY, sid)]  # the deadline ends the survey's iterators
     sv.messages_received(2, [w(sid) + b"late"])
-    assert sv.dropped == 2
+    assert sv.drops["cancelled"] == 2 and sv.dropped == 3
     assert sv.can_recv()
     assert sv.recv().body == b"me"  # in time: still readable
     with pytest.raises(Timeout):
@@ -427,7 +428,7 @@ def test_bus_cooked_and_raw() -> None:
     add(bus, 3, credit=0)
     bus.send(b"hi")
     assert sorted(transmits(take(bus))) == [(1, b"hi"), (2, b"hi")]
-    assert bus.dropped == 1
+    assert bus.drops["no_peer"] == 1 and bus.drops["queue_full"] == 1 and bus.dropped == 2
     bus.messages_received(2, [b"m"])
     msg = bus.recv()
     assert (msg.body, msg.header) == (b"m", b"")

@@ -79,7 +79,7 @@ def test_performance_page_shows_the_chart(site: Path) -> None:
 
 # Made by nanopy, never by users: their constructors' arguments are not API (the class
 # docstrings list the attributes instead).
-MADE_BY_NANOPY = {"Endpoint", "Message", "Pipe", "SocketStats"}
+MADE_BY_NANOPY = {"Endpoint", "Message", "Pipe", "PipeStats", "SocketStats"}
 
 
 def _public_callables() -> Iterator[tuple[str, Any]]:

@@ -62,6 +62,7 @@ class _InstantPipe:
         self.instant = instant  # False: the payloads stay queued (no credit comes back)
         self.lock = threading.Lock()
         self.lane_credit = self.lane_bytes = 0
+        self.rx_msgs = self.rx_bytes = 0  # (the pipe view: counted by the socket driver per read)
 
     def transmit(self, payload: bytes, idle: bool | None = None, framed: Any = None, lane: bool = False) -> int:
         if lane:

@@ -29,8 +29,15 @@ def test_error_hierarchy_matches_the_contract() -> None:
 
 
 def test_public_modules_import() -> None:
-    for module in ("nanopy.discovery", "nanopy.transports", "nanopy.protocols", "nanopy.testing"):
+    for module in ("nanopy.discovery", "nanopy.transports", "nanopy.protocols", "nanopy.testing", "nanopy.metrics"):
         importlib.import_module(module)
+
+
+def run_python(code: str) -> str:
+    """What ``code`` prints in a fresh interpreter (which must exit 0)."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
 
 
 def test_import_starts_no_thread_and_no_loop() -> None:
@@ -39,6 +46,22 @@ def test_import_starts_no_thread_and_no_loop() -> None:
         "import threading, nanopy, nanopy.discovery, nanopy.transports, nanopy.protocols; "
         "s = nanopy.Socket('push'); print(threading.active_count()); s.close()"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "1"
+    assert run_python(code) == "1"
+
+
+def test_metrics_module_surface() -> None:
+    import nanopy.metrics
+
+    for name in nanopy.metrics.__all__:
+        obj = getattr(nanopy.metrics, name)
+        assert obj.__doc__, f"nanopy.metrics.{name} has no docstring"
+    assert nanopy.PipeStats.__module__ == "nanopy"
+
+
+def test_importing_metrics_needs_no_extra() -> None:
+    # prometheus_client and opentelemetry are imported only by the calls that need them.
+    code = (
+        "import sys; sys.modules['prometheus_client'] = None; sys.modules['opentelemetry'] = None; "
+        "import nanopy.metrics; print(nanopy.metrics.render() == '')"
+    )
+    assert run_python(code) == "True"

@@ -150,6 +150,8 @@ def test_wheel_contents(installed: tuple[Path, Path]) -> None:
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA")))
     assert b"Classifier: Typing :: Typed" in metadata
     assert b"Provides-Extra: ws" in metadata
+    # nanopy.metrics: the extras its error messages name
+    assert b"Provides-Extra: prometheus" in metadata and b"Provides-Extra: otel" in metadata
 
 
 SMOKE = """

@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from .._callers import PerCaller, current_caller
 from .._core import CLOSE_PIPE, Core, FairQueuing, LoadBalancing, PipeInfo
+from .._drops import PROTOCOL_ERROR, TTL_EXCEEDED
 from .._errors import ProtocolError
 from .._message import Message
 
@@ -174,13 +175,14 @@ class BacktraceQueuing(FairQueuing):
         hop = pid.to_bytes(4, "big") if self.push_hop else b""
         msgs: list[Message] = []
         ok = True
-        for payload in payloads:
+        for i, payload in enumerate(payloads):
             split = split_backtrace(payload, ttl)
             if isinstance(split, str):
                 if split is TOO_MANY_HOPS:
-                    self.dropped += 1
+                    self.count_drop(TTL_EXCEEDED, 1, pid)
                     continue
                 self.protocol_violation(pid, self.malformed.format(name=self.name))
+                self.count_drop(PROTOCOL_ERROR, len(payloads) - i, pid)  # (it and the rest of the read)
                 ok = False
                 break
             header, body = split

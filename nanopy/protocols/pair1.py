@@ -21,6 +21,7 @@ Sending waits for credit on the peer's pipe (like PAIR v0); with no peer it wait
 from __future__ import annotations
 
 from .._core import TRANSMIT, FairQueuing, LoadBalancing
+from .._drops import PROTOCOL_ERROR, TTL_EXCEEDED
 from .._errors import ProtocolError, WouldBlock
 from .._message import Message
 from ._common import SinglePeer
@@ -44,13 +45,14 @@ class Pair1(SinglePeer, LoadBalancing, FairQueuing):
         raw = self.raw
         msgs = []
         ok = True
-        for payload in payloads:
+        for i, payload in enumerate(payloads):
             if len(payload) < 4 or payload[0] or payload[1] or payload[2]:
                 self.protocol_violation(pid, "pair1: malformed hop-count header")
+                self.count_drop(PROTOCOL_ERROR, len(payloads) - i, pid)
                 ok = False
                 break
             if payload[3] > ttl:
-                self.dropped += 1  # too many hops: a loop of devices, most likely
+                self.count_drop(TTL_EXCEEDED, 1, pid)  # too many hops: a loop of devices, most likely
                 continue
             if raw:
                 msgs.append(Message(payload[4:], token, payload[:4]))

@@ -10,6 +10,7 @@ queue per pipe and serves them by receive priority, one message each in turn
 from __future__ import annotations
 
 from .._core import BodyQueuing, LoadBalancing
+from .._drops import PROTOCOL_ERROR
 from .._errors import ProtocolError
 from .._message import Message
 
@@ -26,6 +27,7 @@ class Push0(LoadBalancing):
 
     def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
         self.protocol_violation(pid, "a PULL peer sent data to PUSH")
+        self.count_drop(PROTOCOL_ERROR, len(payloads), pid)
         return False
 
     def recv(self) -> Message:

@@ -38,6 +38,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._core import TRANSMIT, BodyQueuing, Distributing, FairQueue, PipeInfo
+from .._drops import NO_PEER, QUEUE_FULL, UNSUBSCRIBED
 from .._errors import ProtocolError, WouldBlock
 from .._message import Message
 from .._radix import RadixTree
@@ -105,6 +106,9 @@ class Pub0(Distributing):
         if self._starved and self.options.overflow == "block":
             raise WouldBlock  # some subscriber pipe is full: wait until all have room
         credit = self._credit
+        if not credit:
+            self.drops[NO_PEER] += 1  # (no subscriber: counted, still silent to the sender)
+            return
         append = self.actions.append
         for pid, c in credit.items():
             if c > 0:
@@ -113,7 +117,8 @@ class Pub0(Distributing):
                 if c == 1:
                     self._starved += 1
             else:
-                self.dropped += 1
+                self.drops[QUEUE_FULL] += 1
+                self.pipes[pid].dropped += 1
 
     def can_send(self) -> bool:
         return not self._starved or self.options.overflow != "block"
@@ -127,7 +132,8 @@ class _OverflowQueue(FairQueue):
 
     "drop": keep reading, discard the oldest queued messages (never pauses);
     "drop-newest": keep reading, discard what arrives; "block": pause the pipe
-    (plain FairQueue back-pressure). Discards are counted in ``dropped``.
+    (plain FairQueue back-pressure). Discards are counted in ``dropped`` (the
+    SUB moves them to its ``queue_full`` drops after each push).
     """
 
     __slots__ = ("dropped",)
@@ -188,14 +194,14 @@ class Sub0(BodyQueuing):
         # Queue bare payloads; a Message is built only if the user asks for one.
         if self._keep_all:
             msgs = payloads
-        elif self.topics:
-            msgs = list(filter(self.topics.match, payloads))
         else:
-            msgs = []  # no subscription: nothing is kept
+            msgs = list(filter(self.topics.match, payloads)) if self.topics else []  # (none: nothing kept)
+            if len(msgs) != len(payloads):
+                self.count_drop(UNSUBSCRIBED, len(payloads) - len(msgs), pid)
         fq = self._fq
         keep = fq.push(pid, msgs)
         if fq.dropped:
-            self.dropped += fq.dropped
+            self.count_drop(QUEUE_FULL, fq.dropped, pid)
             fq.dropped = 0
         return keep
 

@@ -66,6 +66,7 @@ from typing import Any
 
 from .._callers import PerCaller, current_caller
 from .._core import ARM_TIMER, CANCEL_TIMER, READY, READY_CALLER, TRANSMIT, LoadBalancing, PipeInfo
+from .._drops import CANCELLED, PROTOCOL_ERROR
 from .._errors import WouldBlock
 from .._message import Message
 from ._common import END_BIT, ID_MASK, BacktraceQueuing, RawReplier, RawVariant, Replier, StateTable
@@ -165,7 +166,7 @@ class Req0(RawVariant, LoadBalancing):
     per_caller_recv = True
 
     def requeue(self, payloads: list[bytes]) -> int:
-        return 0  # remove_pipe already resends every request the pipe carried
+        return 0  # remove_pipe already resends every request the pipe carried: none is lost
 
     def __init__(self, options: Any, raw: bool = False) -> None:
         super().__init__(options, False)
@@ -253,6 +254,8 @@ class Req0(RawVariant, LoadBalancing):
             return
         self._classic_owner.pop(rid, None)
         self._claimed.discard(rid)
+        if req.state is RequestState.DONE:
+            self.count_drop(CANCELLED)  # its reply came, and nobody takes it now
         req.state = REQUEST_TABLE.step(req.state, RequestEvent.CANCEL)
         self._sent.pop(rid, None)
         if req.pid is not None:
@@ -320,14 +323,15 @@ class Req0(RawVariant, LoadBalancing):
     # -- replies ---------------------------------------------------------------------
     def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
         requests = self._requests
-        for payload in payloads:
+        for i, payload in enumerate(payloads):
             if len(payload) < 4 or not payload[0] & 0x80:
                 self.protocol_violation(pid, "req: reply without a request id word")
+                self.count_drop(PROTOCOL_ERROR, len(payloads) - i, pid)
                 return False
             rid = int.from_bytes(payload[:4], "big")
             req = requests.get(rid)
             if req is None or req.state is not RequestState.SENT and req.state is not RequestState.QUEUED:
-                self.dropped += 1  # stale, duplicate or unknown
+                self.count_drop(CANCELLED, 1, pid)  # stale, duplicate or unknown
                 continue
             req.state = REQUEST_TABLE.step(req.state, RequestEvent.REPLY)
             req.reply = Message(payload[4:], self.pipes[pid].token)

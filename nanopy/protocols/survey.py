@@ -50,6 +50,7 @@ from collections import deque
 from typing import Any
 
 from .._core import ARM_TIMER, CANCEL_TIMER, READY, Distributing
+from .._drops import CANCELLED, PROTOCOL_ERROR, QUEUE_FULL
 from .._errors import Timeout, WouldBlock
 from .._message import Message
 from ._common import END_BIT, ID_MASK, BacktraceQueuing, RawReplier, RawVariant, Replier, StateTable
@@ -126,11 +127,12 @@ class Surveyor0(RawVariant, Distributing):
         if old is not None:
             self.actions.append((CANCEL_TIMER, old))
             self.actions.append((READY, old))  # its iterator ends
-            self.dropped += len(self._answers)
+            if self._answers:
+                self.count_drop(CANCELLED, len(self._answers))
             self._answers.clear()
         self._next = (self._next + 1) & ID_MASK
         sid = self.survey_id = self._next | END_BIT
-        self.distribute(sid.to_bytes(4, "big") + body)  # misses are not counted as drops
+        self.distribute(sid.to_bytes(4, "big") + body)  # (misses count as queue_full drops)
         self.actions.append((ARM_TIMER, sid, self.options.survey_deadline))
         return sid
 
@@ -158,15 +160,16 @@ class Surveyor0(RawVariant, Distributing):
     def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
         sid = self.survey_id
         answered = False
-        for payload in payloads:
+        for i, payload in enumerate(payloads):
             if len(payload) < 4 or not payload[0] & 0x80:
                 self.protocol_violation(pid, "surveyor: answer without a survey id word")
+                self.count_drop(PROTOCOL_ERROR, len(payloads) - i, pid)
                 return False
             if self.state is not Survey.ACTIVE or int.from_bytes(payload[:4], "big") != sid:
-                self.dropped += 1  # late, or for an abandoned survey
+                self.count_drop(CANCELLED, 1, pid)  # late, or for an abandoned survey
                 continue
             if len(self._answers) >= self.options.recv_buffer:
-                self.dropped += 1
+                self.count_drop(QUEUE_FULL, 1, pid)
                 continue
             self.state = SURVEY_TABLE.step(self.state, SurveyEvent.ANSWER)
             self._answers.append(Message(payload[4:], self.pipes[pid].token))
@@ -192,6 +195,11 @@ class Surveyor0(RawVariant, Distributing):
 
     def can_recv(self) -> bool:
         return bool(self._answers) or self.state is Survey.EXPIRED
+
+    def queued(self, pid: int | None = None) -> int:
+        if pid is None:
+            return len(self._answers)
+        return sum(1 for msg in self._answers if msg.pipe is not None and msg.pipe.id == pid)
 
     def close(self) -> None:
         super().close()

@@ -15,6 +15,7 @@ from collections import deque
 from typing import Any
 
 from .._core import RESUME_READ, TRANSMIT, Core, PipeInfo
+from .._drops import QUEUE_FULL, UNROUTABLE
 from .._errors import WouldBlock
 from .._message import Message
 from .._registry import protocols
@@ -82,9 +83,9 @@ class Hub(Core):
 
     def send(self, body: bytes, header: bytes = b"") -> None:
         pid = int.from_bytes(body[:4], "big")
-        credit = self._credit.get(pid, 0)
-        if credit <= 0:
-            self.dropped += 1
+        credit = self._credit.get(pid)
+        if credit is None or credit <= 0:
+            self.count_drop(UNROUTABLE if credit is None else QUEUE_FULL, 1, pid)
             return
         self._credit[pid] = credit - 1
         self.actions.append((TRANSMIT, pid, body[4:]))

@@ -104,6 +104,11 @@ class ChannelConnection(Connection):
     queued payload, on a chunk boundary.
     """
 
+    #: bytes ``frame`` adds to every payload when that is a constant (SP over a
+    #: stream: the 8-byte length), else None; lets the pipe count payload bytes
+    #: from a chunk's length without summing (and without calling ``frame``)
+    frame_overhead: int | None = None
+
     #: Connections whose ``framing`` is equal and not None turn the same payloads
     #: into equal chunks, and only read them: a socket writing one batch to many
     #: such pipes (a PUB's fan-out) frames it once for all of them.

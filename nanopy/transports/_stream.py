@@ -172,6 +172,7 @@ class FramedConnection(ChannelConnection):
     def __init__(self, ctx: PipeContext, ipc: bool, remote_address: str) -> None:
         self._ctx = ctx
         self._ipc = ipc
+        self.frame_overhead = 9 if ipc else 8  # (the ipc mapping adds a type byte)
         self.framing = ("sp-stream", ipc)  # the same bytes for every stream pipe (TLS encrypts later)
         self._decoder: StreamDecoder = FrameDecoder(ipc, ctx.recv_max_size)
         self.remote_address = remote_address

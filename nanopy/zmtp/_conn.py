@@ -45,6 +45,7 @@ class ZmtpConnection(StreamConnection):
     def __init__(self, sock: socket.socket, ctx: PipeContext, remote_address: str) -> None:
         super().__init__(sock, ctx, False, remote_address)
         self.framing = None  # a role may filter or rewrite per pipe: no shared chunks
+        self.frame_overhead = None  # flags and a 1- or 8-byte size; a role may add frames
         self.role = make_role(ctx.protocol_name)
         self.mechanism: Mechanism = make_mechanism(ctx.options)
         self._decoder = self._zmtp_decoder = codec.ZmtpDecoder(

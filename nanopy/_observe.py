@@ -1,0 +1,98 @@
+"""Snapshots for ``Socket.stats()``, ``Socket.pipes()`` and ``Pipe.stats()``.
+
+They read counters the driver and the pipes keep per round, per write and per
+read (never per message): taking a snapshot costs a few lock rounds, and
+nothing is counted for it on the hot paths.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._message import Pipe
+from ._stats import PipeStats, SocketStats
+
+if TYPE_CHECKING:
+    from ._pipe import PipeDriver
+    from ._socket import Socket
+
+
+class PipeList(list[Pipe]):
+    """The live pipes of a socket (``sock.pipes``); call it for a snapshot of each.
+
+    ``sock.pipes`` stays the list of :class:`Pipe` objects it always was;
+    ``sock.pipes()`` returns one :class:`PipeStats` per pipe.
+    """
+
+    def __call__(self) -> list[PipeStats]:
+        """One snapshot per live pipe.
+
+        Returns:
+            A :class:`PipeStats` for each pipe in this list, in order.
+        """
+        return [pipe.stats() for pipe in self]
+
+
+def pipe_stats(driver: PipeDriver) -> PipeStats:
+    """The snapshot of one pipe (its driver keeps the counts; the core its queue and drops)."""
+    pipe = driver.pipe
+    ep = pipe.endpoint
+    sock = driver.sock
+    with sock.lock:
+        core = sock.core
+        info = core.pipes.get(driver.pid)
+        dropped = info.dropped if info is not None else 0
+        queued_in = core.queued(driver.pid) if info is not None else 0
+        rx_msgs, rx_bytes = driver.rx_msgs, driver.rx_bytes
+    with driver.lock:
+        tx_msgs, tx_bytes = driver.tx_msgs, driver.tx_bytes
+    url = str(getattr(ep, "url", ""))
+    return PipeStats(
+        id=pipe.id,
+        remote_address=pipe.remote_address,
+        transport=url.partition("://")[0],
+        url=url,
+        dialed=bool(getattr(ep, "dialer", False)),
+        priority=int(getattr(ep, "priority", 8)),
+        recv_priority=int(getattr(ep, "recv_priority", 8)),
+        queued_out=0 if driver.closed else driver.queued_out(),
+        queued_in=queued_in,
+        messages_sent=tx_msgs,
+        messages_received=rx_msgs,
+        bytes_sent=tx_bytes,
+        bytes_received=rx_bytes,
+        dropped=dropped,
+        connected_since=pipe.connected_at,
+    )
+
+
+def socket_stats(sock: Socket) -> SocketStats:
+    """The snapshot of one socket's counters."""
+    driver = sock._driver
+    received, bytes_received = driver.received_counts()
+    sent, bytes_sent = driver.sent_counts()
+    with driver.lock:
+        core = driver.core
+        drops = dict(core.drops)
+        queued_in = core.queued()
+        protocol_errors = core.protocol_errors
+        pipes = len(driver.pipes)
+    dropped = sum(drops.values())
+    return SocketStats(
+        messages_sent=sent,
+        messages_received=received,
+        bytes_sent=bytes_sent,
+        bytes_received=bytes_received,
+        messages_dropped=dropped,
+        pipes=pipes,
+        connects=sock._connects,
+        disconnects=sock._disconnects,
+        reconnect_attempts=sock._reconnects,
+        protocol_errors=sock._protocol_errors + protocol_errors,
+        messages_too_large=sock._too_large,
+        dropped=dropped,
+        drops=drops,
+        queued_in=queued_in,
+        queued_out=driver.queued_out(),
+        **sock._losses.as_dict(),
+    )
