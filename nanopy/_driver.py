@@ -1047,7 +1047,11 @@ class SocketDriver:
         if fd < 0:
             return None
         epoll = select.epoll()
-        epoll.register(fd, select.EPOLLIN)
+        try:
+            epoll.register(fd, select.EPOLLIN)
+        except OSError:  # the pipe's connection was closed since fileno(): wait the usual way
+            epoll.close()
+            return None
         epoll.register(wake_fd, select.EPOLLIN)
         self._epoll_cache = (pid, epoll)
         return epoll

@@ -47,3 +47,31 @@ def test_receiver_survives_its_pipe_closing_under_it(transport: str) -> None:
         assert not thread.is_alive()
         assert not errors, errors
         assert received[0] > 0
+
+
+@pytest.mark.parametrize("transport", ["tcp", "ipc"])
+@pytest.mark.parametrize("call", ["recv", "recv_batch"])
+def test_receiver_sees_closed_when_its_socket_closes_under_it(transport: str, call: str) -> None:
+    """Another thread closes the socket while one receives (directly, from its only
+    pipe): the receiver gets Closed -- never an OSError of a descriptor closed under it."""
+    for i in range(40):
+        pull = nanopy.Socket("pull")
+        url = pull.bind(bind_url(transport, f"sockclose{i}")).url
+        with nanopy.Socket("push", connect=url) as push:
+            push.send(b"first", timeout=5)
+            outcome: list[BaseException | None] = []
+
+            def receive() -> None:
+                try:
+                    while True:
+                        pull.recv(timeout=5) if call == "recv" else pull.recv_batch(16, timeout=5)
+                except BaseException as exc:  # noqa: BLE001 - the outcome is the assertion
+                    outcome.append(exc)
+
+            thread = threading.Thread(target=receive)
+            thread.start()
+            push.send(b"second", timeout=5)
+            pull.close(linger=0)
+            thread.join(10)
+        assert not thread.is_alive()
+        assert len(outcome) == 1 and isinstance(outcome[0], nanopy.Closed), outcome
