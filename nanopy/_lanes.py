@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Any
 from ._core import TRANSMIT
 from ._drops import DEAD_PIPE
 from ._errors import WouldBlock
-from ._pipe import CALLER_BATCH_MAX, CALLER_BYTES, MAX_HOLD, wait_out_burst
+from ._fanout import MAX_HOLD, wait_out_burst
+from ._pipe import CALLER_BATCH_MAX, CALLER_BYTES
 from ._round import FANOUT_GAP, Round
 
 if TYPE_CHECKING:
@@ -183,7 +184,7 @@ class SendLanes(Round):
         self._engine().spawn(self._flush_round)
 
     async def _flush_round(self) -> None:
-        """Wait while the burst goes on (:func:`~nanopy._pipe.wait_out_burst`: no
+        """Wait while the burst goes on (:func:`~nanopy._fanout.wait_out_burst`: no
         payload waits past ``MAX_HOLD``), then write what it left on each pipe.
 
         A pipe whose channel is busy, or cannot take the whole chunk, is left to

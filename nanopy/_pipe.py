@@ -49,26 +49,25 @@ thread.
 from __future__ import annotations
 
 import errno
-import itertools
 import logging
 import os
-import socket
 import threading
-import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ._core import TRANSMIT
 from ._errors import MessageTooLarge, RemoteProtocolError
+from ._fanout import FLUSH_DELAY, MAX_HOLD, queue_fan_out, wait_out_burst
+from ._pipe_liveness import PipeLiveness, kernel_unacked, unwritten, write_shortfall
+from ._pipe_read import READ_LEASE, STAND_ASIDE_MAX, PipeReading
 from .transports._base import ChannelConnection
-from .transports._stream import send_window_state, unacked_bytes
+
+__all__ = ["FLUSH_DELAY", "MAX_HOLD", "READ_LEASE", "STAND_ASIDE_MAX", "PipeDriver", "queue_fan_out", "wait_out_burst"]
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Mapping
+    from collections.abc import Callable
 
-    from ._core import Action
     from ._driver import SocketDriver
     from ._engine import Engine
     from ._message import Pipe
@@ -96,15 +95,6 @@ CALLER_BATCH_MAX = 256
 # ... or once its oldest message waited this long: a slow sender (one trio schedule
 # point per send) writes before the writer task's MAX_HOLD flush wakes the engine.
 CALLER_HOLD = 400e-6
-# The writer task's first wait before flushing a partial batch left by a burst.
-FLUSH_DELAY = 200e-6
-# No queued message waits longer than this for the writer task.
-MAX_HOLD = 1e-3
-# After a thread gives the read role back, the reader task waits this long for it
-# to come back (a receive loop does) before reading again itself.
-READ_LEASE = 5e-3
-# The longest the reader task waits before looking whether a thread still holds the role.
-STAND_ASIDE_MAX = 50e-3
 
 
 class SendAdapter:
@@ -127,7 +117,7 @@ class SendAdapter:
         return frame
 
 
-class PipeDriver:
+class PipeDriver(PipeReading, PipeLiveness):
     def __init__(
         self,
         sock: SocketDriver,
@@ -403,49 +393,6 @@ class PipeDriver:
             self._writer_event = None
             self.engine.run_soon(event.set)
 
-    def resume_read(self) -> None:
-        with self.lock:
-            self.paused = False
-            event, self._reader_event = self._reader_event, None
-        if event is not None:
-            self.engine.run_soon(event.set)
-
-    # -- the read role (any thread) --------------------------------------------
-    def take_role(self, wake_fd: int) -> bool:
-        """A thread asks for the read role; False if it cannot have it now."""
-        with self.lock:
-            if self.role or self.closed or self.paused or not self.direct:
-                return False
-            self.role = True
-            self.role_wake_fd = wake_fd
-            return True
-
-    def release_role(self) -> None:
-        conn: Any = self.conn
-        if conn.failed and not self.closed:
-            # What we read ended in an error or EOF after good messages: the
-            # reader task may never be woken for it, so end the pipe here.
-            try:
-                self.read_direct()
-            except (EOFError, OSError, RemoteProtocolError, MessageTooLarge) as exc:
-                self.direct_failed(exc)
-        with self.lock:
-            self.role = False
-            self.role_wake_fd = -1
-            self.lease_until = time.monotonic() + READ_LEASE
-
-    def read_direct(self) -> list[bytes] | None:
-        """Read what the kernel holds (role holder only); None if nothing or closed."""
-        with self.read_lock:
-            if self.closed:
-                return None
-            return self.conn.read_nowait()  # type: ignore[attr-defined, no-any-return]
-
-    def direct_failed(self, exc: BaseException) -> None:
-        """The role holder met the end of the connection or a bad peer."""
-        self._failed(exc)
-        self.close_soon()
-
     def close_soon(self) -> None:
         """Close this pipe (from any thread); the reader and writer stop."""
         with self.lock:
@@ -462,8 +409,9 @@ class PipeDriver:
                         nursery.start_soon(self._until_failure, self._writer, nursery.cancel_scope)
                         keepalive = getattr(self.conn, "keepalive", None)  # (ws: PINGs a silent peer)
                         if keepalive is not None:
-                            nursery.start_soon(self._until_failure, partial(keepalive, self._busy),
-                                               nursery.cancel_scope)
+                            nursery.start_soon(
+                                self._until_failure, partial(keepalive, self._busy), nursery.cancel_scope
+                            )
                         guard = self._window_guard_for()
                         if guard is not None:
                             nursery.start_soon(self._until_failure, guard, nursery.cancel_scope)
@@ -503,8 +451,14 @@ class PipeDriver:
         """Run the reader or writer loop; when it fails, end the whole pipe."""
         try:
             await loop()
-        except (EOFError, OSError, RemoteProtocolError, MessageTooLarge, trio.BrokenResourceError,
-                trio.ClosedResourceError) as exc:
+        except (
+            EOFError,
+            OSError,
+            RemoteProtocolError,
+            MessageTooLarge,
+            trio.BrokenResourceError,
+            trio.ClosedResourceError,
+        ) as exc:
             self._failed(exc)
         finally:
             scope.cancel()
@@ -521,99 +475,15 @@ class PipeDriver:
         elif isinstance(exc, OSError) and exc.errno == errno.ETIMEDOUT:
             # The kernel's keepalive or user timeout, or the ws PINGs, gave up on it.
             self.dead = True
-            log.info("%s: pipe %d to %s: the peer stopped answering (%s); closing it",
-                     self.name, self.pid, self.pipe.remote_address or "?", exc.strerror or exc)
+            log.info(
+                "%s: pipe %d to %s: the peer stopped answering (%s); closing it",
+                self.name,
+                self.pid,
+                self.pipe.remote_address or "?",
+                exc.strerror or exc,
+            )
         else:
             log.debug("%s: pipe %d closed: %s", self.name, self.pid, exc)
-
-    async def _reader(self) -> None:
-        if self.direct:
-            await self._role_reader()
-            return
-        if self.hands_over:
-            await self._sink_reader()
-            return
-        conn = self.conn
-        deliver = self.sock.deliver
-        pid = self.pid
-        while True:
-            await self._until_resumed()
-            payloads = await conn.receive()
-            if payloads and payloads[0].__class__ is not bytes:
-                # A plug-in transport broke the payload contract (Connection.receive):
-                # cores get bytes, never a buffer that may change or cannot be hashed.
-                payloads = [bytes(p) for p in payloads]
-            deliver(pid, payloads)  # a full queue sets self.paused
-
-    async def _sink_reader(self) -> None:
-        """An in-memory connection delivers from the sender's thread through a sink;
-        this task only drains what queued while the core's queue was full."""
-        conn: Any = self.conn
-        deliver = self.sock.deliver
-        pid = self.pid
-
-        def sink(payloads: list[bytes]) -> None:
-            deliver(pid, payloads)  # a full queue sets self.paused
-
-        conn.attach_sink(sink, lambda: self.paused)
-        while True:
-            await self._until_resumed()
-            await conn.drain_to_sink()
-
-    async def _until_resumed(self) -> None:
-        """Wait while the core's queue for this pipe is full."""
-        while True:
-            with self.lock:
-                if not self.paused:
-                    return
-                event = self._reader_event = trio.Event()
-            await event.wait()
-
-    async def _role_reader(self) -> None:
-        """The reader of a connection with a read role: reads only while it holds it."""
-        conn: Any = self.conn
-        deliver = self.sock.deliver
-        pid = self.pid
-        read_lock = self.read_lock
-        more = False
-        while True:
-            if self.role or time.monotonic() < self.lease_until:
-                await self._stand_aside()
-                more = False
-                continue
-            await self._until_resumed()
-            if self.role:
-                continue
-            if more or conn.failed:
-                await trio.lowlevel.checkpoint()
-            else:
-                await conn.wait_readable()
-            if self.role:
-                continue  # a thread took the role while we waited: it reads
-            with read_lock:  # read and deliver as one step: reads reach the core in order
-                payloads = conn.read_nowait()
-                if payloads:
-                    deliver(pid, payloads)  # a full queue sets self.paused
-            more = conn.read_more
-
-    async def _stand_aside(self) -> None:
-        """Wait until no thread holds the read role and its lease has run out.
-
-        Polled with sleeps that double while the role stays taken (nothing wakes
-        this task per message): a receive loop costs the engine a few wake-ups a
-        second, and a thread that leaves for good hands reading back within
-        ``STAND_ASIDE_MAX``.
-        """
-        delay = READ_LEASE
-        while True:
-            if self.role:
-                await trio.sleep(delay)
-                delay = min(delay * 2, STAND_ASIDE_MAX)
-                continue
-            left = self.lease_until - time.monotonic()
-            if left <= 0:
-                return
-            await trio.sleep(left)
 
     async def _writer(self) -> None:
         channel = self.channel
@@ -682,70 +552,6 @@ class PipeDriver:
             # sender outruns the socket, so write again at once.
             lingering = len(batch) < CALLER_BATCH
 
-    # -- dead-peer detection beside a full send buffer -----------------------------------
-    def _busy(self) -> bool:
-        """Silence from the peer proves nothing now: we read nothing (a full queue) or
-        our data waits for the peer's window (the window guard judges that case)."""
-        return self.paused or self._in_write
-
-    def _window_guard_for(self) -> Callable[[], Awaitable[None]] | None:
-        """The guard task of a TCP connection with a user timeout (dead_peer_timeout), or None."""
-        get = getattr(self.conn, "kernel_socket", None)
-        if get is None:
-            return None
-        sock = get()
-        try:
-            user_timeout = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT)
-        except (OSError, AttributeError):
-            return None
-        return partial(self._window_guard, sock, user_timeout) if user_timeout > 0 else None
-
-    async def _window_guard(self, sock: Any, user_timeout: int) -> None:
-        """Keep TCP_USER_TIMEOUT from cutting off a peer that is alive but not reading.
-
-        Linux ends a connection whose data waits longer than the user timeout even
-        when the peer answers every window probe, so a receiver that is only slow
-        (its queue full: back-pressure) would lose its pipe and what its kernel held.
-        While a write waits on a closed window, the user timeout is lifted and this
-        guard judges instead: a window probe unanswered for the user timeout means a
-        dead peer (ETIMEDOUT). The kernel backs its window probes off (up to 2
-        minutes apart), so a peer that vanishes during a long stall is found later
-        than one that vanishes while data flows. The timeout is put back as soon as
-        data flows; the guard sleeps while no write waits.
-        """
-        limit = user_timeout / 1000
-        interval = max(limit / 4, 0.25)
-        lifted = False
-        unanswered: float | None = None  # since when a window probe waits for its answer
-        while True:
-            if not self._in_write:
-                if lifted:
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, user_timeout)
-                    lifted = False
-                event = self._guard_event = trio.Event()
-                await event.wait()
-                continue
-            await trio.sleep(interval)
-            state = send_window_state(sock) if self._in_write else (False, False)
-            if state is None:
-                await trio.sleep_forever()  # (no TCP_INFO: the kernel's rules stand)
-            closed, probing = state
-            if not closed:
-                unanswered = None
-                if lifted:
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, user_timeout)
-                    lifted = False
-                continue
-            if not lifted:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, 0)
-                lifted = True
-            if not probing:
-                unanswered = None
-            elif unanswered is None:
-                unanswered = trio.current_time()
-            elif trio.current_time() - unanswered >= limit:
-                raise TimeoutError(errno.ETIMEDOUT, f"window probes unanswered for {limit:g} s")
-
     async def _linger(self) -> None:
         """Wait while a burst goes on, so the sender keeps writing full batches itself
         (see :func:`wait_out_burst`); also done when a full batch, a chunk's rest or
@@ -770,9 +576,7 @@ class PipeDriver:
             return len(self.outbox) + (self.tail_credit if self.tail is not None else 0)
 
     def flushed(self) -> bool:
-        return self.closed or not (
-            self.outbox or self.writing or self.tail is not None or self.control is not None
-        )
+        return self.closed or not (self.outbox or self.writing or self.tail is not None or self.control is not None)
 
     async def wait_flushed(self) -> None:
         """Return once everything queued on this pipe has been written."""
@@ -784,111 +588,9 @@ class PipeDriver:
             await event.wait()
 
 
-def kernel_unacked(conn: Any) -> int | None:
-    """Bytes the connection's kernel socket holds unacknowledged (None: unknown)."""
-    sock = getattr(conn, "kernel_socket", None)
-    return None if sock is None else unacked_bytes(sock())
-
-
-def write_shortfall(channel: Any) -> int:
-    """Bytes of the chunk whose ``write_all`` failed that never reached the kernel,
-    where the connection counts them; 0 where it does not (a TLS stream): its
-    messages are then taken as sent, never sent twice."""
-    counted = getattr(channel, "unwritten_bytes", None)
-    left = counted() if counted is not None else None
-    return 0 if left is None else int(left)
-
-
-def unwritten(channel: Any, batch: list[bytes], left: int) -> list[bytes]:
-    """The messages of ``batch`` whose frames lie wholly within the last ``left``
-    bytes of its chunk (the part never written), in order. Only a failing pipe pays
-    for this: each message is framed once more to learn its size."""
-    if left <= 0 or not batch:
-        return []
-    sizes = [len(channel.frame([p])) for p in batch]
-    if sum(sizes) > left:
-        total = 0
-        first = len(batch)
-        for i in range(len(batch) - 1, -1, -1):
-            total += sizes[i]
-            if total > left:
-                break
-            first = i
-        return batch[first:]
-    return list(batch)
-
-
 def _payload_bytes(batch: list[bytes], chunk: Any, prefix: int) -> int:
     """The payload bytes of ``batch``, framed as ``chunk``: from the chunk's length
     when every frame adds ``prefix`` bytes (SP over a stream), else summed."""
     if prefix >= 0:
         return len(chunk) - prefix * len(batch)
     return len(batch[0]) if len(batch) == 1 else sum(map(len, batch))
-
-
-async def wait_out_burst(
-    progress: Callable[[], int],
-    due: Callable[[], float | None],
-    now: Callable[[], float],
-    write_now: Callable[[], bool] = lambda: False,
-) -> None:
-    """Wait while a burst of sends goes on, so what it leaves is written in one go.
-
-    Sleeps ``FLUSH_DELAY``, doubling up to ``MAX_HOLD`` (a long burst costs few
-    wake-ups), as long as ``progress()`` (a send count) moved during each sleep.
-    Returns once it did not, once ``due()`` has come -- when the oldest waiting
-    payload has waited ``MAX_HOLD``, on the ``now`` clock (None: nothing waits) --
-    or when ``write_now()`` says so after a sleep.
-    """
-    delay = FLUSH_DELAY
-    while True:
-        seen = progress()
-        wait = delay
-        deadline = due()
-        if deadline is not None:
-            wait = min(delay, deadline - now())
-            if wait <= 0:
-                return
-        await trio.sleep(wait)
-        if progress() == seen or write_now():
-            return
-        delay = min(delay * 2, MAX_HOLD)
-
-
-def queue_fan_out(
-    pipes: Mapping[int, PipeDriver], actions: list[Action], start: int = 0
-) -> tuple[int, int, list[tuple[int, int]]]:
-    """Queue the TRANSMITs of a fan-out burst round from ``actions[start]`` on
-    (``SocketDriver.execute``), in one loop.
-
-    This is the publisher's cost per pipe per message: a pipe whose outbox holds
-    part of the burst and is not due yet only appends, under its lock; others go
-    through ``transmit(payload, idle=False)``. Pipes that fall due in this round
-    share one framed chunk. Returns how many actions were handled (up to the
-    first that is not a TRANSMIT), how many went to pipes that are gone, and the
-    credit (pipe id, messages) the writes made here give back.
-    """
-    credit: list[tuple[int, int]] = []
-    framed: dict[Any, tuple[list[bytes], Any]] = {}
-    gone = handled = 0
-    for action in itertools.islice(actions, start, None):
-        if action[0] is not TRANSMIT:
-            break
-        handled += 1
-        driver = pipes.get(action[1])
-        if driver is None:
-            gone += 1
-            continue
-        lock = driver.lock
-        lock.acquire()
-        try:
-            outbox = driver.outbox
-            if outbox and len(outbox) + 1 < driver.flush_at:
-                outbox.append(action[2])
-                continue  # (the lock is released on the way)
-        finally:
-            lock.release()
-        done = driver.transmit(action[2], False, framed)
-        if done:
-            credit.append((action[1], done))
-    return handled, gone, credit

@@ -51,7 +51,8 @@ from ._core import (
 )
 from ._drops import DEAD_PIPE
 from ._errors import Closed, WouldBlock
-from ._pipe import handed_over, queue_fan_out
+from ._fanout import queue_fan_out
+from ._pipe import handed_over
 from ._timers import Timers
 from ._waiters import WaitQueue
 
