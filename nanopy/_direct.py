@@ -30,6 +30,7 @@ from ._waiters import WaitQueue
 
 if TYPE_CHECKING:
     from ._pipe import PipeDriver
+    from .transports._base import DirectReadable
 
 T = TypeVar("T")
 
@@ -71,7 +72,7 @@ class DirectRead(Round):
         try:
             left = next(steps)
             while True:
-                epoll = self._direct_epoll(pipe.pid, pipe.conn, state.wake_fd)
+                epoll = self._direct_epoll(pipe.pid, pipe.direct_conn, state.wake_fd)
                 if epoll is None:
                     return BLOCKED
                 epoll.poll(left)
@@ -106,7 +107,7 @@ class DirectRead(Round):
         try:
             left = next(steps)
             while True:
-                epoll = self._direct_epoll(pipe.pid, pipe.conn, state.wake_fd)
+                epoll = self._direct_epoll(pipe.pid, pipe.direct_conn, state.wake_fd)
                 if epoll is None:
                     return BLOCKED, waited
                 waited = True
@@ -203,7 +204,8 @@ class DirectRead(Round):
         ``_PARTIAL`` when only part of a frame was, ``_NOTHING`` when the kernel
         held nothing, ``_FAILED`` when the connection ended (the pipe is closed).
         """
-        conn: Any = pipe.conn
+        conn = pipe.direct_conn
+        assert conn is not None  # (_direct_begin took the role of a direct pipe only)
         with pipe.read_lock:
             try:
                 payloads = None if pipe.closed else conn.read_nowait()
@@ -218,14 +220,14 @@ class DirectRead(Round):
         pipe.direct_failed(failure)  # (Timeout, an OSError, never comes from here)
         return _FAILED
 
-    def _direct_epoll(self, pid: int, conn: Any, wake_fd: int) -> Any:
+    def _direct_epoll(self, pid: int, conn: DirectReadable | None, wake_fd: int) -> Any:
         """An epoll descriptor readable when pipe ``pid`` or the wake eventfd is (a
         thread blocks in it, a task waits for its descriptor; made once per pipe:
         only the read role's holder uses it)."""
         cached = self._epoll_cache
         if cached is not None and cached[0] == pid:
             return cached[1]
-        fd = conn.fileno()
+        fd = conn.fileno() if conn is not None else -1
         if fd < 0:
             return None
         epoll = select.epoll()

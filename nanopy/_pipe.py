@@ -61,7 +61,7 @@ from ._errors import MessageTooLarge, RemoteProtocolError
 from ._fanout import FLUSH_DELAY, MAX_HOLD, queue_fan_out, wait_out_burst
 from ._pipe_liveness import PipeLiveness, kernel_unacked, unwritten, write_shortfall
 from ._pipe_read import READ_LEASE, STAND_ASIDE_MAX, PipeReading
-from .transports._base import ChannelConnection
+from .transports._base import ChannelConnection, DirectReadable, SinkAttachable
 
 __all__ = ["FLUSH_DELAY", "MAX_HOLD", "READ_LEASE", "STAND_ASIDE_MAX", "PipeDriver", "queue_fan_out", "wait_out_burst"]
 
@@ -169,7 +169,8 @@ class PipeDriver(PipeReading, PipeLiveness):
         self.paused = False  # the core's queue for this pipe is full: read nothing
         self._idle_event: trio.Event | None = None
         # In-memory connections (inproc) take every payload at once, in order.
-        self.hands_over = hasattr(conn, "attach_sink")
+        self.sink_conn = conn if isinstance(conn, SinkAttachable) else None
+        self.hands_over = self.sink_conn is not None
         # Pipes with equal framing share a fan-out batch's chunk (ChannelConnection.framing).
         self.framing = self.channel.framing if isinstance(self.channel, ChannelConnection) else None
         # SP-over-stream framing adds the same prefix to every payload: a chunk's
@@ -177,7 +178,8 @@ class PipeDriver(PipeReading, PipeLiveness):
         overhead = self.channel.frame_overhead if isinstance(self.channel, ChannelConnection) else None
         self.frame_prefix = -1 if overhead is None else overhead
         # The read role (see the module docstring).
-        self.direct = hasattr(conn, "read_nowait")
+        self.direct_conn = conn if isinstance(conn, DirectReadable) else None
+        self.direct = self.direct_conn is not None
         self.read_lock = threading.Lock()
         self.role = False  # a thread holds the read role
         self.lease_until = 0.0

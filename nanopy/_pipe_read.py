@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -24,7 +24,7 @@ from ._errors import MessageTooLarge, RemoteProtocolError
 if TYPE_CHECKING:
     from ._driver import SocketDriver
     from ._engine import Engine
-    from .transports._base import Connection
+    from .transports._base import Connection, DirectReadable, SinkAttachable
 
 # A thread that lets go of the read role usually comes straight back: the reader
 # task leaves the role to it for this long after it let go.
@@ -44,8 +44,10 @@ class PipeReading:
     read_lock: threading.Lock
     closed: bool
     paused: bool
-    direct: bool
-    hands_over: bool
+    direct: bool  # the connection is DirectReadable (direct_conn)
+    direct_conn: DirectReadable | None
+    hands_over: bool  # the connection is SinkAttachable (sink_conn)
+    sink_conn: SinkAttachable | None
     role: bool
     lease_until: float
     role_wake_fd: int
@@ -75,8 +77,8 @@ class PipeReading:
             return True
 
     def release_role(self) -> None:
-        conn: Any = self.conn
-        if conn.failed and not self.closed:
+        conn = self.direct_conn
+        if conn is not None and conn.failed and not self.closed:
             # What we read ended in an error or EOF after good messages: the
             # reader task may never be woken for it, so end the pipe here.
             try:
@@ -91,9 +93,10 @@ class PipeReading:
     def read_direct(self) -> list[bytes] | None:
         """Read what the kernel holds (role holder only); None if nothing or closed."""
         with self.read_lock:
-            if self.closed:
+            conn = self.direct_conn
+            if self.closed or conn is None:
                 return None
-            return self.conn.read_nowait()  # type: ignore[attr-defined, no-any-return]
+            return conn.read_nowait()
 
     def direct_failed(self, exc: BaseException) -> None:
         """The role holder met the end of the connection or a bad peer."""
@@ -122,7 +125,8 @@ class PipeReading:
     async def _sink_reader(self) -> None:
         """An in-memory connection delivers from the sender's thread through a sink;
         this task only drains what queued while the core's queue was full."""
-        conn: Any = self.conn
+        conn = self.sink_conn
+        assert conn is not None  # (only for a sink connection: see _reader)
         deliver = self.sock.deliver
         pid = self.pid
 
@@ -145,7 +149,8 @@ class PipeReading:
 
     async def _role_reader(self) -> None:
         """The reader of a connection with a read role: reads only while it holds it."""
-        conn: Any = self.conn
+        conn = self.direct_conn
+        assert conn is not None  # (only for a direct connection: see _reader)
         deliver = self.sock.deliver
         pid = self.pid
         read_lock = self.read_lock

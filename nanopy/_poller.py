@@ -25,6 +25,7 @@ from ._util import yield_to_loop
 from ._waiters import ThreadWaiter, async_waiter
 
 if TYPE_CHECKING:
+    from ._driver import SocketDriver
     from ._socket import Socket
 
 POLLIN = 1
@@ -40,12 +41,13 @@ class Pollable:
     polling caller's thread.
     """
 
+    _driver: SocketDriver
 
-    def _notify_watchers(self: Socket) -> None:  # type: ignore[misc]
+    def _notify_watchers(self) -> None:
         """Wake every blocked poll on this socket (lock held); each re-registers."""
         self._driver.notify_watchers()
 
-    def _poll_flags(self: Socket, flags: int, waiter: Any = None) -> int:  # type: ignore[misc]
+    def _poll_flags(self, flags: int, waiter: Any = None) -> int:
         """Which of ``flags`` hold now; with ``waiter``, also watch for a change.
 
         Checking and registering under one lock round means a change that
@@ -65,7 +67,7 @@ class Pollable:
 
         return driver.inspect(check)
 
-    def _unwatch(self: Socket, waiter: Any) -> None:  # type: ignore[misc]
+    def _unwatch(self, waiter: Any) -> None:
         driver = self._driver
 
         def unwatch() -> None:
@@ -269,4 +271,3 @@ def poll(items: Iterable[tuple[Socket, int]], timeout: float | None = None) -> l
     for sock, flags in items:
         poller.register(sock, flags)
     return poller.poll(timeout)
-

@@ -15,7 +15,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -142,6 +142,49 @@ class ChannelConnection(Connection):
 
     async def send(self, payloads: list[bytes]) -> None:
         await self.write_all(self.frame(payloads))
+
+
+@runtime_checkable
+class DirectReadable(Protocol):
+    """A capability: a connection any thread may read without blocking (tcp, ipc).
+
+    The pipe gives such a connection a *read role* (nanopy/_pipe_read.py): a
+    receiving thread or task on the socket's only pipe reads it itself
+    (nanopy/_direct.py) while the engine's reader task stands aside.
+    """
+
+    #: the last read filled the whole buffer: read again before waiting
+    read_more: bool
+
+    @property
+    def failed(self) -> bool:
+        """A read met the end of the connection or an error, to be raised by the next read."""
+
+    def read_nowait(self) -> list[bytes] | None:
+        """The complete payloads the kernel holds now: None if it held nothing, [] if only
+        part of a frame; raises EOFError, OSError or RemoteProtocolError at the end."""
+
+    async def wait_readable(self) -> None:
+        """Wait (engine thread) until a read may find something."""
+
+    def fileno(self) -> int:
+        """The descriptor a reader polls (-1 once closed)."""
+
+
+@runtime_checkable
+class SinkAttachable(Protocol):
+    """A capability: an in-memory connection that delivers from the sender's thread (inproc).
+
+    The one documented exception to "a transport never calls into a socket": the
+    receiving pipe attaches a sink (its socket driver's ``deliver``), and the
+    sender's write hands payloads to it while the receiver keeps up.
+    """
+
+    def attach_sink(self, sink: Callable[[list[bytes]], object], paused: Callable[[], bool]) -> None:
+        """Deliver through ``sink`` from now on, while ``paused()`` is false."""
+
+    async def drain_to_sink(self) -> None:
+        """Deliver what queued while the sink was paused (engine thread)."""
 
 
 class Listener(abc.ABC):
