@@ -1,0 +1,248 @@
+"""The oracle of the driver's fast paths: lanes and runs change nothing a user sees.
+
+Two socket drivers get the same operations in lockstep (hypothesis state
+machines). One is built as usual; the other's core declares no fast path
+(``send_lane``, ``fan_lane`` and ``body_queue`` cleared on the instance), so
+every send and receive goes through the core message by message -- the
+reference. After every step both must agree on what each pipe was given, in
+which order, what was received, whether a call would block, the credit state
+(``writable``), the statistics and the drops.
+
+Pipes are fakes (the same idea as tests/test_driver.py): a pipe keeps what it
+was given and hands credit back only when the machine says its kernel took
+some. The fan-out lane depends on the wall clock (``FANOUT_GAP``); it is turned
+off here for both drivers so the comparison stays deterministic (its own
+behaviour is tested in tests/test_lanes.py).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from nanopy._core import PipeInfo
+from nanopy._driver import SocketDriver
+from nanopy._message import Message
+from nanopy._options import new_options
+from nanopy.protocols.pipeline import Pull0, Push0
+from nanopy.protocols.pubsub import Pub0
+
+ORACLE = settings(max_examples=100, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+class _Pipe:
+    """A pipe driver that keeps what it is given (credit back only on ``drain``)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.written: list[bytes] = []
+        self.unwritten = 0  # given, credit not returned yet
+        self.lock = threading.Lock()
+        self.lane_credit = self.lane_bytes = 0
+        self.rx_msgs = self.rx_bytes = 0
+        self.paused = False
+        self.resumed = 0
+
+    def transmit(self, payload: bytes, idle: bool | None = None, framed: Any = None, lane: bool = False) -> int:
+        if lane:
+            if self.lane_credit <= 0:
+                return -1
+            self.lane_credit -= 1
+            self.lane_bytes += len(payload)
+        self.written.append(payload)
+        self.unwritten += 1
+        return 0
+
+    def resume_read(self) -> None:
+        self.resumed += 1
+
+
+def _driver(core_cls: type, fast: bool, **opts: Any) -> SocketDriver:
+    options = new_options(core_cls.name)
+    for key, value in opts.items():
+        setattr(options, key, value)
+    core = core_cls(options)
+    if not fast:  # the reference: every operation through the core, one message at a time
+        core.send_lane = False
+        core.fan_lane = False
+        core.body_queue = None
+    return SocketDriver(core, lambda: "oracle", lambda: None)  # type: ignore[arg-type,return-value]
+
+
+@pytest.fixture(autouse=True)
+def _no_fan_out_bursts(monkeypatch: pytest.MonkeyPatch) -> None:
+    import nanopy._lanes
+    import nanopy._round
+
+    monkeypatch.setattr(nanopy._round, "FANOUT_GAP", -1.0)
+    monkeypatch.setattr(nanopy._lanes, "FANOUT_GAP", -1.0)
+
+
+class _Pair(RuleBasedStateMachine):
+    """The fast driver and the reference, with the same pipes."""
+
+    core_cls: type = Push0
+    options: dict[str, Any] = {}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fast = _driver(self.core_cls, True, **self.options)
+        self.ref = _driver(self.core_cls, False, **self.options)
+        self.pipes: dict[int, tuple[_Pipe, _Pipe]] = {}
+        self.next_pid = 1
+        self.bodies = 0
+
+    def body(self, pid: int = 0) -> bytes:
+        self.bodies += 1
+        return b"p%02d:m%05d" % (pid, self.bodies)  # (one length: byte counts compare too)
+
+    @rule(credit=st.integers(0, 6))
+    def add_pipe(self, credit: int) -> None:
+        if len(self.pipes) >= 3:
+            return
+        pid = self.next_pid
+        self.next_pid += 1
+        pair = (_Pipe(pid), _Pipe(pid))
+        for driver, pipe in zip((self.fast, self.ref), pair, strict=True):
+            assert driver.add_pipe(pipe, PipeInfo(pid, f"p{pid}", 8, 8), credit)  # type: ignore[arg-type]
+        self.pipes[pid] = pair
+
+    @precondition(lambda self: self.pipes)
+    @rule(data=st.data())
+    def remove_pipe(self, data: st.DataObject) -> None:
+        pid = data.draw(st.sampled_from(sorted(self.pipes)))
+        del self.pipes[pid]
+        assert self.fast.remove_pipe(pid) == self.ref.remove_pipe(pid)
+
+    @invariant()
+    def same_stats(self) -> None:
+        assert self.fast.sent_counts() == self.ref.sent_counts()
+        assert self.fast.received_counts() == self.ref.received_counts()
+        assert self.fast.core.drops == self.ref.core.drops
+        assert self.fast.closed == self.ref.closed
+
+
+class SenderPair(_Pair):
+    """PUSH (the send lane of a sole pipe; round robin over several)."""
+
+    @rule(n=st.integers(1, 12))
+    def send(self, n: int) -> None:
+        for _ in range(n):
+            body = self.body()
+            assert self.fast.try_send(body, b"") == self.ref.try_send(body, b"")
+
+    @rule(n=st.integers(1, 3))
+    def blocked_send_waits_the_usual_way(self, n: int) -> None:
+        # What a caller that has to wait tries (Waiting.call's attempt), once.
+        for _ in range(n):
+            body = self.body()
+            got = [d.try_once(d.send_attempt(body)) for d in (self.fast, self.ref)]
+            assert repr(got[0]) == repr(got[1])
+
+    @precondition(lambda self: self.pipes)
+    @rule(data=st.data())
+    def kernel_takes(self, data: st.DataObject) -> None:
+        pid = data.draw(st.sampled_from(sorted(self.pipes)))
+        fast, ref = self.pipes[pid]
+        assert fast.unwritten == ref.unwritten
+        n = data.draw(st.integers(0, fast.unwritten))
+        if n:
+            for driver, pipe in ((self.fast, fast), (self.ref, ref)):
+                pipe.unwritten -= n
+                driver.credit(pid, n)
+
+    @invariant()
+    def same_deliveries(self) -> None:
+        for fast, ref in self.pipes.values():
+            assert fast.written == ref.written
+        assert self.fast.writable() == self.ref.writable()
+
+
+class PublisherPair(SenderPair):
+    """PUB, lossless (waits for credit) and dropping (counts drops)."""
+
+    core_cls = Pub0
+    options = {"overflow": "block"}
+
+
+class DroppingPublisherPair(SenderPair):
+    core_cls = Pub0
+    options = {"overflow": "drop"}
+
+
+class ReceiverPair(_Pair):
+    """PULL: runs of a sole ready pipe against one message per round."""
+
+    core_cls = Pull0
+    options = {"recv_buffer": 16}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.received: tuple[dict[bytes, list[bytes]], dict[bytes, list[bytes]]] = ({}, {})
+
+    @precondition(lambda self: self.pipes)
+    @rule(data=st.data(), n=st.integers(1, 12))
+    def deliver(self, data: st.DataObject, n: int) -> None:
+        pid = data.draw(st.sampled_from(sorted(self.pipes)))
+        payloads = [self.body(pid) for _ in range(n)]
+        assert self.fast.deliver(pid, list(payloads)) == self.ref.deliver(pid, list(payloads))
+
+    def _took(self, got: list[Any]) -> None:
+        """Both drivers received something, or both nothing; note what, per pipe."""
+        bodies = [getattr(m, "body", m) for m in got]
+        assert isinstance(bodies[0], bytes) == isinstance(bodies[1], bytes)
+        for log, body in zip(self.received, bodies, strict=True):
+            if isinstance(body, bytes):
+                log.setdefault(body[:3], []).append(body)
+
+    @rule(n=st.integers(1, 20))
+    def recv(self, n: int) -> None:
+        for _ in range(n):
+            self._took([self.fast.try_recv_body(), self.ref.try_recv_body()])
+
+    @rule(limit=st.integers(1, 20))
+    def recv_batch(self, limit: int) -> None:
+        got = [self.fast.recv_bodies(limit), self.ref.recv_bodies(limit)]
+        assert len(got[0]) == len(got[1])
+        for a, b in zip(*got, strict=True):
+            self._took([a, b])
+
+    @rule()
+    def recv_msg(self) -> None:
+        got = [d.try_once(d.recv_attempt) for d in (self.fast, self.ref)]
+        self._took(got)
+        for msg in got:  # a run keeps its pipe for recv_msg
+            if not isinstance(msg, Message):
+                continue
+            assert msg.pipe == f"p{int(msg.body[1:3])}"  # (the fake pipes' tokens)
+
+    @invariant()
+    def same_order_per_pipe(self) -> None:
+        # Order holds per pipe and nothing is lost or doubled. Across pipes the two
+        # may interleave differently: a run is served before another pipe's newer
+        # messages (a retired pipe's run is never given back; see FairQueue).
+        fast, ref = self.received
+        for key in set(fast) | set(ref):
+            a, b = fast.get(key, []), ref.get(key, [])
+            short = min(len(a), len(b))
+            assert a[:short] == b[:short]
+        if not self.fast.readable():
+            assert fast == ref  # all taken: the same messages, each once
+
+    @invariant()
+    def same_readiness(self) -> None:
+        assert self.fast.readable() == self.ref.readable()
+
+
+TestSenderOracle = SenderPair.TestCase
+TestPublisherOracle = PublisherPair.TestCase
+TestDroppingPublisherOracle = DroppingPublisherPair.TestCase
+TestReceiverOracle = ReceiverPair.TestCase
+for _case in (TestSenderOracle, TestPublisherOracle, TestDroppingPublisherOracle, TestReceiverOracle):
+    _case.settings = ORACLE
+del _case  # (not a test of its own)
