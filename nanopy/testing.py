@@ -1,7 +1,10 @@
 """Helpers for testing code that uses nanopy (and for nanopy's own tests).
 
 * Addresses and waits for real sockets: :func:`ipc_url`, :func:`inproc_url`,
-  :func:`wait_pipes`, :func:`wait_no_pipes`, :func:`connect_pair`.
+  :func:`local_url`, :func:`free_port`, :func:`wait_pipes`, :func:`wait_no_pipes`,
+  :func:`connect_pair`, :func:`wait_for`.
+* The transport conformance kit: :func:`check_transport` runs the checks
+  nanopy's own transports pass against any registered scheme (a plug-in's too).
 * Virtual time: :func:`engine_in_this_loop` runs nanopy's engine inside the
   current trio run, so ``trio.testing.MockClock`` governs every timer;
   :func:`fake_transport` installs :class:`FakeTransport` (``fake://``), an
@@ -26,6 +29,10 @@ from typing import Any
 import trio
 
 from . import _engine, transports
+from ._conformance import check_transport as check_transport
+from ._conformance import free_port as free_port
+from ._conformance import local_url as local_url
+from ._conformance import wait_for as wait_for
 from ._errors import AddressError, AddressInUse, RemoteProtocolError
 from ._socket import Socket
 from .transports import Connection, Listener, PipeContext, Transport
@@ -292,9 +299,7 @@ class FakeConnection(Connection):
             await trio.sleep_forever()  # a peer that never answers: the engine's timeout ends it
         peer_ctx = self.peer.ctx
         if peer_ctx.protocol_id != self.ctx.peer_id:
-            raise RemoteProtocolError(
-                f"fake: peer speaks protocol {peer_ctx.protocol_id}, expected {self.ctx.peer_id}"
-            )
+            raise RemoteProtocolError(f"fake: peer speaks protocol {peer_ctx.protocol_id}, expected {self.ctx.peer_id}")
         self.transport._record("handshake", self.url, self.side)
         await trio.lowlevel.checkpoint()
 
@@ -436,9 +441,7 @@ class FakeTransport(Transport):
 
     def ends(self, url: str | None = None, side: str | None = None) -> list[FakeConnection]:
         """The connection ends made for ``url`` on ``side`` (``"dialer"``/``"listener"``)."""
-        return [
-            c for c in self.connections if (url is None or c.url == url) and (side is None or c.side == side)
-        ]
+        return [c for c in self.connections if (url is None or c.url == url) and (side is None or c.side == side)]
 
     # -- the plug-in contract -------------------------------------------------------------------
     def check_url(self, url: str) -> None:

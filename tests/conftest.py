@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import nanopy
-from nanopy.testing import inproc_url, ipc_url
+from nanopy.testing import local_url
 
 # Transports every socket-level test can run over.
 TRANSPORTS = ("tcp", "ipc", "inproc")
@@ -32,13 +32,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def bind_url(transport: str, tag: str = "t") -> str:
     """A fresh address to bind for ``transport`` (tcp port 0 = any free port)."""
-    if transport == "tcp":
-        return "tcp://127.0.0.1:0"
-    if transport == "ipc":
-        return ipc_url(tag)
-    if transport == "inproc":
-        return inproc_url(tag)
-    raise ValueError(transport)
+    return local_url(transport, tag)
 
 
 @pytest.fixture(params=TRANSPORTS)
@@ -142,8 +136,12 @@ def ws_close_times(monkeypatch: pytest.MonkeyPatch) -> WsCloseTimes:
         # websockets words an EOF inside a frame "stream ends after N bytes, expected M"
         exc = proto.parser_exc if proto is not None else None
         cut_short = isinstance(exc, EOFError) and "stream ends after" in str(exc)
-        times.record("dialer" if self._client else "listener", trio.current_time() - start,
-                     rcvd.code if rcvd is not None else None, cut_short)
+        times.record(
+            "dialer" if self._client else "listener",
+            trio.current_time() - start,
+            rcvd.code if rcvd is not None else None,
+            cut_short,
+        )
 
     monkeypatch.setattr(WsConnection, "aclose", timed_aclose)
     return times

@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import nanopy.testing
+
 SP_MAGIC = b"\x00SP\x00"
 
 
@@ -220,9 +222,4 @@ def _cut(a: socket.socket, b: socket.socket, rst: bool) -> None:
         s.close()
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout}s")
-        time.sleep(0.005)
+wait_for = nanopy.testing.wait_for  # (the shared helper; kept under this name for the fault tests)

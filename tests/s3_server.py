@@ -11,11 +11,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from nanopy.testing import free_port
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+_free_port = free_port  # (nanopy.testing's shared helper)
 
 
 @contextmanager

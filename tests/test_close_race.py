@@ -8,22 +8,18 @@ ipc and ws; inproc names too).
 from __future__ import annotations
 
 import random
-import socket
 import threading
 import time
 
 import pytest
 
 import nanopy
-from nanopy.testing import inproc_url, ipc_url
+from nanopy.testing import free_port, inproc_url, ipc_url
 
 ROUNDS = 40
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+_free_port = free_port  # (nanopy.testing's shared helper)
 
 
 def _fresh_url(scheme: str) -> str:

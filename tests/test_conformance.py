@@ -20,7 +20,7 @@ from tls_certs import tls_files
 
 import nanopy
 import nanopy.transports
-from nanopy.testing import inproc_url, ipc_url, wait_no_pipes, wait_pipes
+from nanopy.testing import check_transport, local_url, wait_no_pipes, wait_pipes
 from nanopy.transports import PipeContext
 
 EXAMPLE_SRC = Path(__file__).resolve().parent.parent / "examples" / "plugins" / "src"
@@ -37,13 +37,7 @@ LOCAL_ONLY = {"inproc", "ipc", "zmtp+ipc"}
 
 
 def bind_url(scheme: str) -> str:
-    if scheme in ("ipc", "zmtp+ipc"):
-        return scheme + ipc_url("conf").removeprefix("ipc")
-    if scheme == "inproc":
-        return inproc_url("conf")
-    if scheme in ("ws", "wss"):
-        return f"{scheme}://127.0.0.1:0/conformance"
-    return f"{scheme}://127.0.0.1:0"
+    return local_url(scheme, "conf")
 
 
 def accepts_tls(scheme: str) -> bool:
@@ -224,9 +218,20 @@ def test_close_socket_while_accepting_and_dialing(scheme: str, make_socket: Any)
     a = make_socket("pair")
     ep = a.bind(bind_url(scheme), **bind_opts(scheme))
     b = make_socket("pair", reconnect_interval=0.01)
-    b.connect(bind_url(scheme).replace(":0", ":1") if scheme not in LOCAL_ONLY else bind_url(scheme),
-              **connect_opts(scheme))
+    b.connect(
+        bind_url(scheme).replace(":0", ":1") if scheme not in LOCAL_ONLY else bind_url(scheme), **connect_opts(scheme)
+    )
     a.close()
     b.close()
     c = make_socket("pair")
     c.bind(ep.url, **bind_opts(scheme))  # the address was released
+
+
+def test_check_transport(scheme: str) -> None:
+    """The public kit (nanopy.testing.check_transport) passes for every registered scheme."""
+    check_transport(scheme, bind_options=bind_opts(scheme), connect_options=connect_opts(scheme))
+
+
+def test_check_transport_refuses_an_unknown_scheme() -> None:
+    with pytest.raises(ValueError, match="no transport registered for 'nope'"):
+        check_transport("nope")

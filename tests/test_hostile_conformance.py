@@ -30,7 +30,7 @@ from websockets.uri import parse_uri
 
 import nanopy
 from nanopy._wire import encode_header
-from nanopy.testing import ipc_url, wait_pipes
+from nanopy.testing import local_url, wait_pipes
 
 SCHEMES = ("tcp", "ipc", "tls+tcp", "ws", "wss")
 TLS = ("tls+tcp", "wss")
@@ -39,11 +39,7 @@ PUSH_HEADER = encode_header(0x50)
 
 
 def bind_url(scheme: str) -> str:
-    if scheme == "ipc":
-        return ipc_url("hostile-conf")
-    if scheme in ("ws", "wss"):
-        return f"{scheme}://127.0.0.1:0/hostile"
-    return f"{scheme}://127.0.0.1:0"
+    return local_url(scheme, "hostile")
 
 
 def tls_opts(scheme: str, ctx: ssl.SSLContext) -> dict[str, Any]:
@@ -334,8 +330,9 @@ def test_listener_out_of_descriptors_backs_off_quietly(make_socket: Any) -> None
     import subprocess
     import sys
 
-    proc = subprocess.Popen([sys.executable, "-c", FD_LISTENER], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", FD_LISTENER], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout is not None
         urls = proc.stdout.readline().split()

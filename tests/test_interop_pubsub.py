@@ -9,7 +9,7 @@ from conftest import wait_until
 from peers import need_tool, pynng_dial, pynng_socket, read_exactly, run_tool
 
 import nanopy
-from nanopy.testing import ipc_url, wait_pipes
+from nanopy.testing import ipc_url, local_url, wait_pipes
 
 pytestmark = pytest.mark.interop
 
@@ -17,7 +17,7 @@ MakeSocket = Callable[..., nanopy.Socket]
 
 
 def bind_url(transport: str) -> str:
-    return "tcp://127.0.0.1:0" if transport == "tcp" else ipc_url("ips")
+    return local_url(transport, "ips")
 
 
 def send_until(pub_send: Callable[[bytes], None], recv: Callable[[], bytes], marker: bytes, tries: int = 100) -> None:
