@@ -246,3 +246,43 @@ TestReceiverOracle = ReceiverPair.TestCase
 for _case in (TestSenderOracle, TestPublisherOracle, TestDroppingPublisherOracle, TestReceiverOracle):
     _case.settings = ORACLE
 del _case  # (not a test of its own)
+
+
+def test_a_run_given_back_while_a_receiver_pops_it_loses_and_doubles_nothing() -> None:
+    """FairQueue.run's two owners: receivers pop the left without the lock while the
+    core, under the lock, gives the rest back from the right (give_back_run)."""
+    from nanopy._core import FairQueue
+
+    for _ in range(20):
+        options = new_options("pull")
+        options.recv_buffer = 1 << 16
+        fq = FairQueue([], options)
+        fq.add(1, 8)
+        fq.add(2, 8)
+        bodies = [b"%05d" % i for i in range(5000)]
+        fq.push(1, list(bodies))
+        fq.run.extend(fq.take_run(len(bodies)))
+        taken: list[bytes] = []
+        start = threading.Event()
+
+        def receiver() -> None:
+            start.wait()
+            popleft = fq.run.popleft
+            while True:
+                try:
+                    taken.append(popleft())
+                except IndexError:
+                    return
+
+        thread = threading.Thread(target=receiver)
+        thread.start()
+        start.set()
+        fq.push(2, [b"other"])  # another pipe has a message: the run goes back
+        thread.join(10)
+        rest = []
+        while fq:
+            rest.append(fq.pop())
+        back = [b for b in rest if b != b"other"]
+        assert sorted(taken + back) == bodies  # each body exactly once
+        assert taken == bodies[: len(taken)]  # the receiver got a prefix, in order
+        assert back == bodies[len(taken) :]  # the rest went back in order
