@@ -24,6 +24,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from test_driver import _InstantPipe
 
 from nanopy._core import PipeInfo
 from nanopy._driver import SocketDriver
@@ -35,28 +36,20 @@ from nanopy.protocols.pubsub import Pub0
 ORACLE = settings(max_examples=100, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-class _Pipe:
-    """A pipe driver that keeps what it is given (credit back only on ``drain``)."""
+class _Pipe(_InstantPipe):
+    """A pipe driver that keeps what it is given (credit back only on ``kernel_takes``)."""
 
     def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.written: list[bytes] = []
+        super().__init__(pid, instant=False)
         self.unwritten = 0  # given, credit not returned yet
-        self.lock = threading.Lock()
-        self.lane_credit = self.lane_bytes = 0
-        self.rx_msgs = self.rx_bytes = 0
         self.paused = False
         self.resumed = 0
 
     def transmit(self, payload: bytes, idle: bool | None = None, framed: Any = None, lane: bool = False) -> int:
-        if lane:
-            if self.lane_credit <= 0:
-                return -1
-            self.lane_credit -= 1
-            self.lane_bytes += len(payload)
-        self.written.append(payload)
-        self.unwritten += 1
-        return 0
+        done = super().transmit(payload, idle, framed, lane)
+        if done >= 0:
+            self.unwritten += 1
+        return done
 
     def resume_read(self) -> None:
         self.resumed += 1
