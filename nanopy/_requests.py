@@ -12,12 +12,12 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ._driver import checkpoint_after, checkpoint_before
-from ._errors import ProtocolError
 from ._message import Message
 from ._util import DEFAULT, as_bytes
 
 if TYPE_CHECKING:
     from ._driver import SocketDriver
+    from ._operations import Operations
     from ._waiters import WaitQueue
 
 
@@ -29,38 +29,29 @@ class RequestMethods:
     """
 
     _driver: SocketDriver
+    _ops: Operations
     _options: Any
     raw: bool
     name: Any
 
     if TYPE_CHECKING:
 
-        def _core_method(self, name: str, what: str) -> Callable[..., Any]: ...
-
         def _outgoing(self, data: Any) -> bytes: ...
 
         @staticmethod
         def _timeout(timeout: Any, default: float | None) -> float | None: ...
 
-    def _cooked_method(self, name: str, what: str) -> Callable[..., Any]:
-        if self.raw:
-            raise ProtocolError(f"{self.name}: {what} is not available on raw sockets")
-        return self._core_method(name, what)
-
     def _start_request(self, data: bytes) -> tuple[int, WaitQueue]:
         driver = self._driver
-        start = self._cooked_method("start_request", "request()")
-        core: Any = driver.core
-        rid = driver.start_id(lambda: start(data), core.reply_ready, len(data))
+        core = self._ops.requests()
+        rid = driver.start_id(lambda: core.start_request(data), core.reply_ready, len(data))
         return rid, driver.id_queues[rid]
 
     def _take_reply_attempt(self, rid: int) -> Callable[[], Message | None]:
-        core: Any = self._driver.core
-        return self._driver.take_attempt(rid, core.take_reply, one_shot=True)
+        return self._driver.take_attempt(rid, self._ops.requests().take_reply, one_shot=True)
 
     def _forget_request(self, rid: int) -> None:
-        core: Any = self._driver.core
-        self._driver.forget_id(rid, core.cancel_request)
+        self._driver.forget_id(rid, self._ops.requests().cancel_request)
 
     def request(self, data: Any, *, timeout: float | None = DEFAULT) -> bytes:
         """REQ: send ``data`` as a new request and return the reply to it.
@@ -131,7 +122,7 @@ class RequestMethods:
         if data.__class__ is not bytes:
             data = self._outgoing(data)
         driver = self._driver
-        core: Any = driver.core
+        core = self._ops.replies()
 
         def reply() -> None:
             core.reply(route, data)
@@ -148,14 +139,12 @@ class RequestMethods:
     def _start_survey(self, data: Any) -> tuple[int, WaitQueue]:
         data = as_bytes(data)
         driver = self._driver
-        start = self._cooked_method("start_survey", "survey()")
-        core: Any = driver.core
-        sid = driver.start_id(lambda: start(data), core.answer_ready, len(data))
+        core = self._ops.surveys()
+        sid = driver.start_id(lambda: core.start_survey(data), core.answer_ready, len(data))
         return sid, driver.id_queues[sid]
 
     def _take_answer_attempt(self, sid: int) -> Callable[[], Message | None]:
-        core: Any = self._driver.core
-        return self._driver.take_attempt(sid, core.take_answer, one_shot=False)
+        return self._driver.take_attempt(sid, self._ops.surveys().take_answer, one_shot=False)
 
     def _end_survey(self, sid: int) -> None:
         self._driver.forget_id(sid)

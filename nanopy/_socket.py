@@ -28,6 +28,7 @@ from ._lifecycle import SocketTasks
 from ._message import Pipe
 from ._multipart import MultipartMixin
 from ._observe import PipeList, socket_stats
+from ._operations import Operations
 from ._options import OptionAttributes, docstring_section, make_descriptors, new_options
 from ._pipe import PipeDriver
 from ._poller import Pollable
@@ -104,6 +105,8 @@ class Socket(Messaging, PipeHosting, RequestMethods, MultipartMixin, Pollable, O
                 raise TypeError(f"unknown socket option {key!r}; options are: {', '.join(sorted(_OPTION_NAMES))}")
             setattr(self, key, value)
         self._driver = SocketDriver(core_cls(self._options, raw=raw), self._get_name, lambda: self._engine)
+        # What the core offers beyond send/recv, looked up once (nanopy/_operations.py).
+        self._ops = Operations(self._driver.core, raw, self._driver.core.name, self._get_name)
         # Every engine task of this socket runs in this tree (nanopy/_lifecycle.py).
         self._tasks = SocketTasks(self._get_name, lambda: self._engine, lambda: list(self._driver.pipe_drivers()))
         self._driver.spawn_task = self._tasks.start_task

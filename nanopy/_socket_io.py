@@ -9,13 +9,12 @@ May call: the socket's driver only (nanopy/_driver.py and its parts).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from trio.lowlevel import cancel_shielded_checkpoint
 
 from ._driver import _Blocked, cancellation_point, in_trio
-from ._errors import Closed, ProtocolError, WouldBlock
+from ._errors import Closed, WouldBlock
 from ._message import Message
 from ._util import DEFAULT as _DEFAULT
 from ._util import as_bytes
@@ -23,6 +22,7 @@ from ._waiters import WaitQueue
 
 if TYPE_CHECKING:
     from ._driver import SocketDriver
+    from ._operations import Operations
 
 
 def _never() -> bool:
@@ -33,6 +33,7 @@ class Messaging:
     """Sending and receiving, mixed into :class:`nanopy.Socket`."""
 
     _driver: SocketDriver
+    _ops: Operations
     _options: Any
     raw: bool
     name: Any
@@ -299,12 +300,6 @@ class Messaging:
     # -- protocol conveniences ----------------------------------------------------------
     # Each delegates to an optional core method; a protocol without it raises
     # ProtocolError. REQ/REP and SURVEYOR methods live below (issue: protocols).
-    def _core_method(self, name: str, what: str) -> Callable[..., Any]:
-        method: Callable[..., Any] | None = getattr(self._driver.core, name, None)
-        if method is None:
-            raise ProtocolError(f"{self.name}: {what} is not available on {self._driver.core.name} sockets")
-        return method
-
     def subscribe(self, topic: bytes | str) -> None:
         """SUB: receive messages that start with ``topic``.
 
@@ -317,7 +312,7 @@ class Messaging:
             Closed: the socket is closed.
         """
         topic = topic.encode() if isinstance(topic, str) else as_bytes(topic)
-        self._driver.feed(self._core_method("subscribe", "subscribe()"), topic)
+        self._driver.feed(self._ops.topics("subscribe()").subscribe, topic)
         self._subscriptions_changed()
 
     def unsubscribe(self, topic: bytes | str) -> None:
@@ -332,7 +327,7 @@ class Messaging:
             Closed: the socket is closed.
         """
         topic = topic.encode() if isinstance(topic, str) else as_bytes(topic)
-        self._driver.feed(self._core_method("unsubscribe", "unsubscribe()"), topic)
+        self._driver.feed(self._ops.topics("unsubscribe()").unsubscribe, topic)
         self._subscriptions_changed()
 
     def _subscriptions_changed(self) -> None:
