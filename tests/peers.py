@@ -8,8 +8,30 @@ Generic on purpose (shared by every interop test file):
 * :func:`parse_msgpack_bins` splits ``--msgpack`` output into message bodies (it keeps
   empty messages visible, unlike ``--raw``);
 * :func:`free_tcp_url` picks a loopback port for a tool that must listen;
-* :func:`pynng_socket` opens a pynng socket and always closes it, after ours
+* :func:`pynng_peer` runs a pynng socket in a child process; :func:`pynng_socket`
+  opens one in this process (tcp/ipc only). Both close it after ours
   (:func:`close_pynng_last`: NNG's ws pipe close can race a peer's and abort).
+
+pynng peers and NNG's aborts (issue 22). NNG 1.5 can abort its process (SIGABRT
+in its close of a ws pipe) however carefully we order the closes, so every pynng
+peer on ws, wss or tls+tcp lives in a child process, ``tests/pynng_child.py``,
+driven over a pipe (pickled commands: open, call a method, get/set an option,
+list pipes, close). :class:`PynngPeer` stands for the socket: ``send``, ``recv``,
+``recv_msg().bytes``, ``dial``, ``listen``, ``subscribe``, options as attributes,
+``pipes`` as :class:`PipeInfo`; pynng's exceptions come back as pynng's classes.
+Children come from a small pool (a spare starts while a test runs), so a peer
+costs about what an in-process one does. What a test sees when a child dies:
+
+* in the peer's close (``with pynng_peer(...)``'s exit, after the test's own
+  work): a :class:`PynngCloseCrashed` warning with the signal and the child's
+  stderr -- NNG's bug, not ours, and not a failure;
+* during a call the test makes (or the child stops answering for
+  :data:`CHILD_REPLY_TIMEOUT`): :class:`PynngPeerDied`, an ``AssertionError``
+  that fails the test with the same details.
+
+pytest itself never goes down with NNG. :func:`pynng_socket` (in process; it
+offers pynng's pipe callbacks and sharing one socket between threads) refuses
+ws/wss/tls+tcp URLs and points to :func:`pynng_peer`.
 
 Known tool quirks (nanomsg-utils 1.1.5, nng-utils 1.5.2):
 
@@ -23,17 +45,27 @@ Known tool quirks (nanomsg-utils 1.1.5, nng-utils 1.5.2):
 
 from __future__ import annotations
 
+import atexit
+import builtins
+import inspect
 import os
+import pickle
 import random
 import select
 import shutil
+import signal
 import socket
 import struct
 import subprocess
+import sys
+import tempfile
+import threading
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -222,28 +254,49 @@ def free_tcp_url(host: str = "127.0.0.1") -> str:
 PYNNG_PIPES_GONE = 3.0
 
 
+#: URL schemes whose NNG close can abort the process: only :func:`pynng_peer` may use them
+CRASH_PRONE_SCHEMES = ("ws://", "wss://", "tls+tcp://")
+
+
 @contextmanager
 def pynng_socket(kind: str, **options: Any) -> Iterator[Any]:
-    """Open ``pynng.<kind>(**options)`` (e.g. ``"Pull0"``) and close it at exit, ours first.
+    """Open ``pynng.<kind>(**options)`` (e.g. ``"Pull0"``) in this process; close it at exit, ours first.
 
-    NNG 1.5's close of a pipe whose peer closes at the same moment can abort the
-    process (SIGABRT inside its ws pipe close). So the exit closes our side first
-    (:func:`close_pynng_last`) and the pynng socket last, when it has no pipe of
-    ours left to race on.
+    For tcp and ipc: ws, wss and tls+tcp peers must be :func:`pynng_peer` (NNG's
+    close of those pipes can abort the process). The exit closes our side first
+    (:func:`close_pynng_last`) and the pynng socket last.
     """
     pynng = pytest.importorskip("pynng")
+    for url in (options.get("listen"), options.get("dial")):
+        _refuse_crash_prone(url)
     sock = getattr(pynng, kind)(**options)
+    for method in ("listen", "dial"):
+        setattr(sock, method, _guarded(getattr(sock, method)))
     try:
         yield sock
     finally:
         close_pynng_last(sock)
 
 
+def _refuse_crash_prone(url: object) -> None:
+    if isinstance(url, str) and url.startswith(CRASH_PRONE_SCHEMES):
+        raise ValueError(f"{url}: NNG can abort the process closing this transport; use peers.pynng_peer()")
+
+
+def _guarded(method: Any) -> Any:
+    def call(url: str, *args: Any, **kwargs: Any) -> Any:
+        _refuse_crash_prone(url)
+        return method(url, *args, **kwargs)
+
+    return call
+
+
 def _address(pipe: Any) -> str | None:
     try:
-        return str(pipe.local_address)
+        addr = pipe.local_address
     except Exception:  # a pipe NNG is tearing down
         return None
+    return None if addr is None else str(addr)
 
 
 def close_pynng_last(sock: Any) -> None:
@@ -287,3 +340,250 @@ def ipv6_available() -> bool:
     except OSError:
         return False
     return True
+
+
+# -- pynng peers in a child process -------------------------------------------------------
+class PynngPeerDied(AssertionError):
+    """The child process hosting a :func:`pynng_peer` died (or stopped answering) mid-test."""
+
+
+class PynngCloseCrashed(UserWarning):
+    """NNG took its child process down while the peer was being closed (the test had passed)."""
+
+
+#: seconds the parent waits for one command's reply (pynng's own timeouts are shorter)
+CHILD_REPLY_TIMEOUT = 30.0
+#: idle children kept for the next peer: a few, so a test with several peers reuses them
+CHILD_POOL_SIZE = 4
+_CHILD_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pynng_child.py")
+_SIGNALS = {-signal.SIGABRT: "SIGABRT", -signal.SIGSEGV: "SIGSEGV", -signal.SIGKILL: "SIGKILL"}
+
+
+class _Child:
+    """One ``tests/pynng_child.py`` process and its command pipe (one command at a time)."""
+
+    def __init__(self) -> None:
+        self.stderr = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(
+            [sys.executable, _CHILD_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr
+        )
+        self.lock = threading.Lock()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def ask(self, what: str, cmd: tuple[Any, ...]) -> Any:
+        """Send ``cmd``; its reply, or :class:`PynngPeerDied` naming ``what`` and how the child ended."""
+        with self.lock:
+            assert self.proc.stdin is not None and self.proc.stdout is not None
+            data = pickle.dumps(cmd, protocol=pickle.HIGHEST_PROTOCOL)
+            try:
+                self.proc.stdin.write(struct.pack(">I", len(data)) + data)
+                self.proc.stdin.flush()
+            except (BrokenPipeError, ValueError):
+                raise self.died(what) from None
+            head = _read_fd(self.proc.stdout.fileno(), 4, CHILD_REPLY_TIMEOUT)
+            if len(head) < 4:
+                raise self.died(what)
+            (size,) = struct.unpack(">I", head)
+            body = _read_fd(self.proc.stdout.fileno(), size, CHILD_REPLY_TIMEOUT)
+            if len(body) < size:
+                raise self.died(what)
+        reply = pickle.loads(body)
+        if reply[0] == "ok":
+            return reply[1]
+        raise _pynng_error(*reply[1:])
+
+    def died(self, what: str) -> PynngPeerDied:
+        """Kill the child if it still runs (it did not answer in time) and describe its end."""
+        try:
+            code = self.proc.wait(timeout=2)
+            how = _SIGNALS.get(code, f"exit status {code}")
+        except subprocess.TimeoutExpired:
+            self.kill()
+            how = f"no reply within {CHILD_REPLY_TIMEOUT:.0f} s (killed)"
+        self.stderr.seek(0)
+        tail = self.stderr.read()[-2000:].decode(errors="replace").strip()
+        return PynngPeerDied(f"pynng peer process {self.proc.pid} ended with {how} during {what}; stderr: {tail!r}")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait(timeout=10)
+        for stream in (self.proc.stdin, self.proc.stdout, self.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def _read_fd(fd: int, n: int, timeout: float) -> bytes:
+    deadline = time.monotonic() + timeout
+    chunks: list[bytes] = []
+    have = 0
+    while have < n:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            break
+        chunk = os.read(fd, min(1 << 20, n - have))
+        if not chunk:
+            break  # EOF: the child is gone
+        chunks.append(chunk)
+        have += len(chunk)
+    return b"".join(chunks)
+
+
+def _pynng_error(name: str, text: str, errno: int | None) -> Exception:
+    """pynng's exception class of that name (tests catch ``pynng.Timeout``), else RuntimeError."""
+    import pynng
+
+    cls = getattr(pynng, name, None) or getattr(pynng.exceptions, name, None)
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        try:
+            return cls(text) if errno is None else cls(text, errno)
+        except TypeError:
+            pass
+    return RuntimeError(f"{name} in the pynng peer: {text}")
+
+
+_idle: list[_Child] = []
+_pool_lock = threading.Lock()
+
+
+def _take_child() -> _Child:
+    """An idle child (started while an earlier test ran), and a spare started for the next one."""
+    with _pool_lock:
+        while _idle:
+            child = _idle.pop()
+            if child.alive():
+                break
+            child.kill()
+        else:
+            child = _Child()
+        if not _idle:
+            _idle.append(_Child())  # starts now, imports pynng while this test runs
+    return child
+
+
+def _give_back(child: _Child) -> None:
+    with _pool_lock:
+        if child.alive() and len(_idle) < CHILD_POOL_SIZE:
+            _idle.append(child)
+            return
+    child.kill()
+
+
+@atexit.register
+def _kill_idle_children() -> None:
+    with _pool_lock:
+        while _idle:
+            _idle.pop().kill()
+
+
+class PipeInfo(NamedTuple):
+    """What the tests read of a pynng pipe in the child: its id and local address."""
+
+    id: int
+    local_address: str | None
+
+
+@dataclass(frozen=True)
+class ReceivedMessage:
+    """A ``pynng.Message`` as the parent sees it (``recv_msg().bytes``)."""
+
+    bytes: builtins.bytes
+
+
+class PynngPeer:
+    """Stands for ``pynng.<kind>`` living in a child process: the calls the tests make.
+
+    Any method (``send``, ``recv``, ``recv_msg``, ``dial``, ``listen``, ``subscribe``...)
+    runs in the child; options are read and set as attributes (``peer.recv_timeout = 10``);
+    ``pipes`` lists :class:`PipeInfo`. pynng's errors come back as pynng's classes.
+    """
+
+    _child: _Child
+    _kind: str
+
+    def __init__(self, child: _Child, kind: str) -> None:
+        object.__setattr__(self, "_child", child)
+        object.__setattr__(self, "_kind", kind)
+
+    @property
+    def pipes(self) -> list[PipeInfo]:
+        return [PipeInfo(*p) for p in self._child.ask(f"{self._kind}.pipes", ("pipes",))]
+
+    @property
+    def pid(self) -> int:
+        return self._child.proc.pid
+
+    def close(self) -> None:
+        self._child.ask(f"{self._kind}.close()", ("close",))
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if inspect.isfunction(inspect.getattr_static(_pynng_class(self._kind), name, None)):
+
+            def call(*args: Any, **kwargs: Any) -> Any:
+                value = self._child.ask(f"{self._kind}.{name}()", ("call", name, args, kwargs))
+                if isinstance(value, tuple) and len(value) == 2 and value[0] == "message":
+                    return ReceivedMessage(value[1])
+                return value
+
+            return call
+        return self._child.ask(f"reading {self._kind}.{name}", ("get", name))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name.startswith("_") or hasattr(type(self), name):
+            object.__setattr__(self, name, value)  # e.g. a test wrapping close()
+        else:
+            self._child.ask(f"setting {self._kind}.{name}", ("set", name, value))
+
+    def _abort_now(self) -> None:
+        """Containment test: the child aborts at once (as NNG does when its close races)."""
+        self._child.ask(f"{self._kind}: abort", ("abort",))
+
+    def _abort_on_close(self) -> None:
+        """Containment test: the child's next close aborts instead of closing."""
+        self._child.ask(f"{self._kind}: arm abort", ("abort_on_close",))
+
+
+def _pynng_class(kind: str) -> Any:
+    import pynng
+
+    return getattr(pynng, kind)
+
+
+@contextmanager
+def pynng_peer(kind: str, **options: Any) -> Iterator[PynngPeer]:
+    """Like :func:`pynng_socket`, but the pynng socket lives in a child process.
+
+    ``options`` are pynng's constructor keywords; ``tls_config`` is a dict for
+    ``pynng.TLSConfig`` whose ``"mode"`` (and ``"auth_mode"``) name the class's constants.
+    The exit closes ours first (:func:`close_pynng_last`), then the peer; a child that
+    dies in that close gives a :class:`PynngCloseCrashed` warning, not a failure.
+    """
+    pytest.importorskip("pynng")
+    child = _take_child()
+    peer = PynngPeer(child, kind)
+    try:
+        child.ask(f"pynng.{kind}(...)", ("open", kind, options))
+    except BaseException:
+        child.kill()
+        raise
+    died_in_test = False
+    try:
+        yield peer
+    except PynngPeerDied:
+        died_in_test = True  # the test fails with the child's end in its message
+        raise
+    finally:
+        if not died_in_test:
+            try:
+                close_pynng_last(peer)
+            except PynngPeerDied as exc:  # NNG's close race (issue 22): contained, reported
+                warnings.warn(PynngCloseCrashed(f"NNG crashed closing its {kind}, after the test: {exc}"),
+                              stacklevel=3)
+        _give_back(child)
