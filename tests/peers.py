@@ -19,12 +19,15 @@ driven over a pipe (pickled commands: open, call a method, get/set an option,
 list pipes, close). :class:`PynngPeer` stands for the socket: ``send``, ``recv``,
 ``recv_msg().bytes``, ``dial``, ``listen``, ``subscribe``, options as attributes,
 ``pipes`` as :class:`PipeInfo`; pynng's exceptions come back as pynng's classes.
-Children come from a small pool (a spare starts while a test runs), so a peer
-costs about what an in-process one does. What a test sees when a child dies:
+Each peer gets a fresh child (a spare is started while the test before runs),
+never one that hosted a socket before: NNG's threads can still crash after its
+close returned. A closed peer's child exits on its own and is reaped later.
+What a test sees when a child dies:
 
 * in the peer's close (``with pynng_peer(...)``'s exit, after the test's own
-  work): a :class:`PynngCloseCrashed` warning with the signal and the child's
-  stderr -- NNG's bug, not ours, and not a failure;
+  work) or in its exit after that: a :class:`PynngCloseCrashed` warning with
+  the signal, the child's stderr and the test that owned it -- NNG's bug, not
+  ours, and not a failure;
 * during a call the test makes (or the child stops answering for
   :data:`CHILD_REPLY_TIMEOUT`): :class:`PynngPeerDied`, an ``AssertionError``
   that fails the test with the same details.
@@ -63,7 +66,7 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -140,7 +143,11 @@ def wait_exit(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> int:
 
 def _read(proc: subprocess.Popen[bytes], want: int | None, timeout: float) -> bytes:
     assert proc.stdout is not None
-    fd = proc.stdout.fileno()
+    return _read_fd(proc.stdout.fileno(), want, timeout)
+
+
+def _read_fd(fd: int, want: int | None, timeout: float) -> bytes:
+    """Up to ``want`` bytes (None: until EOF) from ``fd``, or fewer when ``timeout`` passes."""
     deadline = time.monotonic() + timeout
     chunks: list[bytes] = []
     have = 0
@@ -353,8 +360,8 @@ class PynngCloseCrashed(UserWarning):
 
 #: seconds the parent waits for one command's reply (pynng's own timeouts are shorter)
 CHILD_REPLY_TIMEOUT = 30.0
-#: idle children kept for the next peer: a few, so a test with several peers reuses them
-CHILD_POOL_SIZE = 4
+#: children started ahead of need, so a peer's process is up (pynng imported) when a test asks
+CHILD_SPARES = 1
 _CHILD_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pynng_child.py")
 _SIGNALS = {-signal.SIGABRT: "SIGABRT", -signal.SIGSEGV: "SIGSEGV", -signal.SIGKILL: "SIGKILL"}
 
@@ -375,24 +382,32 @@ class _Child:
     def ask(self, what: str, cmd: tuple[Any, ...]) -> Any:
         """Send ``cmd``; its reply, or :class:`PynngPeerDied` naming ``what`` and how the child ended."""
         with self.lock:
-            assert self.proc.stdin is not None and self.proc.stdout is not None
-            data = pickle.dumps(cmd, protocol=pickle.HIGHEST_PROTOCOL)
             try:
-                self.proc.stdin.write(struct.pack(">I", len(data)) + data)
-                self.proc.stdin.flush()
-            except (BrokenPipeError, ValueError):
-                raise self.died(what) from None
-            head = _read_fd(self.proc.stdout.fileno(), 4, CHILD_REPLY_TIMEOUT)
-            if len(head) < 4:
-                raise self.died(what)
-            (size,) = struct.unpack(">I", head)
-            body = _read_fd(self.proc.stdout.fileno(), size, CHILD_REPLY_TIMEOUT)
-            if len(body) < size:
-                raise self.died(what)
+                body = self._exchange(what, cmd)
+            except BaseException:
+                self.kill()  # e.g. pytest-timeout mid-call: a late reply would answer the next command
+                raise
         reply = pickle.loads(body)
         if reply[0] == "ok":
             return reply[1]
         raise _pynng_error(*reply[1:])
+
+    def _exchange(self, what: str, cmd: tuple[Any, ...]) -> bytes:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        data = pickle.dumps(cmd, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            self.proc.stdin.write(struct.pack(">I", len(data)) + data)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            raise self.died(what) from None
+        head = _read_fd(self.proc.stdout.fileno(), 4, CHILD_REPLY_TIMEOUT)
+        if len(head) < 4:
+            raise self.died(what)
+        (size,) = struct.unpack(">I", head)
+        body = _read_fd(self.proc.stdout.fileno(), size, CHILD_REPLY_TIMEOUT)
+        if len(body) < size:
+            raise self.died(what)
+        return body
 
     def died(self, what: str) -> PynngPeerDied:
         """Kill the child if it still runs (it did not answer in time) and describe its end."""
@@ -415,23 +430,8 @@ class _Child:
         self.proc.wait(timeout=10)
         for stream in (self.proc.stdin, self.proc.stdout, self.stderr):
             if stream is not None:
-                stream.close()
-
-
-def _read_fd(fd: int, n: int, timeout: float) -> bytes:
-    deadline = time.monotonic() + timeout
-    chunks: list[bytes] = []
-    have = 0
-    while have < n:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
-            break
-        chunk = os.read(fd, min(1 << 20, n - have))
-        if not chunk:
-            break  # EOF: the child is gone
-        chunks.append(chunk)
-        have += len(chunk)
-    return b"".join(chunks)
+                with suppress(OSError):  # stdin's unsent bytes to a dead child
+                    stream.close()
 
 
 def _pynng_error(name: str, text: str, errno: int | None) -> Exception:
@@ -447,38 +447,63 @@ def _pynng_error(name: str, text: str, errno: int | None) -> Exception:
     return RuntimeError(f"{name} in the pynng peer: {text}")
 
 
-_idle: list[_Child] = []
+_spares: list[_Child] = []  # started, never used
+_retired: list[tuple[_Child, str]] = []  # closed peers' children on their way out, and whose they were
 _pool_lock = threading.Lock()
 
 
 def _take_child() -> _Child:
-    """An idle child (started while an earlier test ran), and a spare started for the next one."""
+    """A fresh child started while an earlier test ran, and a spare started for the next one.
+
+    Never one that hosted a socket before: NNG's threads can still crash after its
+    close returned (seen: an abort while the next socket was listening).
+    """
+    _reap_retired()
     with _pool_lock:
-        while _idle:
-            child = _idle.pop()
+        while _spares:
+            child = _spares.pop()
             if child.alive():
                 break
             child.kill()
         else:
             child = _Child()
-        if not _idle:
-            _idle.append(_Child())  # starts now, imports pynng while this test runs
+        while len(_spares) < CHILD_SPARES:
+            _spares.append(_Child())  # starts now, imports pynng while this test runs
     return child
 
 
-def _give_back(child: _Child) -> None:
+def _retire(child: _Child, owner: str) -> None:
+    """Let a closed peer's child exit on its own (EOF on its commands); reaped later."""
+    if not child.alive():
+        child.kill()
+        return
+    assert child.proc.stdin is not None
+    with suppress(OSError):
+        child.proc.stdin.close()
     with _pool_lock:
-        if child.alive() and len(_idle) < CHILD_POOL_SIZE:
-            _idle.append(child)
-            return
-    child.kill()
+        _retired.append((child, owner))
+
+
+def _reap_retired() -> None:
+    """Collect retired children that exited; one NNG killed after its close is a warning."""
+    with _pool_lock:
+        done = [(c, o) for c, o in _retired if not c.alive()]
+        _retired[:] = [(c, o) for c, o in _retired if c.alive()]
+    for child, owner in done:
+        if child.proc.returncode < 0:
+            exc = child.died("its exit after close")
+            warnings.warn(PynngCloseCrashed(f"NNG crashed after closing {owner}: {exc}"), stacklevel=3)
+        child.kill()
 
 
 @atexit.register
-def _kill_idle_children() -> None:
+def _kill_children() -> None:
     with _pool_lock:
-        while _idle:
-            _idle.pop().kill()
+        children = _spares + [c for c, _ in _retired]
+        _spares.clear()
+        _retired.clear()
+    for child in children:
+        child.kill()
 
 
 class PipeInfo(NamedTuple):
@@ -580,10 +605,10 @@ def pynng_peer(kind: str, **options: Any) -> Iterator[PynngPeer]:
         died_in_test = True  # the test fails with the child's end in its message
         raise
     finally:
-        if not died_in_test:
-            try:
+        try:
+            if not died_in_test:
                 close_pynng_last(peer)
-            except PynngPeerDied as exc:  # NNG's close race (issue 22): contained, reported
-                warnings.warn(PynngCloseCrashed(f"NNG crashed closing its {kind}, after the test: {exc}"),
-                              stacklevel=3)
-        _give_back(child)
+        except PynngPeerDied as exc:  # NNG's close race (issue 22): contained, reported
+            warnings.warn(PynngCloseCrashed(f"NNG crashed closing its {kind}, after the test: {exc}"), stacklevel=3)
+        finally:
+            _retire(child, f"{kind} of {os.environ.get('PYTEST_CURRENT_TEST', '?')}")
