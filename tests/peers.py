@@ -15,8 +15,9 @@ Generic on purpose (shared by every interop test file):
 pynng peers and NNG's aborts (issue 22). NNG 1.5 can abort its process (SIGABRT
 in its close of a ws pipe) however carefully we order the closes, so every pynng
 peer on ws, wss or tls+tcp lives in a child process, ``tests/pynng_child.py``,
-driven over a pipe (pickled commands: open, call a method, get/set an option,
-list pipes, close). :class:`PynngPeer` stands for the socket: ``send``, ``recv``,
+started by a multiprocessing forkserver that imported pynng once (a new peer is a
+fork: milliseconds) and driven over a Pipe (commands: open, call a method, get/set
+an option, list pipes, close). :class:`PynngPeer` stands for the socket: ``send``, ``recv``,
 ``recv_msg().bytes``, ``dial``, ``listen``, ``subscribe``, options as attributes,
 ``pipes`` as :class:`PipeInfo`; pynng's exceptions come back as pynng's classes.
 Each peer gets a fresh child (a spare is started while the test before runs),
@@ -51,8 +52,8 @@ from __future__ import annotations
 import atexit
 import builtins
 import inspect
+import multiprocessing
 import os
-import pickle
 import random
 import select
 import shutil
@@ -60,13 +61,12 @@ import signal
 import socket
 import struct
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 import warnings
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -362,76 +362,80 @@ class PynngCloseCrashed(UserWarning):
 CHILD_REPLY_TIMEOUT = 30.0
 #: children started ahead of need, so a peer's process is up (pynng imported) when a test asks
 CHILD_SPARES = 1
-_CHILD_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pynng_child.py")
-_SIGNALS = {-signal.SIGABRT: "SIGABRT", -signal.SIGSEGV: "SIGSEGV", -signal.SIGKILL: "SIGKILL"}
+
+
+def _context() -> Any:
+    """A forkserver that imported pynng once: a new peer process is a fork of it (ms, not
+    the 100+ ms of starting Python and importing pynng). The server never opens a socket,
+    so it has no NNG threads to lose in the fork."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["pynng", "pynng_child"])
+    return ctx
 
 
 class _Child:
-    """One ``tests/pynng_child.py`` process and its command pipe (one command at a time)."""
+    """One peer process (:func:`pynng_child.serve`) and its command pipe (one command at a time)."""
 
     def __init__(self) -> None:
-        self.stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(
-            [sys.executable, _CHILD_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr
-        )
+        import pynng_child
+
+        ctx = _context()
+        self.stderr = tempfile.NamedTemporaryFile(prefix="pynng-peer-", suffix=".log")
+        self.conn, theirs = ctx.Pipe()
+        self.proc = ctx.Process(target=pynng_child.serve, args=(theirs, self.stderr.name), daemon=True)
+        self.proc.start()
+        theirs.close()
         self.lock = threading.Lock()
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return bool(self.proc.is_alive())
 
     def ask(self, what: str, cmd: tuple[Any, ...]) -> Any:
         """Send ``cmd``; its reply, or :class:`PynngPeerDied` naming ``what`` and how the child ended."""
         with self.lock:
             try:
-                body = self._exchange(what, cmd)
+                reply = self._exchange(what, cmd)
             except BaseException:
                 self.kill()  # e.g. pytest-timeout mid-call: a late reply would answer the next command
                 raise
-        reply = pickle.loads(body)
         if reply[0] == "ok":
             return reply[1]
         raise _pynng_error(*reply[1:])
 
-    def _exchange(self, what: str, cmd: tuple[Any, ...]) -> bytes:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        data = pickle.dumps(cmd, protocol=pickle.HIGHEST_PROTOCOL)
+    def _exchange(self, what: str, cmd: tuple[Any, ...]) -> Any:
         try:
-            self.proc.stdin.write(struct.pack(">I", len(data)) + data)
-            self.proc.stdin.flush()
-        except (BrokenPipeError, ValueError):
+            self.conn.send(cmd)
+            if not self.conn.poll(CHILD_REPLY_TIMEOUT):
+                raise self.died(what)
+            return self.conn.recv()
+        except (EOFError, OSError):
             raise self.died(what) from None
-        head = _read_fd(self.proc.stdout.fileno(), 4, CHILD_REPLY_TIMEOUT)
-        if len(head) < 4:
-            raise self.died(what)
-        (size,) = struct.unpack(">I", head)
-        body = _read_fd(self.proc.stdout.fileno(), size, CHILD_REPLY_TIMEOUT)
-        if len(body) < size:
-            raise self.died(what)
-        return body
 
     def died(self, what: str) -> PynngPeerDied:
         """Kill the child if it still runs (it did not answer in time) and describe its end."""
-        try:
-            code = self.proc.wait(timeout=2)
-            how = _SIGNALS.get(code, f"exit status {code}")
-        except subprocess.TimeoutExpired:
+        self.proc.join(2)
+        code = self.proc.exitcode
+        if code is None:
             self.kill()
             how = f"no reply within {CHILD_REPLY_TIMEOUT:.0f} s (killed)"
+        elif code < 0:
+            how = signal.Signals(-code).name
+        else:
+            how = f"exit status {code}"
         self.stderr.seek(0)
         tail = self.stderr.read()[-2000:].decode(errors="replace").strip()
         return PynngPeerDied(f"pynng peer process {self.proc.pid} ended with {how} during {what}; stderr: {tail!r}")
 
+    def end_commands(self) -> None:
+        """Close our end of the pipe: the child's loop sees EOF and the process exits."""
+        self.conn.close()
+
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.kill(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.proc.wait(timeout=10)
-        for stream in (self.proc.stdin, self.proc.stdout, self.stderr):
-            if stream is not None:
-                with suppress(OSError):  # stdin's unsent bytes to a dead child
-                    stream.close()
+        if self.proc.exitcode is None:
+            self.proc.kill()
+        self.proc.join(10)
+        self.conn.close()
+        self.stderr.close()
 
 
 def _pynng_error(name: str, text: str, errno: int | None) -> Exception:
@@ -477,9 +481,7 @@ def _retire(child: _Child, owner: str) -> None:
     if not child.alive():
         child.kill()
         return
-    assert child.proc.stdin is not None
-    with suppress(OSError):
-        child.proc.stdin.close()
+    child.end_commands()
     with _pool_lock:
         _retired.append((child, owner))
 
@@ -490,7 +492,7 @@ def _reap_retired() -> None:
         done = [(c, o) for c, o in _retired if not c.alive()]
         _retired[:] = [(c, o) for c, o in _retired if c.alive()]
     for child, owner in done:
-        if child.proc.returncode < 0:
+        if (child.proc.exitcode or 0) < 0:
             exc = child.died("its exit after close")
             warnings.warn(PynngCloseCrashed(f"NNG crashed after closing {owner}: {exc}"), stacklevel=3)
         child.kill()
@@ -541,7 +543,7 @@ class PynngPeer:
 
     @property
     def pid(self) -> int:
-        return self._child.proc.pid
+        return int(self._child.proc.pid)
 
     def close(self) -> None:
         self._child.ask(f"{self._kind}.close()", ("close",))

@@ -1,43 +1,46 @@
-"""A child process that hosts one pynng socket at a time for tests/peers.py's :func:`pynng_peer`.
+"""The process side of tests/peers.py's :func:`pynng_peer`: one pynng socket per process.
 
 NNG can abort its process while closing a ws pipe (issue 22); here that takes down
-only this child. The parent sends pickled commands on stdin, one frame each (4-byte
-big-endian length, then the pickle), and reads one reply frame per command on the
-descriptor that was stdout -- stdout itself goes to stderr so a stray print cannot
-corrupt a reply. Replies: ``("ok", value)`` or ``("err", exception class name, text, NNG errno or None)``.
+only this child. peers.py starts :func:`serve` through a multiprocessing forkserver
+(pynng imported once, each child a fork of it) and sends commands over a Pipe,
+one reply each: ``("ok", value)`` or ``("err", class name, text, NNG errno or None)``.
 
 Commands: ``("open", kind, options)``, ``("call", name, args, kwargs)``,
 ``("get", name)``, ``("set", name, value)``, ``("pipes",)``, ``("close",)``, and for
 the containment test ``("abort",)`` (abort now) and ``("abort_on_close",)``.
+The child ends when the parent closes its end of the Pipe.
 """
 
 from __future__ import annotations
 
 import os
-import pickle
-import struct
-import sys
-from typing import Any, BinaryIO
-
-import pynng
+from multiprocessing.connection import Connection
+from typing import Any
 
 
-def read_frame(stream: BinaryIO) -> Any:
-    head = stream.read(4)
-    if len(head) < 4:
-        return None  # the parent went away
-    (size,) = struct.unpack(">I", head)
-    return pickle.loads(stream.read(size))
-
-
-def write_frame(stream: BinaryIO, obj: Any) -> None:
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(struct.pack(">I", len(data)) + data)
-    stream.flush()
+def serve(conn: Connection, stderr_path: str) -> None:
+    """Run commands from ``conn`` until EOF; NNG's messages (and ours) go to ``stderr_path``."""
+    log = os.open(stderr_path, os.O_WRONLY | os.O_APPEND)
+    os.dup2(log, 2)
+    os.dup2(log, 1)
+    os.close(log)
+    host = Host()
+    while True:
+        try:
+            cmd = conn.recv()
+        except EOFError:
+            return
+        try:
+            reply: tuple[Any, ...] = ("ok", host.run(cmd))
+        except Exception as exc:
+            reply = ("err", type(exc).__name__, str(exc), getattr(exc, "errno", None))
+        conn.send(reply)
 
 
 def tls_config(spec: dict[str, Any]) -> Any:
     """A ``pynng.TLSConfig`` from a picklable dict; constant names are looked up on the class."""
+    import pynng
+
     spec = dict(spec)
     mode = getattr(pynng.TLSConfig, spec.pop("mode"))
     if isinstance(spec.get("auth_mode"), str):
@@ -48,6 +51,8 @@ def tls_config(spec: dict[str, Any]) -> Any:
 def plain(value: Any) -> Any:
     """What goes back to the parent: a received Message as its bytes, tagged; a
     Dialer, Listener or other NNG handle as None (it cannot leave this process)."""
+    import pynng
+
     if isinstance(value, pynng.Message):
         return ("message", value.bytes)
     if value is None or isinstance(value, (bytes, str, int, float)):
@@ -55,12 +60,23 @@ def plain(value: Any) -> Any:
     return None
 
 
+def local_address(pipe: Any) -> str | None:
+    try:
+        return str(pipe.local_address)
+    except Exception:  # a pipe NNG is tearing down
+        return None
+
+
 class Host:
+    """The one pynng socket of this process and the commands on it."""
+
     def __init__(self) -> None:
         self.sock: Any = None
         self.abort_on_close = False
 
     def run(self, cmd: tuple[Any, ...]) -> Any:
+        import pynng
+
         op = cmd[0]
         if op == "open":
             options = dict(cmd[2])
@@ -90,27 +106,3 @@ class Host:
             self.abort_on_close = True
             return None
         raise ValueError(f"unknown command {op!r}")
-
-
-def local_address(pipe: Any) -> str | None:
-    try:
-        return str(pipe.local_address)
-    except Exception:  # a pipe NNG is tearing down
-        return None
-
-
-def main() -> None:
-    replies = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)
-    commands = sys.stdin.buffer
-    host = Host()
-    while (cmd := read_frame(commands)) is not None:
-        try:
-            reply: tuple[Any, ...] = ("ok", host.run(cmd))
-        except Exception as exc:
-            reply = ("err", type(exc).__name__, str(exc), getattr(exc, "errno", None))
-        write_frame(replies, reply)
-
-
-if __name__ == "__main__":
-    main()
