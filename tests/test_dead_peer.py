@@ -143,10 +143,10 @@ def test_live_idle_websocket_pipe_stays() -> None:
 
 def test_nng_answers_our_pings() -> None:
     """An idle ws pipe to NNG (pynng) outlives several timeouts: NNG answers the PINGs."""
-    from peers import free_tcp_port, pynng_socket
+    from peers import free_tcp_port, pynng_peer
 
     url = f"ws://127.0.0.1:{free_tcp_port()}/"
-    with pynng_socket("Pair0", listen=url) as peer, nanopy.Socket("pair", dead_peer_timeout=1) as sock:
+    with pynng_peer("Pair0", listen=url) as peer, nanopy.Socket("pair", dead_peer_timeout=1) as sock:
         sock.connect(url)
         wait_pipes(sock)
         removed = threading.Event()
