@@ -1,6 +1,6 @@
 """ZMTP 3.1 heartbeats driven by ``dead_peer_timeout`` (issue 25, item 5).
 
-Every test runs a tcp and an ipc pipe side by side on one nanopy socket (one wait
+Most tests run a tcp and an ipc pipe side by side on one nanopy socket (one wait
 covers both transports):
 
 * a peer that completes the handshake and then says nothing is found by our PINGs
@@ -8,7 +8,8 @@ covers both transports):
 * a peer's PING TTL is honoured: the pipe ends once that peer is silent that long;
 * libzmq answers our PINGs (an idle pipe outlives several timeouts), and with its
   own heartbeats on (ZMQ_HEARTBEAT_IVL/TTL) it keeps a pipe alive through our PONGs;
-* no PINGs when the option is None, nor to a ZMTP 3.0 peer (3.0 has no PING).
+* no PINGs when the option is None, nor to a ZMTP 3.0 peer (3.0 has no PING);
+* a paused pipe (full queue) keeps PINGing, so libzmq does not drop it (tcp only).
 """
 
 from __future__ import annotations
@@ -240,3 +241,32 @@ def test_libzmq_heartbeats_keep_the_pipe(make_socket: MakeSocket, zctx: Any) -> 
         push.send(b"still here")
     assert sorted(z.recv() for z, _ in pulls) == [b"still here"] * 2
     assert push.stats().dead_pipes == 0
+
+
+def test_paused_pipe_keeps_pinging(make_socket: MakeSocket, zctx: Any) -> None:
+    """A nanopy PULL that reads nothing (its queue full) cannot answer libzmq's
+    PINGs; its own PINGs, which go on while it is paused, are what keep libzmq
+    (heartbeat timeout 0.8 s) from dropping the pipe and the messages in it."""
+    zpush = zctx.socket(zmq.PUSH)
+    zpush.linger = 0
+    zpush.sndhwm = 10
+    zpush.sndtimeo = 500
+    zpush.heartbeat_ivl = 100
+    zpush.heartbeat_timeout = 800
+    url = f"zmtp+tcp://127.0.0.1:{zpush.bind_to_random_port('tcp://127.0.0.1')}"
+    pull = make_socket("pull", dead_peer_timeout=1, recv_buffer=8)
+    pull.connect(url)
+    wait_pipes(pull)
+    conn = connections(pull)[0]
+    body = b"x" * 60000
+    sent = 0
+    while True:  # until every buffer on the way is full
+        try:
+            zpush.send(b"%06d" % sent + body)
+        except zmq.Again:
+            break
+        sent += 1
+    assert not pipe_removed(pull).wait(2.0)
+    assert conn._pings_sent >= 2  # (none before: libzmq's PINGs kept the pipe from silence)
+    assert [int(pull.recv(timeout=5)[:6]) for _ in range(sent)] == list(range(sent))
+    assert pull.stats().disconnects == pull.stats().dead_pipes == 0
