@@ -70,7 +70,7 @@ def _bind_and_connect(a: nanopy.Socket, b: nanopy.Socket, scheme: str) -> None:
     wait_pipes(b)
 
 
-@pytest.mark.parametrize("scheme", ["tcp", "ws", "tls+tcp", "wss"])
+@pytest.mark.parametrize("scheme", ["tcp", "ws", "tls+tcp", "wss", "zmtp+tcp"])
 def test_dialed_and_accepted_sockets_get_keepalive_and_user_timeout(scheme: str) -> None:
     with nanopy.Socket("pair", dead_peer_timeout=10) as a, nanopy.Socket("pair") as b:
         b.dead_peer_timeout = 10
