@@ -19,6 +19,43 @@ from collections.abc import Callable
 
 import trio
 
+#: A peer is closed for a PING flood when our PONG has waited unwritten for
+#: ``PONG_PATIENCE`` seconds (our writer is stuck: the peer leaves what we send
+#: unread) and more than ``MAX_UNANSWERED_PINGS`` PINGs came meanwhile. PINGs parsed
+#: from reads while our PONG is merely not written *yet* are no evidence: a reader
+#: bursting PINGs gets coalesced PONGs and is never closed for them.
+MAX_UNANSWERED_PINGS = 256
+PONG_PATIENCE = 1.0
+
+
+class PongDebt:
+    """The PINGs a peer sent while our last PONG waited unwritten (one connection).
+
+    ``owe(joined)`` is told, for each PING answered, whether its PONG joined one
+    still unwritten; it returns True once that went on for ``PONG_PATIENCE``
+    seconds over more than ``MAX_UNANSWERED_PINGS`` PINGs (a flood: close the
+    peer). :attr:`unanswered` and :attr:`since` say how many and since when
+    (``time.monotonic()``: the reader may be a user thread).
+    """
+
+    __slots__ = ("since", "unanswered")
+
+    def __init__(self) -> None:
+        self.unanswered = 0
+        self.since = 0.0
+
+    def owe(self, joined: bool, count: int = 1) -> bool:
+        now = time.monotonic()
+        if not joined:  # the previous PONG went out: a fresh wait starts
+            self.unanswered, self.since = 0, now
+            return False
+        self.unanswered += count
+        return self.unanswered > MAX_UNANSWERED_PINGS and now - self.since >= PONG_PATIENCE
+
+    def saturated(self) -> bool:
+        """More PONGs wait than a reader could need: answer no more until one is written."""
+        return self.unanswered > MAX_UNANSWERED_PINGS
+
 
 class PeerWatch:
     """One connection's dead-peer check (see the module docstring).

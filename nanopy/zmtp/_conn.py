@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from .._errors import RemoteProtocolError
 from ..transports._base import PipeContext
-from ..transports._keepalive import PeerWatch
+from ..transports._keepalive import PeerWatch, PongDebt
 from ..transports._stream import StreamConnection
 from . import _codec as codec
 from ._curve import Cipher
@@ -56,6 +56,7 @@ class ZmtpConnection(StreamConnection):
             ctx.recv_max_size, self.role.multi, self._command, self.role.single
         )
         self._send_control: Callable[..., bool] | None = None
+        self._pong_debt = PongDebt()
         self.peer_type = b""
         self.peer_identity = b""
         self.minor = 1
@@ -193,16 +194,32 @@ class ZmtpConnection(StreamConnection):
         self._send_control = send_control
         self.role.send_control = self._queue_control
 
-    def _queue_control(self, frame: bytes) -> None:
-        if self._send_control is not None:
-            self._send_control(frame, append=True)
+    def _queue_control(self, frame: bytes) -> bool:
+        """Queue a command after any not yet written; True if one was still there."""
+        return self._send_control is not None and self._send_control(frame, append=True)
+
+    def _answer_ping(self, context: bytes) -> None:
+        """A PONG for a PING. While our earlier commands wait unwritten, past
+        MAX_UNANSWERED_PINGS no more PONGs are queued (what waits answers for them:
+        memory stays bounded); a peer that goes on PINGing for PONG_PATIENCE while
+        they wait -- it reads nothing and the kernel's buffers are full -- is
+        closed as a flood."""
+        debt = self._pong_debt
+        flood = debt.owe(self._queue_control(b""))  # (b"": asks whether our last commands still wait)
+        if not debt.saturated():
+            self._queue_control(codec.encode_command(b"PONG", context))
+        if flood:
+            raise RemoteProtocolError(
+                f"the ZMTP peer {self.remote_address} sent {debt.unanswered} PINGs in "
+                f"{time.monotonic() - debt.since:.1f} s while leaving our frames unread"
+            )
 
     def _command(self, name: bytes, data: bytes) -> None:
         """A command after the handshake (reader side)."""
         self.last_heard = time.monotonic()
         if name == b"PING":
             # Answered always; the context (at most 16 octets) comes back as it was.
-            self._queue_control(codec.encode_command(b"PONG", data[2:18]))
+            self._answer_ping(data[2:18])
             if self._watch is not None and len(data) >= 2:
                 # The TTL (deciseconds, 0: none): the peer asks to be given up on
                 # after that long without a word from it (RFC 37).
