@@ -48,21 +48,22 @@ class MultipartMixin:
     _driver: SocketDriver
     _endpoints: list[Endpoint]
 
-    @property
-    def protocol(self) -> str:
-        raise NotImplementedError
+    if TYPE_CHECKING:  # what the mixin uses of Socket (declared for mypy only)
+        @property
+        def protocol(self) -> str:
+            raise NotImplementedError
 
-    def send(self, data: Any, *, timeout: float | None = DEFAULT) -> None:
-        raise NotImplementedError
+        def send(self, data: Any, *, timeout: float | None = DEFAULT) -> None:
+            raise NotImplementedError
 
-    async def asend(self, data: Any, *, timeout: float | None = DEFAULT) -> None:
-        raise NotImplementedError
+        async def asend(self, data: Any, *, timeout: float | None = DEFAULT) -> None:
+            raise NotImplementedError
 
-    def recv_msg(self, *, timeout: float | None = DEFAULT) -> Message:
-        raise NotImplementedError
+        def recv_msg(self, *, timeout: float | None = DEFAULT) -> Message:
+            raise NotImplementedError
 
-    async def arecv_msg(self, *, timeout: float | None = DEFAULT) -> Message:
-        raise NotImplementedError
+        async def arecv_msg(self, *, timeout: float | None = DEFAULT) -> Message:
+            raise NotImplementedError
 
     def send_multipart(self, parts: Iterable[Any], *, timeout: float | None = DEFAULT) -> None:
         """Send one message of several frames (ZeroMQ multipart) over ``zmtp+`` pipes.
@@ -80,7 +81,16 @@ class MultipartMixin:
         self.send(as_multipart(parts), timeout=timeout)
 
     async def asend_multipart(self, parts: Iterable[Any], *, timeout: float | None = DEFAULT) -> None:
-        """Async :meth:`send_multipart` (trio or asyncio)."""
+        """Async :meth:`send_multipart` (trio or asyncio).
+
+        Args:
+            parts: the frames, bytes-like.
+            timeout: as for :meth:`asend`.
+
+        Raises:
+            ProtocolError: as for :meth:`send_multipart`.
+            TypeError: ``parts`` is not a list of bytes-like frames.
+        """
         await self.asend(as_multipart(parts), timeout=timeout)
 
     def recv_multipart(self, *, timeout: float | None = DEFAULT) -> list[bytes]:
@@ -88,11 +98,21 @@ class MultipartMixin:
 
         Args:
             timeout: as for :meth:`recv`.
+
+        Returns:
+            The frames, in order (a one-item list for a single-frame message).
         """
         return self.recv_msg(timeout=timeout).parts
 
     async def arecv_multipart(self, *, timeout: float | None = DEFAULT) -> list[bytes]:
-        """Async :meth:`recv_multipart` (trio or asyncio)."""
+        """Async :meth:`recv_multipart` (trio or asyncio).
+
+        Args:
+            timeout: as for :meth:`arecv`.
+
+        Returns:
+            The frames, in order (a one-item list for a single-frame message).
+        """
         return (await self.arecv_msg(timeout=timeout)).parts
 
     # -- the checks the plain calls make (only for data that is not exactly bytes) --

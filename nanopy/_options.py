@@ -182,9 +182,10 @@ OPTION_TABLE: tuple[OptionSpec, ...] = (
                "time a new connection gets to finish its SP handshake",
                seconds(positive=True)),
     OptionSpec("dead_peer_timeout", "float | None", 10.0, "seconds", "all",
-               "a tcp, tls+tcp, ws or wss peer that answers nothing for this long is taken for "
-               "dead and its pipe closed (TCP keepalive and TCP_USER_TIMEOUT, WebSocket PINGs; "
-               "see docs/partitions.md); None leaves dead-peer detection to the kernel's defaults",
+               "a tcp, tls+tcp, ws, wss, zmtp+tcp or zmtp+ipc peer that answers nothing for this "
+               "long is taken for dead and its pipe closed (TCP keepalive and TCP_USER_TIMEOUT, "
+               "WebSocket PINGs, ZMTP 3.1 PINGs; see docs/partitions.md); None leaves dead-peer "
+               "detection to the kernel's defaults",
                seconds(allow_none=True, positive=True)),
     OptionSpec("tcp_nodelay", "bool", True, "", "all",
                "disable Nagle's algorithm on tcp (and tls+tcp, ws) pipes",

@@ -378,16 +378,19 @@ class PipeDriver(PipeReading, PipeLiveness):
 
     def send_control(self, frame: bytes, append: bool = False) -> bool:
         """Queue a control frame ahead of every payload (reader task; see
-        ChannelConnection.attach_control); True if it replaced one not yet written.
-        ``append``: keep that one and write ``frame`` after it (ZMTP commands)."""
+        ChannelConnection.attach_control); True if one not yet written was there:
+        replaced, or with ``append`` kept and ``frame`` written after it (ZMTP commands).
+        An empty ``frame`` only asks (queues nothing)."""
         with self.lock:
             if self.closed:
                 return False
-            replaced = self.control is not None and not append
-            self.control = self.control + frame if append and self.control is not None else frame
+            control = self.control
+            if not frame:
+                return control is not None
+            self.control = control + frame if append and control is not None else frame
             if not self.writing:
                 self._kick_writer()
-        return replaced
+        return control is not None
 
     def _kick_writer(self) -> None:
         event = self._writer_event

@@ -177,6 +177,11 @@ def defaults(spark, workdir: str, *streams: str) -> None:  # type: ignore[no-unt
                  .trigger(processingTime="0 seconds").start())
         second_error = None
         if i == 0:  # a second query on the same PULL source is refused
+            # ... once the first holds it (its first trigger, which reports progress,
+            # made its receiver): started together, either could be the one refused
+            waited = time.monotonic() + 180
+            while query.isActive and query.lastProgress is None and time.monotonic() < waited:
+                query.awaitTermination(0.2)
             second = (df.writeStream.format("noop").option("checkpointLocation", os.path.join(workdir, "ck-2nd"))
                       .trigger(processingTime="0 seconds").start())
             try:

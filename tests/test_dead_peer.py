@@ -70,7 +70,7 @@ def _bind_and_connect(a: nanopy.Socket, b: nanopy.Socket, scheme: str) -> None:
     wait_pipes(b)
 
 
-@pytest.mark.parametrize("scheme", ["tcp", "ws", "tls+tcp", "wss"])
+@pytest.mark.parametrize("scheme", ["tcp", "ws", "tls+tcp", "wss", "zmtp+tcp"])
 def test_dialed_and_accepted_sockets_get_keepalive_and_user_timeout(scheme: str) -> None:
     with nanopy.Socket("pair", dead_peer_timeout=10) as a, nanopy.Socket("pair") as b:
         b.dead_peer_timeout = 10
@@ -143,10 +143,10 @@ def test_live_idle_websocket_pipe_stays() -> None:
 
 def test_nng_answers_our_pings() -> None:
     """An idle ws pipe to NNG (pynng) outlives several timeouts: NNG answers the PINGs."""
-    from peers import free_tcp_port, pynng_socket
+    from peers import free_tcp_port, pynng_peer
 
     url = f"ws://127.0.0.1:{free_tcp_port()}/"
-    with pynng_socket("Pair0", listen=url) as peer, nanopy.Socket("pair", dead_peer_timeout=1) as sock:
+    with pynng_peer("Pair0", listen=url) as peer, nanopy.Socket("pair", dead_peer_timeout=1) as sock:
         sock.connect(url)
         wait_pipes(sock)
         removed = threading.Event()

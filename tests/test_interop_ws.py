@@ -3,7 +3,8 @@
 REQ/REP, PUSH/PULL and PUB/SUB over ws with each side listening in turn, a 2 MiB
 message in both directions (nanopy fragments at 64 KiB, NNG drops frames over 1 MiB);
 wss and tls+tcp with a CA generated in the test (pynng.TLSConfig); a client that
-lacks the CA is refused and no message passes.
+lacks the CA is refused and no message passes. Every pynng peer runs in a child
+process (tests/peers.py :func:`pynng_peer`): NNG's ws close can abort its process.
 """
 
 from __future__ import annotations
@@ -12,10 +13,23 @@ import os
 import select
 import subprocess
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from conftest import wait_until
-from peers import body_of, free_tcp_port, need_tool, pynng_dial, pynng_socket, read_exactly, run_tool, wait_exit
+from peers import (
+    PynngCloseCrashed,
+    PynngPeerDied,
+    body_of,
+    free_tcp_port,
+    need_tool,
+    pynng_dial,
+    pynng_peer,
+    pynng_socket,
+    read_exactly,
+    run_tool,
+    wait_exit,
+)
 from tls_certs import tls_files
 
 import nanopy
@@ -54,7 +68,7 @@ def attach_pynng(make_socket: MakeSocket, proto: str, peer: object, nanopy_liste
 
 # -- pynng over ws ------------------------------------------------------------------------
 def test_pynng_req_to_nanopy_rep(make_socket: MakeSocket, nanopy_listens: bool) -> None:
-    with pynng_socket("Req0", recv_timeout=10_000, send_timeout=10_000) as req:
+    with pynng_peer("Req0", recv_timeout=10_000, send_timeout=10_000) as req:
         rep = attach_pynng(make_socket, "rep", req, nanopy_listens)
         big_q, big_a = body_of(BIG, 1), body_of(BIG, 2)
         req.send(SMALL)
@@ -68,7 +82,7 @@ def test_pynng_req_to_nanopy_rep(make_socket: MakeSocket, nanopy_listens: bool) 
 
 
 def test_nanopy_req_to_pynng_rep(make_socket: MakeSocket, nanopy_listens: bool) -> None:
-    with pynng_socket("Rep0", recv_timeout=10_000, send_timeout=10_000) as rep:
+    with pynng_peer("Rep0", recv_timeout=10_000, send_timeout=10_000) as rep:
         req = attach_pynng(make_socket, "req", rep, nanopy_listens)
         big_q, big_a = body_of(BIG, 3), body_of(BIG, 4)
         req.send(big_q)
@@ -82,7 +96,7 @@ def test_nanopy_req_to_pynng_rep(make_socket: MakeSocket, nanopy_listens: bool) 
 
 
 def test_pynng_push_to_nanopy_pull(make_socket: MakeSocket, nanopy_listens: bool) -> None:
-    with pynng_socket("Push0", send_timeout=10_000) as push:
+    with pynng_peer("Push0", send_timeout=10_000) as push:
         pull = attach_pynng(make_socket, "pull", push, nanopy_listens)
         bodies = [SMALL, body_of(BIG, 5), b"", body_of(70_000, 6)]
         for body in bodies:
@@ -92,7 +106,7 @@ def test_pynng_push_to_nanopy_pull(make_socket: MakeSocket, nanopy_listens: bool
 
 
 def test_nanopy_push_to_pynng_pull(make_socket: MakeSocket, nanopy_listens: bool) -> None:
-    with pynng_socket("Pull0", recv_timeout=10_000) as pull:
+    with pynng_peer("Pull0", recv_timeout=10_000) as pull:
         push = attach_pynng(make_socket, "push", pull, nanopy_listens)
         bodies = [SMALL, body_of(BIG, 7), b"", body_of(70_000, 8)]
         for body in bodies:
@@ -113,7 +127,7 @@ def publish_until_seen(send: Callable[[bytes], None], recv: Callable[[], bytes])
 
 
 def test_nanopy_pub_to_pynng_sub(make_socket: MakeSocket, nanopy_listens: bool) -> None:
-    with pynng_socket("Sub0", recv_timeout=200) as sub:
+    with pynng_peer("Sub0", recv_timeout=200) as sub:
         sub.subscribe(b"")
         pub = attach_pynng(make_socket, "pub", sub, nanopy_listens)
         publish_until_seen(pub.send, sub.recv)
@@ -128,7 +142,7 @@ def test_nanopy_pub_to_pynng_sub(make_socket: MakeSocket, nanopy_listens: bool) 
 
 
 def test_pynng_pub_to_nanopy_sub(make_socket: MakeSocket, nanopy_listens: bool) -> None:
-    with pynng_socket("Pub0") as pub:
+    with pynng_peer("Pub0") as pub:
         sub = attach_pynng(make_socket, "sub", pub, nanopy_listens)
         sub.subscribe(b"")
         publish_until_seen(pub.send, lambda: sub.recv(timeout=0.2))
@@ -253,23 +267,21 @@ def tls_scheme(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
-def pynng_tls(server: bool, with_ca: bool = True) -> object:
-    pynng = pytest.importorskip("pynng")
+def pynng_tls(server: bool, with_ca: bool = True) -> dict[str, str]:
+    """Keywords for ``pynng.TLSConfig`` in the peer's process (tests/peers.py :func:`pynng_peer`)."""
     t = tls_files()
     if server:
         cut = t.server_pem.index("-----BEGIN CERTIFICATE-----")
-        key, chain = t.server_pem[:cut], t.server_pem[cut:]
-        return pynng.TLSConfig(pynng.TLSConfig.MODE_SERVER, own_key_string=key, own_cert_string=chain)
+        return {"mode": "MODE_SERVER", "own_key_string": t.server_pem[:cut], "own_cert_string": t.server_pem[cut:]}
     if with_ca:
-        return pynng.TLSConfig(pynng.TLSConfig.MODE_CLIENT, server_name="localhost", ca_string=t.ca_pem)
-    return pynng.TLSConfig(pynng.TLSConfig.MODE_CLIENT, server_name="localhost",
-                           auth_mode=pynng.TLSConfig.AUTH_MODE_REQUIRED)
+        return {"mode": "MODE_CLIENT", "server_name": "localhost", "ca_string": t.ca_pem}
+    return {"mode": "MODE_CLIENT", "server_name": "localhost", "auth_mode": "AUTH_MODE_REQUIRED"}
 
 
 def test_tls_pynng_dials_nanopy(make_socket: MakeSocket, tls_scheme: str) -> None:
     pull = make_socket("pull", **OPTS)
     url = pull.bind(TLS_SCHEMES[tls_scheme], ssl_context=tls_files().server_ctx).url
-    with pynng_socket("Push0", send_timeout=10_000, tls_config=pynng_tls(server=False)) as push:
+    with pynng_peer("Push0", send_timeout=10_000, tls_config=pynng_tls(server=False)) as push:
         pynng_dial(push, url.replace("127.0.0.1", "localhost"))
         big = body_of(BIG, 19)
         push.send(SMALL)
@@ -281,7 +293,7 @@ def test_tls_pynng_dials_nanopy(make_socket: MakeSocket, tls_scheme: str) -> Non
 def test_tls_nanopy_dials_pynng(make_socket: MakeSocket, tls_scheme: str) -> None:
     port = free_tcp_port()
     url = f"{tls_scheme}://127.0.0.1:{port}" + ("/secure" if tls_scheme == "wss" else "")
-    with pynng_socket("Rep0", recv_timeout=10_000, send_timeout=10_000, tls_config=pynng_tls(server=True)) as rep:
+    with pynng_peer("Rep0", recv_timeout=10_000, send_timeout=10_000, tls_config=pynng_tls(server=True)) as rep:
         rep.listen(url)
         req = make_socket("req", **OPTS)
         req.connect(url, ssl_context=tls_files().client_ctx)
@@ -296,7 +308,7 @@ def test_tls_pynng_without_ca_is_refused(make_socket: MakeSocket, tls_scheme: st
     pynng = pytest.importorskip("pynng")
     pull = make_socket("pull", **OPTS)
     url = pull.bind(TLS_SCHEMES[tls_scheme], ssl_context=tls_files().server_ctx).url
-    with pynng_socket("Push0", send_timeout=300, tls_config=pynng_tls(server=False, with_ca=False)) as push:
+    with pynng_peer("Push0", send_timeout=300, tls_config=pynng_tls(server=False, with_ca=False)) as push:
         pynng_dial(push, url.replace("127.0.0.1", "localhost"))
         with pytest.raises(pynng.Timeout):
             push.send(b"must not pass")  # no pipe ever comes up
@@ -309,7 +321,7 @@ def test_tls_pynng_without_ca_is_refused(make_socket: MakeSocket, tls_scheme: st
 def test_tls_nanopy_without_ca_is_refused(make_socket: MakeSocket, tls_scheme: str) -> None:
     port = free_tcp_port()
     url = f"{tls_scheme}://127.0.0.1:{port}" + ("/secure" if tls_scheme == "wss" else "")
-    with pynng_socket("Pull0", recv_timeout=300, tls_config=pynng_tls(server=True)) as pull:
+    with pynng_peer("Pull0", recv_timeout=300, tls_config=pynng_tls(server=True)) as pull:
         pull.listen(url)
         push = make_socket("push", **OPTS)
         push.connect(url)  # default context: the test CA is unknown
@@ -356,7 +368,7 @@ def test_wss_close_with_pynng_is_prompt_and_clean(
     NNG's CLOSE 1000 and closes well within the 0.5 s it would give a silent peer."""
     t = tls_files()
     role = "nanopy-listens" if nanopy_listens else "nng-listens"
-    with pynng_socket("Pull0", recv_timeout=10_000, tls_config=pynng_tls(server=not nanopy_listens)) as pull:
+    with pynng_peer("Pull0", recv_timeout=10_000, tls_config=pynng_tls(server=not nanopy_listens)) as pull:
         push = make_socket("push", reconnect_interval=5)
         if nanopy_listens:
             url = push.bind("wss://127.0.0.1:0/close", ssl_context=t.server_ctx).url
@@ -388,8 +400,57 @@ def test_wss_close_with_pynng_is_prompt_and_clean(
 def test_pynng_socket_is_closed_after_ours_and_its_pipes(make_socket: MakeSocket, nanopy_listens: bool) -> None:
     """tests/peers.py closes our side first; the pynng socket closes with no pipe left."""
     seen: list[tuple[bool, int]] = []
-    with pynng_socket("Pair0") as peer:
+    with pynng_peer("Pair0") as peer:
         sock = attach_pynng(make_socket, "pair", peer, nanopy_listens)
         close = peer.close
-        peer.close = lambda: (seen.append((sock.closed, len(peer.pipes))), close())
+
+        def record_and_close() -> None:
+            seen.append((sock.closed, len(peer.pipes)))
+            close()
+
+        peer.close = record_and_close  # type: ignore[method-assign]
     assert seen == [(True, 0)]
+
+
+@pytest.mark.parametrize("when", ["in-close", "mid-test"])
+def test_a_pynng_peer_that_aborts_cannot_take_pytest_down(make_socket: MakeSocket, when: str) -> None:
+    """The pynng peer's process aborts (as NNG's close race does); this process goes on.
+
+    In close, after the test's work: a PynngCloseCrashed warning naming SIGABRT, our
+    socket closed first as usual. Mid-test: PynngPeerDied, an AssertionError that fails
+    the test with the child's end in it; our socket loses only that pipe. Either way
+    the next peer gets a fresh process.
+    """
+    if when == "in-close":
+        expect: Any = pytest.warns(PynngCloseCrashed, match="ended with SIGABRT during Pair0.close")
+    else:
+        expect = pytest.raises(PynngPeerDied, match="ended with SIGABRT during Pair0: abort")
+    with expect, pynng_peer("Pair0", recv_timeout=10_000) as doomed:
+        sock = attach_pynng(make_socket, "pair", doomed, nanopy_listens=True)
+        sock.send(b"before")
+        assert doomed.recv() == b"before"
+        dead_pid = doomed.pid
+        if when == "in-close":
+            doomed._abort_on_close()
+        else:
+            doomed._abort_now()
+    if when == "in-close":
+        assert sock.closed
+    else:
+        wait_until(lambda: sock.pipes == [], what="our end of the dead peer's pipe closed")
+        assert not sock.closed
+    with pytest.raises(ProcessLookupError):
+        os.kill(dead_pid, 0)  # gone and reaped
+    with pynng_peer("Pair0", recv_timeout=10_000) as fresh:
+        assert fresh.pid != dead_pid
+        sock = attach_pynng(make_socket, "pair", fresh, nanopy_listens=True)
+        sock.send(b"after")
+        assert fresh.recv() == b"after"
+
+
+def test_in_process_pynng_refuses_crash_prone_transports() -> None:
+    """tests/peers.py sends every ws/wss/tls+tcp pynng peer to a child process."""
+    with pynng_socket("Pair0") as peer, pytest.raises(ValueError, match="use peers.pynng_peer"):
+        peer.listen(free_ws_url())
+    with pytest.raises(ValueError, match="use peers.pynng_peer"), pynng_socket("Pair0", dial="wss://localhost:1/"):
+        pass

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from conftest import bind_url, wait_until
-from peers import free_tcp_port, pynng_dial, pynng_socket
+from peers import free_tcp_port, pynng_dial, pynng_peer
 from tls_certs import tls_files
 
 import nanopy
@@ -145,7 +145,7 @@ NNG_OPTS = {"recv_timeout": 10_000, "send_timeout": 10_000}
 @pytest.mark.parametrize("nanopy_listens", [True, False], ids=["nanopy-listens", "nng-listens"])
 def test_nng_pub_to_nanopy_sub_on_ws(make_socket: MakeSocket, topic: bytes, nanopy_listens: bool) -> None:
     """The reported case: pynng Pub0 on ws, nanopy SUB with a one-byte subscription."""
-    with pynng_socket("Pub0", **NNG_OPTS) as pub:
+    with pynng_peer("Pub0", **NNG_OPTS) as pub:
         sub = make_socket("sub", **OPTS)
         sub.subscribe(topic)
         _attach(sub, pub, nanopy_listens)
@@ -163,7 +163,7 @@ def test_nng_pub_to_nanopy_sub_on_ws(make_socket: MakeSocket, topic: bytes, nano
 @pytest.mark.interop
 @pytest.mark.parametrize("topic", TOPICS, ids=["empty-topic", "one-byte-topic", "two-byte-topic"])
 def test_nanopy_pub_to_nng_sub_on_ws(make_socket: MakeSocket, topic: bytes) -> None:
-    with pynng_socket("Sub0", recv_timeout=10_000) as sub:
+    with pynng_peer("Sub0", recv_timeout=10_000) as sub:
         sub.subscribe(topic)
         pub = make_socket("pub", **OPTS)
         _attach(pub, sub, nanopy_listens=True)
@@ -181,7 +181,7 @@ def test_nanopy_pub_to_nng_sub_on_ws(make_socket: MakeSocket, topic: bytes) -> N
      ("surveyor", "Respondent0"), ("respondent", "Surveyor0")],
 )
 def test_nng_peers_on_ws_with_every_payload_size(make_socket: MakeSocket, ours: str, theirs: str) -> None:
-    with pynng_socket(theirs, **NNG_OPTS) as peer:
+    with pynng_peer(theirs, **NNG_OPTS) as peer:
         sock = make_socket(ours, **OPTS)
         _attach(sock, peer, nanopy_listens=True)
         for body in BODIES:

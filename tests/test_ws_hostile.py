@@ -34,7 +34,8 @@ from websockets.uri import parse_uri
 
 import nanopy
 from nanopy.testing import wait_pipes
-from nanopy.transports._ws_conn import FREE_FRAGMENTS, MAX_HTTP_HEAD, MAX_UNANSWERED_PINGS
+from nanopy.transports._keepalive import MAX_UNANSWERED_PINGS
+from nanopy.transports._ws_conn import FREE_FRAGMENTS, MAX_HTTP_HEAD
 
 HERE = Path(__file__).resolve().parent
 MIB = 1 << 20

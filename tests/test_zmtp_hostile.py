@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -257,3 +258,70 @@ def test_a_zeromq_greeting_on_an_sp_url_is_named() -> None:
 
     with pytest.raises(RemoteProtocolError, match=r"a ZeroMQ \(ZMTP\) one.*use a zmtp\+tcp://"):
         parse_header(greeting()[:8], 0x51)
+
+
+def _ping_burst(count: int) -> bytes:
+    return codec.encode_command(b"PING", b"\x00\x00ctx") * count
+
+
+def test_a_reader_bursting_pings_stays_open_with_pongs(victim: tuple[nanopy.Socket, str, Any]) -> None:
+    """PINGs parsed from one read before our PONG could go out are no flood: a peer
+    that reads everything may burst 20,000 PINGs and gets PONGs, never a close."""
+    pull, url, good = victim
+    peer = RawPeer(url)
+    peer.handshake()
+    pong = codec.encode_command(b"PONG", b"ctx")
+    for _ in range(200):
+        peer.sock.sendall(_ping_burst(100))
+        got = peer.sock.recv(65536)  # at least one PONG per burst comes back
+        assert got and got.startswith(pong[:1]), got[:20]
+    peer.sock.settimeout(0.3)
+    try:
+        while peer.sock.recv(65536):
+            pass
+    except TimeoutError:
+        pass  # drained, and still open
+    peer.close()
+    wait_pipes(pull, 1)
+    still_works(pull, good, 0)
+    assert pull.stats().protocol_errors == 0
+
+
+def test_a_peer_pinging_while_reading_nothing_costs_bounded_memory(
+    victim: tuple[nanopy.Socket, str, Any],
+) -> None:
+    """A peer that floods PINGs and never reads our PONGs: past MAX_UNANSWERED_PINGS
+    unwritten PONGs no more are queued, so memory stays bounded whatever the rate
+    (once the kernel's buffers are full too, the pipe is closed as a flood after
+    PONG_PATIENCE); the socket and its other peer go on meanwhile."""
+    from faults import rss_bytes
+
+    from nanopy.transports._keepalive import MAX_UNANSWERED_PINGS
+
+    pull, url, good = victim
+    host, _, port = url.removeprefix("zmtp+tcp://").rpartition(":")
+    raw = socket.socket()
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # (before connect: a small window)
+    raw.connect((host, int(port)))
+    raw.settimeout(5)
+    peer = RawPeer.__new__(RawPeer)
+    peer.sock = raw
+    peer.handshake()
+    wait_pipes(pull, 2)
+    (pipe,) = [p for p in pull._driver.pipe_drivers() if p.conn.remote_address.endswith(str(raw.getsockname()[1]))]
+    pong = len(codec.encode_command(b"PONG", b"ctx"))
+    before = rss_bytes()
+    burst = _ping_burst(1000)
+    most = 0
+    deadline = time.monotonic() + 3
+    try:
+        while time.monotonic() < deadline:
+            raw.sendall(burst)
+            most = max(most, len(pipe.control or b""))
+    except OSError:
+        pass  # closed as a flood: fine too
+    assert most <= (MAX_UNANSWERED_PINGS + 2) * pong
+    assert rss_bytes() - before < 64 << 20
+    good.send(b"during the flood")
+    assert pull.recv() == b"during the flood"
+    peer.close()

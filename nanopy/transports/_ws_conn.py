@@ -16,8 +16,8 @@ same rules as any later read.
 
 from __future__ import annotations
 
-import errno
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import trio
@@ -32,6 +32,7 @@ from websockets.uri import parse_uri
 
 from .._errors import MessageTooLarge, RemoteProtocolError
 from ._base import ChannelConnection, PipeContext
+from ._keepalive import MAX_UNANSWERED_PINGS, PONG_PATIENCE, PeerWatch
 from ._stream import SocketChannel
 from ._ws_proto import (
     FRAGMENT_SIZE,
@@ -39,10 +40,8 @@ from ._ws_proto import (
     HTTP_REASONS,
     MAX_FRAME_LENGTH,
     MAX_HTTP_HEAD,
-    MAX_UNANSWERED_PINGS,
     MIN_FRAGMENT_AVERAGE,
     PARSE_SLICE,
-    PONG_PATIENCE,
     RECV_SIZE,
     HeadTooLarge,
     SpClientProtocol,
@@ -122,9 +121,12 @@ class WsConnection(ChannelConnection):
         self._direct = channel.send_nowait
         # Dead-peer detection (docs/partitions.md): PING a silent peer, give up on one
         # silent for dead_peer_timeout. ``keepalive`` is the pipe's extra task, or None.
-        self._silence = ctx.options.get("dead_peer_timeout")
-        self.keepalive = self._keepalive if self._silence is not None else None
-        self._heard = 0.0  # when bytes last came from the peer (trio clock)
+        timeout = ctx.options.get("dead_peer_timeout")
+        self.keepalive: Callable[[Callable[[], bool]], Awaitable[None]] | None = None
+        if timeout is not None:
+            watch = PeerWatch(timeout, lambda: self._heard, self._send_ping, "WebSocket frame", remote_address)
+            self.keepalive = watch.run
+        self._heard = 0.0  # when bytes last came from the peer (time.monotonic())
         self._ping: bytes | None = None  # our PING, until the peer is heard again
         self._pong: bytes | None = None  # the last PONG we handed the pipe
         self._pings_sent = 0
@@ -300,41 +302,15 @@ class WsConnection(ChannelConnection):
                 f"{self.remote_address} sent {self._unanswered} PINGs in {waited:.1f} s while leaving our frames unread"
             )
 
-    # -- dead-peer detection -----------------------------------------------------------
-    async def _keepalive(self, busy: Callable[[], bool]) -> None:
-        """PING the peer once it was silent for half of ``dead_peer_timeout`` (again
-        each half while it stays silent); fail the connection (TimeoutError,
-        ETIMEDOUT) once it was silent for all of it. Any frame counts as a sign of
-        life, so a pipe that carries traffic sends no PINGs. While ``busy()`` -- the
-        pipe reads nothing (its queue is full) or waits to write (the peer's window
-        is closed; the pipe's window guard watches that) -- silence proves nothing
-        and is not counted."""
-        timeout = self._silence
-        assert timeout is not None
-        quiet = timeout / 2
-        pinged = self._heard = trio.current_time()
-        while True:
-            now = trio.current_time()
-            if busy():
-                self._heard = now
-            silent = now - self._heard
-            if silent >= timeout:
-                raise TimeoutError(
-                    errno.ETIMEDOUT,
-                    f"no WebSocket frame from {self.remote_address} in {timeout:g} s (PINGs unanswered)",
-                )
-            if silent >= quiet and now - pinged >= quiet and self._control is not None:
-                pinged = now
-                self._send_ping()
-            wait = quiet - silent if silent < quiet else min(timeout - silent, quiet)
-            await trio.sleep(max(wait, 0.01))
-
+    # -- dead-peer detection (the pipe runs a PeerWatch) ---------------------------------
     def _send_ping(self) -> None:
+        control = self._control
+        if control is None:
+            return
         self._pings_sent += 1
         ping = self._ping = Frame(Opcode.PING, b"np%d" % self._pings_sent).serialize(mask=self._client)
-        assert self._control is not None
-        if self._control(ping) and self._pong is not None:
-            self._control(self._pong + ping)  # it replaced an unwritten PONG: keep that too
+        if control(ping) and self._pong is not None:
+            control(self._pong + ping)  # it replaced an unwritten PONG: keep that too
 
     # -- reading --------------------------------------------------------------------
     async def receive(self) -> list[bytes]:
@@ -383,7 +359,7 @@ class WsConnection(ChannelConnection):
         cut = False
         msgs: list[bytes] = []
         if data:
-            self._heard = trio.current_time()
+            self._heard = time.monotonic()
             self._ping = None  # the peer is alive: no PING owed
             # In slices: websockets makes an object per frame, so a read full of
             # tiny frames would cost ~30x its size at once if parsed in one go.

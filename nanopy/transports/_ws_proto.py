@@ -42,13 +42,6 @@ MAX_FRAME_LENGTH = (1 << 63) - 1
 #: this each message must bring ``MIN_FRAGMENT_AVERAGE`` bytes per further fragment
 FREE_FRAGMENTS = 1024
 MIN_FRAGMENT_AVERAGE = 1024
-#: A peer is closed for a PING flood when our PONG has waited unwritten for
-#: ``PONG_PATIENCE`` seconds (our writer is stuck: the peer leaves what we send
-#: unread) and more than ``MAX_UNANSWERED_PINGS`` PINGs came meanwhile. PINGs parsed
-#: from reads while our PONG is merely not written *yet* are no evidence: a reader
-#: bursting PINGs gets coalesced PONGs and is never closed for them.
-MAX_UNANSWERED_PINGS = 256
-PONG_PATIENCE = 1.0
 #: incoming bytes are parsed this many at a time (one socket read; bounds the frame objects
 #: alive at once when a peer sends a long run of tiny frames)
 PARSE_SLICE = 64 * 1024

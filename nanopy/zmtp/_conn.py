@@ -14,11 +14,12 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from .._errors import RemoteProtocolError
 from ..transports._base import PipeContext
+from ..transports._keepalive import PeerWatch, PongDebt
 from ..transports._stream import StreamConnection
 from . import _codec as codec
 from ._curve import Cipher
@@ -39,7 +40,10 @@ class ZmtpConnection(StreamConnection):
         peer_identity: the Identity the peer announced (``b""`` if none).
         minor: the peer's ZMTP minor version (0 for a 3.0 peer, 1 for 3.1).
         last_heard: when the peer last sent anything (``time.monotonic()``), the
-            sign of life a dead-peer check looks at (see :meth:`send_ping`).
+            sign of life the dead-peer check looks at (see :meth:`send_ping`).
+        keepalive: the pipe's dead-peer task (a :class:`PeerWatch` that PINGs a
+            silent 3.1 peer), or None when ``dead_peer_timeout`` is None or the
+            peer speaks 3.0.
     """
 
     def __init__(self, sock: socket.socket, ctx: PipeContext, remote_address: str) -> None:
@@ -52,12 +56,24 @@ class ZmtpConnection(StreamConnection):
             ctx.recv_max_size, self.role.multi, self._command, self.role.single
         )
         self._send_control: Callable[..., bool] | None = None
+        self._pong_debt = PongDebt()
         self.peer_type = b""
         self.peer_identity = b""
         self.minor = 1
         self.last_heard = time.monotonic()
         #: CURVE's sealer and opener, set by its handshake (None: frames go in the clear)
         self.cipher: Cipher | None = None
+        # Dead-peer detection (docs/zmtp.md): PINGs to a silent 3.1 peer, driven by
+        # dead_peer_timeout; ``keepalive`` is the pipe's extra task, or None.
+        timeout = ctx.options.get("dead_peer_timeout")
+        self._watch: PeerWatch | None = None
+        self.keepalive: Callable[[Callable[[], bool]], Awaitable[None]] | None = None
+        if timeout is not None:
+            self._watch = PeerWatch(timeout, lambda: self.last_heard, self._heartbeat, "ZMTP traffic",
+                                    remote_address, ping_while_busy=True)
+            self.keepalive = self._watch.run
+        self._ping_unwritten = False  # our last PING waits in the pipe's control slot
+        self._pings_sent = 0
 
     # -- handshake (engine thread, under the socket's handshake_timeout) ---------
     async def read_exact(self, n: int, what: str) -> bytes:
@@ -119,6 +135,9 @@ class ZmtpConnection(StreamConnection):
             raise
         if self.cipher is not None:
             self._zmtp_decoder.unbox = self.cipher.open
+        if self.minor < 1:
+            # ZMTP 3.0 has no PING: TCP keepalive (zmtp+tcp) is all that watches it.
+            self.keepalive = None
 
     def _metadata(self) -> list[tuple[bytes, bytes]]:
         props = [(b"Socket-Type", self.role.zmq_type)]
@@ -158,6 +177,7 @@ class ZmtpConnection(StreamConnection):
         return cipher.seal(self.role.frame(payloads))
 
     def control_chunk(self, frame: bytes) -> bytes:
+        self._ping_unwritten = False  # the writer takes the control slot, our PING with it
         # Sealed when written, not when queued: CURVE nonces must grow in wire order.
         return frame if self.cipher is None else self.cipher.seal(frame)
 
@@ -174,16 +194,37 @@ class ZmtpConnection(StreamConnection):
         self._send_control = send_control
         self.role.send_control = self._queue_control
 
-    def _queue_control(self, frame: bytes) -> None:
-        if self._send_control is not None:
-            self._send_control(frame, append=True)
+    def _queue_control(self, frame: bytes) -> bool:
+        """Queue a command after any not yet written; True if one was still there."""
+        return self._send_control is not None and self._send_control(frame, append=True)
+
+    def _answer_ping(self, context: bytes) -> None:
+        """A PONG for a PING. While our earlier commands wait unwritten, past
+        MAX_UNANSWERED_PINGS no more PONGs are queued (what waits answers for them:
+        memory stays bounded); a peer that goes on PINGing for PONG_PATIENCE while
+        they wait -- it reads nothing and the kernel's buffers are full -- is
+        closed as a flood."""
+        debt = self._pong_debt
+        flood = debt.owe(self._queue_control(b""))  # (b"": asks whether our last commands still wait)
+        if not debt.saturated():
+            self._queue_control(codec.encode_command(b"PONG", context))
+        if flood:
+            raise RemoteProtocolError(
+                f"the ZMTP peer {self.remote_address} sent {debt.unanswered} PINGs in "
+                f"{time.monotonic() - debt.since:.1f} s while leaving our frames unread"
+            )
 
     def _command(self, name: bytes, data: bytes) -> None:
         """A command after the handshake (reader side)."""
         self.last_heard = time.monotonic()
         if name == b"PING":
             # Answered always; the context (at most 16 octets) comes back as it was.
-            self._queue_control(codec.encode_command(b"PONG", data[2:18]))
+            self._answer_ping(data[2:18])
+            if self._watch is not None and len(data) >= 2:
+                # The TTL (deciseconds, 0: none): the peer asks to be given up on
+                # after that long without a word from it (RFC 37).
+                ttl = int.from_bytes(data[:2], "big")
+                self._watch.peer_limit(ttl / 10 if ttl else None)
         elif name == b"PONG":
             pass  # last_heard is the sign of life
         elif name == b"ERROR":
@@ -205,6 +246,16 @@ class ZmtpConnection(StreamConnection):
         """
         deciseconds = min(int(ttl * 10), 0xFFFF)
         self._queue_control(codec.encode_command(b"PING", deciseconds.to_bytes(2, "big")))
+
+    def _heartbeat(self) -> None:
+        """The watch's PING (engine thread): one at a time, with our timeout as its
+        TTL, so the peer may give up on us too; none while the last is unwritten
+        (the writer waits on a full send buffer)."""
+        if self._ping_unwritten or self._watch is None:
+            return
+        self._ping_unwritten = True
+        self._pings_sent += 1
+        self.send_ping(self._watch.timeout)
 
     def pipe_started(self, sock: SocketDriver) -> None:
         """The pipe joined its socket (engine thread): a SUB sends its subscriptions."""
