@@ -58,12 +58,10 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ._errors import MessageTooLarge, RemoteProtocolError
-from ._fanout import FLUSH_DELAY, MAX_HOLD, queue_fan_out, wait_out_burst
+from ._fanout import MAX_HOLD, wait_out_burst
 from ._pipe_liveness import PipeLiveness, kernel_unacked, unwritten, write_shortfall
-from ._pipe_read import READ_LEASE, STAND_ASIDE_MAX, PipeReading
+from ._pipe_read import PipeReading
 from .transports._base import ChannelConnection, DirectReadable, SinkAttachable
-
-__all__ = ["FLUSH_DELAY", "MAX_HOLD", "READ_LEASE", "STAND_ASIDE_MAX", "PipeDriver", "queue_fan_out", "wait_out_burst"]
 
 if TYPE_CHECKING:
     from collections.abc import Callable
