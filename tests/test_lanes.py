@@ -109,7 +109,9 @@ def test_subscribers_joining_or_leaving_mid_burst_cost_the_others_nothing(
                 other = subscribers(make_socket, url, 1, overflow="block")[0]
                 late = read_into(other, theirs)
                 wait_pipes(pub, 3)
-            else:  # one leaves
+            else:  # one leaves (once its reader has run: a loaded machine may not have
+                # scheduled that thread yet while this one sent the first 3000)
+                wait_until(lambda: bool(theirs), what="the leaving subscriber reading")
                 other.close(linger=0)
                 wait_pipes(pub, 2)
         pub.send(numbered(i))
