@@ -198,7 +198,16 @@ def defaults(spark, workdir: str, *streams: str) -> None:  # type: ignore[no-unt
         while query.isActive and totals["n"] < goal:
             query.awaitTermination(0.5)
         seconds = time.perf_counter() - t0
-        latest = query.lastProgress["sources"][0].get("latestOffset") if query.lastProgress else None
+        latest = None
+        waited = time.monotonic() + 60
+        while query.isActive and time.monotonic() < waited:
+            # The last batch's rows are counted inside it; its progress is posted after
+            # it ends (a run of one batch has none before): wait for it.
+            progress = query.lastProgress
+            latest = progress["sources"][0].get("latestOffset") if progress else None
+            if latest and json.loads(latest).get("seq", 0) >= goal:
+                break
+            query.awaitTermination(0.2)
         error = str(query.exception()) if not query.isActive else None
         peaks = rss_peaks(os.getpid())  # while this query's source runner lives
         query.stop()
