@@ -5,9 +5,9 @@ state. It performs no I/O, reads no clock and takes no locks; the engine calls i
 under the socket's lock and carries out the actions it emits.
 
 Inputs (engine -> core):
-    ``add_pipe``, ``remove_pipe``, ``pipe_credit``, ``messages_received``,
-    ``timer_fired``, and the user operations ``send``/``recv`` (which raise
-    :class:`WouldBlock` when they cannot complete now).
+    ``add_pipe``, ``withdraw_pipe``, ``remove_pipe``, ``requeue``, ``pipe_credit``,
+    ``messages_received``, ``timer_fired``, and the user operations ``send``/``recv``
+    (which raise :class:`WouldBlock` when they cannot complete now).
 Queries: ``can_send()``, ``can_recv()`` -- the engine wakes waiters when they turn true.
 Outputs: after *any* input the engine drains ``core.actions`` (a list of tuples):
 
@@ -177,9 +177,18 @@ class Core:
     def pipe_credit(self, pid: int, n: int) -> None:
         """``n`` more messages may be transmitted on ``pid``."""
 
-    def requeue(self, payloads: list[bytes]) -> int:
-        """Payloads a pipe that just went away (``remove_pipe``) never wrote, in
-        order: a core that may send them elsewhere takes them and returns how many.
+    def withdraw_pipe(self, pid: int, pending: bool = False) -> None:
+        """Pipe ``pid`` was found dead (or is closing): transmit nothing more on it.
+        ``remove_pipe`` follows once its tasks have ended. ``pending``: what it never
+        wrote is not known yet (a write was under way) and comes with
+        ``requeue(payloads, pid)``. The default does nothing (a TRANSMIT for the
+        pipe still comes back through ``requeue``)."""
+
+    def requeue(self, payloads: list[bytes], pid: int | None = None) -> int:
+        """Payloads a dead pipe never wrote, in order: a core that may send them
+        elsewhere takes them and returns how many. ``pid``: the pipe they were
+        queued on (``withdraw_pipe`` came first): they go ahead of anything
+        requeued without a pid -- payloads a withdrawn pipe refused later.
         The default takes none: they are lost with the pipe (as in nanomsg), and
         counted as ``dead_pipe`` drops."""
         self.count_drop(DEAD_PIPE, len(payloads))
@@ -256,6 +265,7 @@ class LoadBalancing(Core):
             self.send_lane = True
             self.take_sole = self._lb.take_sole  # type: ignore[method-assign]
         self._held: deque[bytes] = deque()  # requeued payloads waiting for credit
+        self._awaited: set[int] = set()  # withdrawn pipes whose unwritten payloads are not known yet
 
     def add_pipe(self, pipe: PipeInfo, credit: int) -> None:
         super().add_pipe(pipe, credit)
@@ -264,26 +274,38 @@ class LoadBalancing(Core):
             self._send_held()
 
     # -- requeue: a dead pipe's unwritten payloads go first, on the other pipes --------
-    # While some wait for credit, ``send`` and ``pipe_credit`` are replaced on the
-    # instance (nothing is added to their usual path): a new message waits behind
-    # them, and returned credit sends them.
-    def requeue(self, payloads: list[bytes]) -> int:
+    # While some wait for credit (or for a dead pipe to say what it never wrote),
+    # ``send`` and ``pipe_credit`` are replaced on the instance (nothing is added to
+    # their usual path): a new message waits behind them, and returned credit sends them.
+    def withdraw_pipe(self, pid: int, pending: bool = False) -> None:
+        self._lb.remove(pid)
+        if pending and self.requeues and not self.closed:
+            self._awaited.add(pid)  # nothing requeued goes out before its payloads
+            self._send_held()
+
+    def requeue(self, payloads: list[bytes], pid: int | None = None) -> int:
         if not self.requeues or self.closed:
-            return super().requeue(payloads)
-        self._held.extend(payloads)
+            return super().requeue(payloads, pid)
+        if pid is None:
+            self._held.extend(payloads)
+        else:
+            # Older than whatever the pipe refused since it was withdrawn.
+            self._awaited.discard(pid)
+            self._held.extendleft(reversed(payloads))
         self._send_held()
         return len(payloads)
 
     def _send_held(self) -> None:
         held = self._held
-        take = self._lb.take
-        actions = self.actions
-        while held:
-            pid = take()
-            if pid is None:
-                break
-            actions.append((TRANSMIT, pid, held.popleft()))
-        holding = bool(held)
+        if not self._awaited:
+            take = self._lb.take
+            actions = self.actions
+            while held:
+                pid = take()
+                if pid is None:
+                    break
+                actions.append((TRANSMIT, pid, held.popleft()))
+        holding = bool(held or self._awaited)
         if holding and not self.holding:
             self.send = self._send_after_held  # type: ignore[method-assign]
             self.pipe_credit = self._credit_to_held  # type: ignore[method-assign]
@@ -315,7 +337,7 @@ class LoadBalancing(Core):
         self.actions.append((TRANSMIT, pid, body))
 
     def can_send(self) -> bool:
-        return bool(self._lb)
+        return bool(self._lb) and not self._awaited
 
     def send_to(self, pid: int, payload: bytes) -> None:
         """Transmit on pipe ``pid``, or drop (counted) if it is gone or out of credit."""

@@ -9,6 +9,8 @@ header that says what it owns and what it may call:
                        the engine's inputs (``deliver``, ``credit``, ``timer_fired``)
 ``nanopy/_lanes.py``   :class:`~nanopy._lanes.SendLanes`: the sole-pipe and fan-out send
                        lanes, the flush round, the send fast path ``try_send``
+``nanopy/_pipe_ending.py`` :class:`~nanopy._pipe_ending.PipeEndings`: a pipe found dead
+                       leaves the core at once; what it never wrote goes back first
 ``nanopy/_runs.py``    :class:`~nanopy._runs.ReceiveRuns`: receive runs and the receive
                        fast path ``try_recv_body``
 ``nanopy/_direct.py``  :class:`~nanopy._direct.DirectRead`: a receiver reads the only
@@ -43,6 +45,7 @@ from ._direct import DirectRead
 from ._drops import DEAD_PIPE
 from ._ids import PerIds
 from ._lanes import FAN_MIN, LANE_MAX, SendLanes
+from ._pipe_ending import PipeEndings
 from ._round import BLOCKED, FANOUT_GAP, Round, _Blocked, _credit_is_bookkeeping
 from ._runs import RUN_MAX, ReceiveRuns
 from ._waiters import WaitQueue
@@ -72,7 +75,7 @@ __all__ = [
 ]
 
 
-class SocketDriver(SendLanes, ReceiveRuns, Waiting, PerIds):
+class SocketDriver(PipeEndings, ReceiveRuns, Waiting, PerIds):
     """Owns one socket's protocol core and everything that touches it.
 
     Attributes:
@@ -130,6 +133,7 @@ class SocketDriver(SendLanes, ReceiveRuns, Waiting, PerIds):
         self._flush_due = 0.0  # when the armed round's oldest payload has waited MAX_HOLD
         # counters (stats); drops are counted by reason in ``core.drops``, under the lock
         self.sent = self.received = self.bytes_sent = self.bytes_received = 0
+        self.requeued = 0
 
     # -- engine inputs ---------------------------------------------------------------
     def add_pipe(self, driver: PipeDriver, info: PipeInfo, credit: int) -> bool:
@@ -140,15 +144,19 @@ class SocketDriver(SendLanes, ReceiveRuns, Waiting, PerIds):
             self.pipes[info.id] = driver
             self._revoke_lane()  # (two pipes share sends message by message)
             self.core.add_pipe(info, credit)
+            if driver.closed:
+                self._end_pipe(driver)  # (closed while it was being added)
             actions = self._drain()
         if actions:
             self.execute(actions)
         return True
 
     def remove_pipe(self, pid: int, orphans: list[bytes] | None = None) -> int:
-        """Pipe ``pid`` is gone; ``orphans``: payloads it never wrote, which a core
-        that can (``Core.requeue``) sends on its other pipes; the rest count as
-        ``dead_pipe`` drops (but a REQ's, which it resends itself). Returns how many it took."""
+        """Pipe ``pid`` is gone (``pipe_ending`` came first); ``orphans``: payloads
+        it never wrote that its end did not hand back yet (a write was under way
+        then), which a core that can (``Core.requeue``) sends on its other pipes,
+        ahead of what waited for them; the rest count as ``dead_pipe`` drops (but
+        a REQ's, which it resends itself). Returns how many it took."""
 
         def remove() -> int:
             if (self.lane is not None and self.lane.pid == pid) or self._fan_pipes:
@@ -158,17 +166,13 @@ class SocketDriver(SendLanes, ReceiveRuns, Waiting, PerIds):
             core.remove_pipe(pid)  # credit still due to it is ignored by the core
             if self.recv_q.waiters:
                 self.recv_q.wake_all()  # a thread reading this pipe directly looks again
-            if not orphans:
-                return 0
             if self.closed:
-                core.count_drop(DEAD_PIPE, len(orphans))
+                if orphans:
+                    core.count_drop(DEAD_PIPE, len(orphans))
                 return 0
-            taken = core.requeue(orphans)  # (what it does not take, it counts as dropped)
-            if core.holding and self._lazy_credit:
-                # Some wait for credit: returned credit must reach the core at once.
-                self._lazy_credit = False
-                self._relazy = True
-            return taken
+            # (what it does not take, it counts as dropped; with none, a core that
+            # held sends for this pipe's rest lets them go)
+            return self._take_back(orphans or [], pid)
 
         return self.feed(remove, check_open=False)
 

@@ -59,7 +59,7 @@ async def wait_out_burst(
 
 def queue_fan_out(
     pipes: Mapping[int, PipeDriver], actions: list[Action], start: int = 0
-) -> tuple[int, int, list[tuple[int, int]]]:
+) -> tuple[int, list[bytes], list[tuple[int, int]]]:
     """Queue the TRANSMITs of a fan-out burst round from ``actions[start]`` on
     (``SocketDriver.execute``), in one loop.
 
@@ -67,19 +67,20 @@ def queue_fan_out(
     part of the burst and is not due yet only appends, under its lock; others go
     through ``transmit(payload, idle=False)``. Pipes that fall due in this round
     share one framed chunk. Returns how many actions were handled (up to the
-    first that is not a TRANSMIT), how many went to pipes that are gone, and the
-    credit (pipe id, messages) the writes made here give back.
+    first that is not a TRANSMIT), the payloads of pipes that are gone or closed
+    (to hand back), and the credit (pipe id, messages) the writes made here give back.
     """
     credit: list[tuple[int, int]] = []
     framed: dict[Any, tuple[list[bytes], Any]] = {}
-    gone = handled = 0
+    gone: list[bytes] = []
+    handled = 0
     for action in itertools.islice(actions, start, None):
         if action[0] is not TRANSMIT:
             break
         handled += 1
         driver = pipes.get(action[1])
         if driver is None:
-            gone += 1
+            gone.append(action[2])
             continue
         lock = driver.lock
         lock.acquire()
@@ -92,5 +93,8 @@ def queue_fan_out(
             lock.release()
         done = driver.transmit(action[2], False, framed)
         if done:
-            credit.append((action[1], done))
+            if done > 0:
+                credit.append((action[1], done))
+            else:
+                gone.append(action[2])  # (closed)
     return handled, gone, credit

@@ -33,7 +33,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ._core import TRANSMIT
-from ._drops import DEAD_PIPE
 from ._errors import WouldBlock
 from ._fanout import MAX_HOLD, wait_out_burst
 from ._pipe import CALLER_BATCH_MAX, CALLER_BYTES
@@ -279,11 +278,14 @@ class SendLanes(Round):
             pid = action[1]
             driver = self.pipes.get(pid)
             if driver is None:
-                self.count_drop(DEAD_PIPE)
+                self.hand_back([action[2]])  # (removed since this round)
                 return True
             done = driver.transmit(action[2])
             if done:
-                self.credit(pid, done)
+                if done > 0:
+                    self.credit(pid, done)
+                else:
+                    self.hand_back([action[2]])  # (closed since this round)
         elif rest:
             self.execute(rest)  # (a PUB's send in a burst: every pipe queues it)
         return True

@@ -94,5 +94,6 @@ def socket_stats(sock: Socket) -> SocketStats:
         drops=drops,
         queued_in=queued_in,
         queued_out=driver.queued_out(),
+        messages_requeued=driver.requeued,
         **sock._losses.as_dict(),
     )

@@ -210,6 +210,8 @@ class PipeDriver(PipeReading, PipeLiveness):
         fan-out to many pipes, see ``FANOUT_GAP`` in nanopy/_driver.py): queue it.
         None: this pipe judges by itself. ``framed``: see ``_write_shared``.
         ``lane``: spend one of ``lane_credit`` on it; -1 (nothing sent) if none is left.
+        -1 also when the pipe is closed: the caller hands the payload back to the
+        socket (``SocketDriver.hand_back``), which sends it on another pipe.
         """
         lock = self.lock
         lock.acquire()  # (not ``with``: measurably dearer on this path)
@@ -220,7 +222,7 @@ class PipeDriver(PipeReading, PipeLiveness):
                 self.lane_credit -= 1
                 self.lane_bytes += len(payload)
             elif self.closed:
-                return 0
+                return -1
             self.appended += 1
             outbox = self.outbox
             if outbox or self.writing or self.tail is not None or self.control is not None:
@@ -397,9 +399,9 @@ class PipeDriver(PipeReading, PipeLiveness):
             self.engine.run_soon(event.set)
 
     def close_soon(self) -> None:
-        """Close this pipe (from any thread); the reader and writer stop."""
-        with self.lock:
-            self.closed = True
+        """Close this pipe (from any thread holding neither the socket's nor this
+        pipe's lock); the reader and writer stop."""
+        self.sock.pipe_ending(self)  # (sets ``closed``; what it never wrote goes back)
         self.engine.run_soon(self._scope.cancel)
 
     # -- engine thread ---------------------------------------------------------
@@ -428,11 +430,6 @@ class PipeDriver(PipeReading, PipeLiveness):
         with self.read_lock:  # no thread reads the connection from now on
             with self.lock:
                 self.closed = True
-                if self.tail is not None:
-                    self.orphans += unwritten(self.channel, self._tail_batch, len(self.tail))
-                self.orphans += self.outbox
-                self.outbox = []
-                self.tail = self.control = None
                 wake_fd = self.role_wake_fd
                 claimed = self.writing
         while claimed:
@@ -442,6 +439,8 @@ class PipeDriver(PipeReading, PipeLiveness):
                 await trio.lowlevel.checkpoint()
             with self.lock:
                 claimed = self.writing
+        with self.lock:  # (after any write: the rest it left is unwritten too)
+            self.orphans = self.take_unwritten()
         if wake_fd >= 0:
             try:
                 os.eventfd_write(wake_fd, 1)  # the role holder stops polling this pipe
@@ -464,6 +463,7 @@ class PipeDriver(PipeReading, PipeLiveness):
         ) as exc:
             self._failed(exc)
         finally:
+            self.sock.pipe_ending(self)  # (the first loop to end: at once, before any later send)
             scope.cancel()
 
     def _failed(self, exc: BaseException) -> None:
@@ -495,7 +495,7 @@ class PipeDriver(PipeReading, PipeLiveness):
             if lingering:
                 await self._linger()
             with self.lock:
-                if self.writing or (self.tail is None and self.control is None and not self.outbox):
+                if self.writing or self.closed or (self.tail is None and self.control is None and not self.outbox):
                     idle = not self.writing
                     event = self._writer_event = trio.Event()
                 else:

@@ -2,8 +2,9 @@
 
 Owns: the TCP window guard (a task that keeps ``TCP_USER_TIMEOUT`` from cutting
 off a peer that is alive but not reading, and finds a dead one by its unanswered
-window probes), and the helpers that count what a pipe that ended never
-delivered (``kernel_unacked``, ``write_shortfall``, ``unwritten``: see
+window probes), ``take_unwritten`` (what an ending pipe hands back to the socket:
+see nanopy/_pipe_ending.py), and the helpers that count what a pipe that ended
+never delivered (``kernel_unacked``, ``write_shortfall``, ``unwritten``: see
 ``PipeLosses`` in nanopy/_stats.py).
 
 May call: the connection's kernel socket (``kernel_socket``), TCP_INFO
@@ -34,6 +35,29 @@ class PipeLiveness:
     paused: bool
     _in_write: bool  # the writer task is inside write_all (the kernel may be full)
     _guard_event: trio.Event | None  # wakes the window guard
+    # The write side (nanopy/_pipe.py), read by take_unwritten.
+    channel: Any
+    outbox: list[bytes]
+    tail: Any
+    _tail_batch: list[bytes]
+    control: bytes | None
+    orphans: list[bytes]
+    #: the socket took this pipe out of its load balancing (set under the socket's
+    #: lock by SocketDriver.pipe_ending, once)
+    withdrawn = False
+
+    def take_unwritten(self) -> list[bytes]:
+        """Take everything this pipe will never write, in order (its lock held, no
+        write under way): what a failed write left (``orphans``), the whole
+        messages of a chunk's unwritten rest, then the queue. Leaves nothing queued."""
+        out = self.orphans
+        self.orphans = []
+        if self.tail is not None:
+            out += unwritten(self.channel, self._tail_batch, len(self.tail))
+        out += self.outbox
+        self.outbox = []
+        self.tail = self.control = None
+        return out
 
     # -- dead-peer detection beside a full send buffer -----------------------------------
     def _busy(self) -> bool:

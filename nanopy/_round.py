@@ -49,7 +49,6 @@ from ._core import (
     Distributing,
     LoadBalancing,
 )
-from ._drops import DEAD_PIPE
 from ._errors import Closed, WouldBlock
 from ._fanout import queue_fan_out
 from ._pipe import handed_over
@@ -242,9 +241,9 @@ class Round:
                     # (and batched) in one tight loop.
                     handled, gone, credit = queue_fan_out(pipes, actions, i - 1)
                     i += handled - 1
-                    transmits += handled - gone
+                    transmits += handled - len(gone)
                     if gone:
-                        self.count_drop(DEAD_PIPE, gone)
+                        self.hand_back(gone)
                     for pid, n in credit:
                         more = self._credit_back(pid, n)
                         if more:
@@ -252,13 +251,16 @@ class Round:
                     continue
                 driver = pipes.get(action[1])
                 if driver is None:
-                    self.count_drop(DEAD_PIPE)  # (removed since the round that chose it)
+                    self.hand_back([action[2]])  # (removed since the round that chose it)
                     continue
                 transmits += 1
                 # Not a burst: the pipe judges idle vs burst by itself (a lone
                 # pipe's ping-pong is written directly).
                 done = driver.transmit(action[2])
                 if done:
+                    if done < 0:  # (closed since the round that chose it)
+                        self.hand_back([action[2]])
+                        continue
                     more = self._credit_back(action[1], done)
                     if more:
                         actions.extend(more)
@@ -299,6 +301,11 @@ class Round:
                 self._relazy = False  # the requeued payloads went out (remove_pipe)
                 self._lazy_credit = True
             return self._drain()
+
+    def hand_back(self, payloads: list[bytes]) -> None:
+        """Payloads whose TRANSMIT found its pipe closed or gone: back to the core
+        (nanopy/_pipe_ending.py)."""
+        raise NotImplementedError
 
     def credit(self, pid: int, n: int) -> None:
         """Credit from the engine side (a writer flushed, an inproc peer read)."""

@@ -224,8 +224,8 @@ class PipeHosting:
                 await driver.run()
             finally:
                 self._disconnects += 1
-                requeued = self._driver.remove_pipe(pipe.id, driver.orphans)
-                self._losses.pipe_ended(driver, requeued)
+                self._driver.remove_pipe(pipe.id, driver.orphans)
+                self._losses.pipe_ended(driver)
                 self._notify_pipes_changed()
                 self._call_pipe_callbacks(self._removed_callbacks, pipe, accept=False)
         finally:

@@ -89,21 +89,22 @@ class SocketStats(_Snapshot):
 
 class PipeLosses:
     """What a socket lost with its pipes -- the one place these counts are kept
-    (docs/partitions.md). Updated on the engine thread as each pipe ends."""
+    (docs/partitions.md). Updated on the engine thread as each pipe ends. (What
+    went back to the socket instead, ``messages_requeued``, is counted where it
+    goes back: ``SocketDriver.requeued``, nanopy/_pipe_ending.py.)"""
 
-    __slots__ = ("dead_pipes", "lost_pipes_unacked", "lost_unacked_bytes", "messages_requeued")
+    __slots__ = ("dead_pipes", "lost_pipes_unacked", "lost_unacked_bytes")
 
     def __init__(self) -> None:
-        self.dead_pipes = self.lost_pipes_unacked = self.lost_unacked_bytes = self.messages_requeued = 0
+        self.dead_pipes = self.lost_pipes_unacked = self.lost_unacked_bytes = 0
 
-    def pipe_ended(self, pipe: Any, requeued: int) -> None:
+    def pipe_ended(self, pipe: Any) -> None:
         """Count how ``pipe`` (a PipeDriver that stopped) ended."""
         if pipe.dead:
             self.dead_pipes += 1
         if pipe.unacked:
             self.lost_pipes_unacked += 1
             self.lost_unacked_bytes += pipe.unacked
-        self.messages_requeued += requeued
 
     def as_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in self.__slots__}

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 import nanopy
-from nanopy.testing import wait_no_pipes, wait_pipes
+from nanopy.testing import ipc_url, wait_no_pipes, wait_pipes
 from nanopy.transports.tcp import keepalive_settings
 
 pytestmark = pytest.mark.timeout(60)
@@ -229,6 +229,85 @@ def test_push_requeues_what_a_dying_pipe_never_wrote() -> None:
         lost = got[0] - 1  # the first messages: in the kernels when the peer reset
         assert lost > 0 and lost * len(body) < 16 << 20
     stuck.close()
+
+
+def _stuck_listener(scheme: str) -> tuple[socket.socket, str]:
+    """A raw listener whose accepted connection will read nothing (a small receive
+    buffer, so PUSH's kernel fills quickly); returns it and the URL to dial."""
+    if scheme == "tcp":
+        server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+        server.bind(("127.0.0.1", 0))
+        url = f"tcp://127.0.0.1:{server.getsockname()[1]}"
+    else:
+        url = ipc_url("stuck")
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(url.removeprefix("ipc://"))
+    server.listen(1)
+    return server, url
+
+
+@pytest.mark.parametrize("scheme", ["tcp", "ipc"])
+def test_push_requeued_messages_go_before_any_later_send(scheme: str) -> None:
+    """Pipe A's peer reads nothing, then dies; the engine is held just after A was
+    found dead and before its removal (A's connection is asked for its kernel
+    counters there). Whatever is sent then, and after, reaches PULL B behind every
+    message A had not written: send order holds across the death."""
+    server, stuck_url = _stuck_listener(scheme)
+    pipes: list[Any] = []
+    with nanopy.Socket("push", send_buffer=8, send_timeout=0.3) as push, nanopy.Socket("pull") as pull:
+        pull.bind(ipc_url("b") if scheme == "ipc" else "tcp://127.0.0.1:0")
+        push.on_pipe_added(pipes.append)
+        push.connect(stuck_url, priority=1)
+        conn, _ = server.accept()
+        _sp_handshake(conn, 0x51)
+        wait_pipes(push)
+        body = b"x" * 65536
+        count = 0
+        while True:  # A takes everything: its kernel buffers, then its queue
+            try:
+                push.send(b"%06d" % (count + 1) + body)
+            except nanopy.Timeout:
+                break
+            count += 1
+        push.connect(pull.endpoints[0].url, priority=2)
+        wait_pipes(push, 2)
+
+        reached, release = threading.Event(), threading.Event()
+        a_conn = pipes[0]._driver.conn
+        kernel_socket = a_conn.kernel_socket
+
+        def held_kernel_socket() -> socket.socket:  # (the engine thread, in A's end)
+            reached.set()
+            release.wait(20)
+            return kernel_socket()  # type: ignore[no-any-return]
+
+        a_conn.kernel_socket = held_kernel_socket
+        later = [b"%06d" % n + body for n in range(count + 1, count + 6)]
+        try:
+            if scheme == "tcp":
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()  # A's peer dies (RST, or an ipc peer gone with unread data)
+            assert reached.wait(20), "pipe A never ended"
+            unsent = list(later)
+            while unsent:  # found dead, not removed: a send now must not pass A's queue
+                try:
+                    push.send(unsent[0], timeout=0)
+                except nanopy.Timeout:
+                    break  # (the core holds sends until A's unwritten rest is known)
+                unsent.pop(0)
+        finally:
+            release.set()
+        for payload in unsent:
+            push.send(payload, timeout=10)
+        got = [int(pull.recv(timeout=10)[:6])]
+        while got[-1] < count + 5:
+            got.append(int(pull.recv(timeout=10)[:6]))
+        first = got[0]
+        assert got == list(range(first, count + 6)), f"out of order: {got[:40]}"
+        assert 1 < first <= count  # the first ones were lost in the kernels, the rest requeued
+        assert push.stats().messages_requeued == count + 1 - first
+    server.close()
 
 
 def test_req_resend_goes_to_another_pipe() -> None:

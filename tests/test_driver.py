@@ -63,6 +63,7 @@ class _InstantPipe:
         self.lock = threading.Lock()
         self.lane_credit = self.lane_bytes = 0
         self.rx_msgs = self.rx_bytes = 0  # (the pipe view: counted by the socket driver per read)
+        self.closed = self.withdrawn = False  # (a pipe found dead: nanopy/_pipe_ending.py)
 
     def transmit(self, payload: bytes, idle: bool | None = None, framed: Any = None, lane: bool = False) -> int:
         if lane:

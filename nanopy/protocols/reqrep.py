@@ -165,7 +165,7 @@ class Req0(RawVariant, LoadBalancing):
     raw_class = XReq0
     per_caller_recv = True
 
-    def requeue(self, payloads: list[bytes]) -> int:
+    def requeue(self, payloads: list[bytes], pid: int | None = None) -> int:
         return 0  # remove_pipe already resends every request the pipe carried: none is lost
 
     def __init__(self, options: Any, raw: bool = False) -> None:
