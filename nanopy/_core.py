@@ -242,7 +242,7 @@ class Core:
 # -- building blocks for cores ---------------------------------------------------------
 # Cooperative mixins that own the per-pipe bookkeeping of one side of a protocol.
 # A core lists the ones it needs, send side first and a queuing one last, e.g.
-# ``class Bus0(Distributing, FairQueuing)``; each add_pipe/remove_pipe calls super()
+# ``class Bus0(Distributing, FairQueuing)``; each add_pipe/withdraw_pipe/remove_pipe calls super()
 # so all of them see every pipe. Hot paths (send, recv, messages_received,
 # pipe_credit) are single methods here, never chains.
 
@@ -278,6 +278,7 @@ class LoadBalancing(Core):
     # ``send`` and ``pipe_credit`` are replaced on the instance (nothing is added to
     # their usual path): a new message waits behind them, and returned credit sends them.
     def withdraw_pipe(self, pid: int, pending: bool = False) -> None:
+        super().withdraw_pipe(pid, pending)
         self._lb.remove(pid)
         if pending and self.requeues and not self.closed:
             self._awaited.add(pid)  # nothing requeued goes out before its payloads
@@ -361,6 +362,10 @@ class Distributing(Core):
     def add_pipe(self, pipe: PipeInfo, credit: int) -> None:
         super().add_pipe(pipe, credit)
         self._credit[pipe.id] = credit
+
+    def withdraw_pipe(self, pid: int, pending: bool = False) -> None:
+        super().withdraw_pipe(pid, pending)
+        self._credit.pop(pid, None)  # (a dead pipe misses nothing: it is no longer counted)
 
     def remove_pipe(self, pid: int) -> None:
         super().remove_pipe(pid)

@@ -67,7 +67,8 @@ class PipeEndings(SendLanes):
                 pipe.closed = True
             return
         pipe.withdrawn = True
-        self._revoke_lane()  # (lane credit back into the core before it counts pipes)
+        if self.lane is pipe or self._fan_pipes:
+            self._revoke_lane()  # (its lane credit back into the core first)
         with pipe.lock:
             pipe.closed = True
             pending = pipe.writing  # a write under way: its rest comes at removal

@@ -372,6 +372,63 @@ def test_core_requeue_holds_what_no_pipe_can_take_and_sends_it_first(kind: str) 
     assert _transmits(core) == [(2, b"new")]
 
 
+@pytest.mark.parametrize("kind", ["push", "xreq"])
+def test_core_withdrawn_pipe_with_a_write_under_way_holds_sends_until_its_rest_comes(kind: str) -> None:
+    from nanopy._core import PipeInfo
+    from nanopy._errors import WouldBlock
+    from nanopy.protocols.pipeline import Push0
+    from nanopy.protocols.reqrep import XReq0
+
+    core: Any = _core(Push0 if kind == "push" else XReq0)
+    core.add_pipe(PipeInfo(1, "a", 1, 8), 4)
+    core.add_pipe(PipeInfo(2, "b", 2, 8), 4)
+    core.send(b"m1")
+    assert _transmits(core) == [(1, b"m1")]
+    core.withdraw_pipe(1, pending=True)  # found dead while writing: its rest is not known yet
+    assert core.holding and not core.can_send()
+    with pytest.raises(WouldBlock):
+        core.send(b"later")  # pipe 2 has credit, but must not pass what pipe 1 held
+    assert core.requeue([b"refused"]) == 1  # a TRANSMIT to pipe 1 that came too late
+    assert _transmits(core) == []
+    core.remove_pipe(1)
+    assert core.requeue([b"o1", b"o2"], 1) == 2  # its rest: ahead of the refused one
+    assert _transmits(core) == [(2, b"o1"), (2, b"o2"), (2, b"refused")]
+    assert not core.holding and core.can_send()
+    core.send(b"later")
+    assert _transmits(core) == [(2, b"later")]
+
+
+def test_core_withdrawn_pipe_takes_no_new_send() -> None:
+    from nanopy._core import PipeInfo
+    from nanopy._errors import WouldBlock
+    from nanopy.protocols.pair import Pair0
+    from nanopy.protocols.pipeline import Push0
+    from nanopy.protocols.pubsub import Pub0
+
+    push: Any = _core(Push0)
+    push.add_pipe(PipeInfo(1, "a", 1, 8), 4)
+    push.add_pipe(PipeInfo(2, "b", 2, 8), 4)
+    push.withdraw_pipe(1)
+    push.send(b"m")
+    assert _transmits(push) == [(2, b"m")] and not push.holding
+    pair: Any = _core(Pair0)
+    pair.add_pipe(PipeInfo(1, "a", 8, 8), 4)
+    pair.withdraw_pipe(1)
+    with pytest.raises(WouldBlock):
+        pair.send(b"m")  # waits for the next peer instead of going into a dead pipe
+    pub: Any = _core(Pub0)
+    pub.options.overflow = "block"
+    pub.add_pipe(PipeInfo(1, "a", 8, 8), 0)  # a full subscriber: "block" waits for it...
+    pub.add_pipe(PipeInfo(2, "b", 8, 8), 4)
+    assert not pub.can_send()
+    pub.withdraw_pipe(1)  # ...until it is found dead
+    assert pub.can_send()
+    pub.send(b"m")
+    assert _transmits(pub) == [(2, b"m")]
+    pub.remove_pipe(1)
+    assert pub.can_send()
+
+
 def test_cores_that_must_not_requeue_take_nothing() -> None:
     from nanopy._core import PipeInfo
     from nanopy.protocols.pair import Pair0

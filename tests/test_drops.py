@@ -223,16 +223,43 @@ def test_count_drop_hook_counts_with_a_reason_and_a_pipe(make_socket: MakeSocket
 
 def test_a_transmit_for_a_pipe_removed_meanwhile_is_a_dead_pipe_drop() -> None:
     # The core chose pipe 7 in a round; its driver is gone before the TRANSMIT runs.
+    # PAIR does not requeue: the payload is lost with the pipe, and counted.
     from nanopy._core import PipeInfo
     from nanopy._driver import SocketDriver
     from nanopy._options import new_options
-    from nanopy.protocols.pipeline import Push0
+    from nanopy.protocols.pair import Pair0
 
-    core = Push0(new_options("push"))
+    core = Pair0(new_options("pair"))
     driver = SocketDriver(core, lambda: "t", lambda: None)  # type: ignore[arg-type,return-value]
     core.add_pipe(PipeInfo(7, None, 8, 8), 4)
     assert driver.try_send(b"lost", b"")
     assert core.drops["dead_pipe"] == 1 and core.dropped == 1
+
+
+def test_a_transmit_for_a_pipe_removed_meanwhile_is_requeued_by_push() -> None:
+    # PUSH sends it on another pipe instead (queued there in the round that chose it).
+    from nanopy._core import TRANSMIT, PipeInfo
+    from nanopy._driver import SocketDriver
+    from nanopy._options import new_options
+    from nanopy.protocols.pipeline import Push0
+
+    class Queued:
+        pid, withdrawn, closed = 8, False, False
+        batches: list[list[bytes]] = []
+
+        def queue_batch(self, batch: list[bytes], kick: bool) -> None:
+            self.batches.append(batch)
+
+    core = Push0(new_options("push"))
+    driver = SocketDriver(core, lambda: "t", lambda: None)  # type: ignore[arg-type,return-value]
+    other = Queued()
+    driver.pipes[8] = other  # type: ignore[assignment]
+    core.add_pipe(PipeInfo(7, None, 8, 8), 4)
+    core.add_pipe(PipeInfo(8, None, 8, 8), 4)
+    core.remove_pipe(7)  # (the driver's remove_pipe: gone from both)
+    driver.execute([(TRANSMIT, 7, b"saved")])  # chosen by a round before that
+    assert other.batches == [[b"saved"]] and core.dropped == 0
+    assert driver.requeued == 1 and not core.holding
 
 
 # -- the snapshots ---------------------------------------------------------------------------

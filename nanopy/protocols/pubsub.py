@@ -66,6 +66,11 @@ class Pub0(Distributing):
         if credit <= 0:
             self._starved += 1
 
+    def withdraw_pipe(self, pid: int, pending: bool = False) -> None:
+        if self._credit.get(pid, 1) <= 0:
+            self._starved -= 1  # ("block" waits for live subscribers only)
+        super().withdraw_pipe(pid, pending)
+
     def remove_pipe(self, pid: int) -> None:
         if self._credit.get(pid, 1) <= 0:
             self._starved -= 1
