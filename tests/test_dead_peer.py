@@ -191,6 +191,28 @@ def _sp_handshake(conn: socket.socket, protocol: int) -> None:
         got += conn.recv(8 - len(got))
 
 
+def _stuck_then_pull(push: nanopy.Socket, pull: nanopy.Socket, server: socket.socket, url: str,
+                     body: bytes) -> tuple[socket.socket, int]:
+    """PUSH dials ``url`` (``server``: a peer that reads nothing) with priority 1 and
+    sends numbered messages (1, 2, ...) until that pipe takes no more -- its kernel's
+    buffers, then its queue, until no credit is left -- then dials PULL (priority 2).
+    Returns the stuck peer's connection and how many messages it took."""
+    push.connect(url, priority=1)
+    conn, _ = server.accept()
+    _sp_handshake(conn, 0x51)
+    wait_pipes(push)
+    count = 0
+    while True:
+        try:
+            push.send(b"%06d" % (count + 1) + body)
+        except nanopy.Timeout:
+            break
+        count += 1
+    push.connect(pull.endpoints[0].url, priority=2)
+    wait_pipes(push, 2)
+    return conn, count
+
+
 def test_push_requeues_what_a_dying_pipe_never_wrote() -> None:
     """A PULL that reads nothing (priority 1) holds PUSH's messages in the kernel and
     then in its pipe's queue; when it resets, the queued ones go to the other PULL,
@@ -198,21 +220,8 @@ def test_push_requeues_what_a_dying_pipe_never_wrote() -> None:
     stuck = socket.create_server(("127.0.0.1", 0))
     with nanopy.Socket("push", send_buffer=200, send_timeout=0.5) as push, nanopy.Socket("pull") as pull:
         pull.bind("tcp://127.0.0.1:0")
-        push.connect(f"tcp://127.0.0.1:{stuck.getsockname()[1]}", priority=1)
-        conn, _ = stuck.accept()
-        _sp_handshake(conn, 0x51)
-        wait_pipes(push)
         body = b"x" * 64000
-        count = 0
-        # Fill the stuck pipe: the kernel's buffers, then its queue, until no credit is left.
-        while True:
-            try:
-                push.send(b"%06d" % (count + 1) + body)
-            except nanopy.Timeout:
-                break
-            count += 1
-        push.connect(pull.endpoints[0].url, priority=2)
-        wait_pipes(push, 2)
+        conn, count = _stuck_then_pull(push, pull, stuck, f"tcp://127.0.0.1:{stuck.getsockname()[1]}", body)
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         conn.close()  # RST: the pipe dies with its queue full
         wait_pipes(push, 1)
@@ -258,20 +267,8 @@ def test_push_requeued_messages_go_before_any_later_send(scheme: str) -> None:
     with nanopy.Socket("push", send_buffer=8, send_timeout=0.3) as push, nanopy.Socket("pull") as pull:
         pull.bind(ipc_url("b") if scheme == "ipc" else "tcp://127.0.0.1:0")
         push.on_pipe_added(pipes.append)
-        push.connect(stuck_url, priority=1)
-        conn, _ = server.accept()
-        _sp_handshake(conn, 0x51)
-        wait_pipes(push)
         body = b"x" * 65536
-        count = 0
-        while True:  # A takes everything: its kernel buffers, then its queue
-            try:
-                push.send(b"%06d" % (count + 1) + body)
-            except nanopy.Timeout:
-                break
-            count += 1
-        push.connect(pull.endpoints[0].url, priority=2)
-        wait_pipes(push, 2)
+        conn, count = _stuck_then_pull(push, pull, server, stuck_url, body)
 
         reached, release = threading.Event(), threading.Event()
         a_conn = pipes[0]._driver.conn
@@ -346,16 +343,23 @@ def _transmits(core: object) -> list[tuple[int, bytes]]:
     return out
 
 
-@pytest.mark.parametrize("kind", ["push", "xreq"])
-def test_core_requeue_holds_what_no_pipe_can_take_and_sends_it_first(kind: str) -> None:
+def _preferring(kind: str, credit: int) -> Any:
+    """A requeueing core (PUSH or raw REQ) with pipe 1 (preferred) and pipe 2."""
     from nanopy._core import PipeInfo
-    from nanopy._errors import WouldBlock
     from nanopy.protocols.pipeline import Push0
     from nanopy.protocols.reqrep import XReq0
 
     core: Any = _core(Push0 if kind == "push" else XReq0)
-    core.add_pipe(PipeInfo(1, "a", 1, 8), 2)
-    core.add_pipe(PipeInfo(2, "b", 2, 8), 2)
+    core.add_pipe(PipeInfo(1, "a", 1, 8), credit)
+    core.add_pipe(PipeInfo(2, "b", 2, 8), credit)
+    return core
+
+
+@pytest.mark.parametrize("kind", ["push", "xreq"])
+def test_core_requeue_holds_what_no_pipe_can_take_and_sends_it_first(kind: str) -> None:
+    from nanopy._errors import WouldBlock
+
+    core = _preferring(kind, 2)
     core.send(b"m1")
     core.send(b"m2")
     _transmits(core)
@@ -374,14 +378,9 @@ def test_core_requeue_holds_what_no_pipe_can_take_and_sends_it_first(kind: str) 
 
 @pytest.mark.parametrize("kind", ["push", "xreq"])
 def test_core_withdrawn_pipe_with_a_write_under_way_holds_sends_until_its_rest_comes(kind: str) -> None:
-    from nanopy._core import PipeInfo
     from nanopy._errors import WouldBlock
-    from nanopy.protocols.pipeline import Push0
-    from nanopy.protocols.reqrep import XReq0
 
-    core: Any = _core(Push0 if kind == "push" else XReq0)
-    core.add_pipe(PipeInfo(1, "a", 1, 8), 4)
-    core.add_pipe(PipeInfo(2, "b", 2, 8), 4)
+    core = _preferring(kind, 4)
     core.send(b"m1")
     assert _transmits(core) == [(1, b"m1")]
     core.withdraw_pipe(1, pending=True)  # found dead while writing: its rest is not known yet
@@ -402,12 +401,9 @@ def test_core_withdrawn_pipe_takes_no_new_send() -> None:
     from nanopy._core import PipeInfo
     from nanopy._errors import WouldBlock
     from nanopy.protocols.pair import Pair0
-    from nanopy.protocols.pipeline import Push0
     from nanopy.protocols.pubsub import Pub0
 
-    push: Any = _core(Push0)
-    push.add_pipe(PipeInfo(1, "a", 1, 8), 4)
-    push.add_pipe(PipeInfo(2, "b", 2, 8), 4)
+    push = _preferring("push", 4)
     push.withdraw_pipe(1)
     push.send(b"m")
     assert _transmits(push) == [(2, b"m")] and not push.holding
