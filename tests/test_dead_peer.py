@@ -452,3 +452,18 @@ def test_req_resend_after_resend_interval_avoids_the_last_pipe() -> None:
     for _ in range(RESEND_TICKS + 1):
         core.timer_fired("resend-tick")
     assert [pid for pid, _ in _transmits(core)] == [1]  # and back: never twice on the same pipe
+
+
+def test_req_resends_the_moment_its_pipe_is_found_dead() -> None:
+    from nanopy._core import PipeInfo
+    from nanopy.protocols.reqrep import Req0
+
+    core: Any = _core(Req0)
+    core.add_pipe(PipeInfo(1, "best", 1, 8), 8)
+    core.add_pipe(PipeInfo(2, "other", 2, 8), 8)
+    core.start_request(b"q")
+    assert [pid for pid, _ in _transmits(core)] == [1]
+    core.withdraw_pipe(1)  # found dead: no waiting for its removal
+    assert [pid for pid, _ in _transmits(core)] == [2]
+    core.remove_pipe(1)
+    assert _transmits(core) == []  # (once)

@@ -166,7 +166,7 @@ class Req0(RawVariant, LoadBalancing):
     per_caller_recv = True
 
     def requeue(self, payloads: list[bytes], pid: int | None = None) -> int:
-        return 0  # remove_pipe already resends every request the pipe carried: none is lost
+        return 0  # withdraw_pipe (or remove_pipe) resends every request the pipe carried: none is lost
 
     def __init__(self, options: Any, raw: bool = False) -> None:
         super().__init__(options, False)
@@ -190,8 +190,17 @@ class Req0(RawVariant, LoadBalancing):
         if self._queue:
             self._flush()
 
+    def withdraw_pipe(self, pid: int, pending: bool = False) -> None:
+        super().withdraw_pipe(pid, pending)
+        self._resend_lost(pid)  # found dead: its requests go to another pipe now
+
     def remove_pipe(self, pid: int) -> None:
         super().remove_pipe(pid)
+        self._resend_lost(pid)
+
+    def _resend_lost(self, pid: int) -> None:
+        """Send again, on the best other pipe, each request whose latest attempt
+        went to pipe ``pid`` (once: the pipe is forgotten)."""
         lost = self._inflight.pop(pid, ())
         requests = self._requests
         for rid in sorted(lost):
