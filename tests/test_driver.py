@@ -18,7 +18,7 @@ import trio.testing
 from conftest import wait_until
 
 import nanopy
-from nanopy._core import PipeInfo
+from nanopy._core import TRANSMIT, PipeInfo
 from nanopy._driver import LANE_MAX, SocketDriver
 from nanopy._options import new_options
 from nanopy.protocols.pipeline import Pull0, Push0
@@ -154,6 +154,61 @@ def test_lane_credit_of_a_removed_pipe_is_not_counted_as_sent() -> None:
     driver.remove_pipe(1)
     assert driver.lane is None and driver.sent_counts() == (1, 1)
     assert not driver.try_send(b"x", b"")  # no pipe, no lane: it would block
+
+
+class _QueuingPipe(_InstantPipe):
+    """A pipe that keeps what it is given unwritten (no credit comes back), as a
+    stalled peer's pipe does, and can be found dead (nanopy/_pipe_ending.py)."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(pid, instant=False)
+        self.writing = False
+
+    def transmit(self, payload: bytes, idle: bool | None = None, framed: Any = None, lane: bool = False) -> int:
+        return -1 if self.closed else super().transmit(payload, idle, framed, lane)
+
+    def queue_batch(self, batch: list[bytes], kick: bool) -> None:
+        self.written += batch
+
+    def take_unwritten(self) -> list[bytes]:
+        out, self.written = self.written, []
+        return out
+
+
+def test_a_dead_lane_pipe_gives_its_credit_and_queue_back_ahead_of_later_sends() -> None:
+    driver = _driver(Push0)
+    a, b = _QueuingPipe(1), _QueuingPipe(2)
+    driver.add_pipe(a, PipeInfo(1, "a", 1, 8), 8)  # type: ignore[arg-type]
+    for body in (b"m1", b"m2", b"m3"):
+        assert driver.try_send(body, b"")
+    assert driver.lane is a and a.lane_credit == 5
+    driver.pipe_ending(a)  # found dead: its lane credit and its queue go back at once
+    assert driver.lane is None and a.closed and a.withdrawn and a.written == []
+    assert driver.sent_counts() == (3, 6) and driver.requeued == 3
+    assert not driver.try_send(b"later", b"")  # no pipe: the requeued ones wait first
+    driver.add_pipe(b, PipeInfo(2, "b", 2, 8), 8)  # type: ignore[arg-type]
+    assert b.written == [b"m1", b"m2", b"m3"]  # queued on it inside that round
+    driver.execute([(TRANSMIT, 1, b"m4")])  # chosen for A by a round before it died
+    assert driver.try_send(b"later", b"")
+    assert b.written == [b"m1", b"m2", b"m3", b"m4", b"later"]
+    driver.remove_pipe(1, [])
+    assert driver.requeued == 4 and driver.core.dropped == 0 and "_drain" not in vars(driver)
+
+
+def test_a_dead_pipe_with_a_write_under_way_holds_sends_until_its_removal() -> None:
+    driver = _driver(Push0)
+    a, b = _QueuingPipe(1), _QueuingPipe(2)
+    driver.add_pipe(a, PipeInfo(1, "a", 1, 8), 8)  # type: ignore[arg-type]
+    driver.add_pipe(b, PipeInfo(2, "b", 2, 8), 8)  # type: ignore[arg-type]
+    assert driver.try_send(b"m1", b"")
+    a.writing = True  # (its writer task is inside a write)
+    driver.pipe_ending(a)
+    assert a.closed and a.written == [b"m1"]  # not taken: the write may still take some
+    assert not driver.try_send(b"later", b"") and not driver.writable()
+    driver.remove_pipe(1, [b"m1"])  # what the write never wrote, known once it ended
+    assert b.written == [b"m1"] and driver.requeued == 1
+    assert driver.try_send(b"later", b"")
+    assert b.written == [b"m1", b"later"]
 
 
 @pytest.mark.parametrize("overflow", ["drop", "block"])
