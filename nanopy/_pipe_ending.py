@@ -89,8 +89,6 @@ class PipeEndings(SendLanes):
     def _take_back(self, payloads: list[bytes], pid: int | None) -> int:
         """Give ``payloads`` (of pipe ``pid``, or handed back) to the core (lock
         held); returns how many it took."""
-        if payloads:
-            self._revoke_lane()  # (lane sends must not pass what waits for credit)
         taken = self.core.requeue(payloads, pid)
         self.requeued += taken
         self._moving(taken)
@@ -103,9 +101,13 @@ class PipeEndings(SendLanes):
         if taken or holding:
             if "_drain" not in vars(self):
                 self._drain = self._drain_requeued  # type: ignore[method-assign]
-            if holding and self._lazy_credit:
-                self._lazy_credit = False
-                self._relazy = True
+            if holding:
+                # Lane sends skip the core: they must not pass what it holds, and
+                # the lane's credit may send it now.
+                self._revoke_lane()
+                if self._lazy_credit:
+                    self._lazy_credit = False
+                    self._relazy = True
 
     def _drain_requeued(self) -> list[Action] | None:
         """``_drain`` while requeued payloads move (lock held): TRANSMITs are queued
