@@ -78,24 +78,28 @@ class Messaging:
             driver = self._driver
             lane = driver.lane
             if lane is not None and not driver.closed:
-                # The send lane (nanopy/_driver.py) written out: its usual outcome
-                # costs no further call.
+                # try_send's lane step (nanopy/_lanes.py) written out, a deliberate
+                # exception (docs/architecture.md): a call here costs ~11% of a send.
                 done = lane.transmit(data, None, None, True)
                 if done == 0:
                     return
                 if done > 0:
                     driver.credit(lane.pid, done)
                     return
-            if driver.try_send(data, b""):
-                return  # the fast path: one round, no waiting
+            if not driver.try_send(data, b""):  # the fast path: one round, no waiting
+                self._wait_to_send(data, b"", timeout)
+            return
         self._send(data, b"", timeout)
 
     def _send(self, body: bytes, header: bytes, timeout: Any) -> None:
         if timeout is not _DEFAULT:
             self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
+        if not self._driver.try_send(body, header):
+            self._wait_to_send(body, header, timeout)
+
+    def _wait_to_send(self, body: bytes, header: bytes, timeout: Any) -> None:
+        """A send the fast path could not take now: wait for room."""
         driver = self._driver
-        if driver.try_send(body, header):
-            return
         timeout = self._timeout(timeout, self._options.send_timeout)
         driver.call(driver.send_attempt(body, header), driver.send_q, timeout, "send")
 
@@ -122,7 +126,7 @@ class Messaging:
         run = driver.run
         if run and not driver.closed:
             try:
-                return run.popleft()  # the rest of a run (nanopy/_driver.py): no lock, no call
+                return run.popleft()  # try_recv_body's first step written out (docs/architecture.md)
             except IndexError:
                 pass
         body = driver.try_recv_body()
