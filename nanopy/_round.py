@@ -35,20 +35,9 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ._actions import ARM_TIMER, CANCEL_TIMER, CLOSE_PIPE, READY, READY_CALLER, RESUME_READ, TRANSMIT, Action
 from ._callers import CallerWaitQueue
-from ._core import (
-    ARM_TIMER,
-    CANCEL_TIMER,
-    CLOSE_PIPE,
-    READY,
-    READY_CALLER,
-    RESUME_READ,
-    TRANSMIT,
-    Action,
-    Core,
-    Distributing,
-    LoadBalancing,
-)
+from ._core import Core, Distributing, LoadBalancing
 from ._drops import DEAD_PIPE
 from ._errors import Closed, WouldBlock
 from ._fanout import FanOutQueueing

@@ -193,18 +193,7 @@ class Messaging:
 
         The async form of :meth:`recv_batch`; it is a checkpoint.
 
-        Args:
-            max_messages: the most bodies to return (at least 1).
-            timeout: seconds to wait for the first message (see :meth:`recv_batch`).
-
-        Returns:
-            One to ``max_messages`` message bodies, in arrival order.
-
-        Raises:
-            ValueError: ``max_messages`` < 1.
-            Timeout: nothing arrived in time.
-            Closed: the socket is closed.
-            ProtocolError: the protocol cannot receive.
+        Arguments, result and errors as :meth:`recv_batch`.
         """
         if max_messages < 1:
             raise ValueError(f"arecv_batch: max_messages must be >= 1, got {max_messages}")
@@ -225,15 +214,7 @@ class Messaging:
     async def asend(self, data: Any, *, timeout: float | None = _DEFAULT) -> None:
         """Async :meth:`send` (trio or asyncio); a checkpoint: if cancelled, it sends nothing.
 
-        Args:
-            data: bytes-like.
-            timeout: seconds to wait; ``None`` waits forever, ``0`` never waits.
-                Defaults to the socket's ``send_timeout`` option.
-
-        Raises:
-            Timeout: no room in time.
-            Closed: the socket is closed.
-            ProtocolError: the protocol cannot send.
+        Arguments, result and errors as :meth:`send`.
         """
         if data.__class__ is not bytes:
             data = self._outgoing(data)
@@ -256,17 +237,7 @@ class Messaging:
     async def arecv(self, *, timeout: float | None = _DEFAULT) -> bytes:
         """Async :meth:`recv` (trio or asyncio); a checkpoint: if cancelled, it takes nothing.
 
-        Args:
-            timeout: seconds to wait; ``None`` waits forever, ``0`` never waits.
-                Defaults to the socket's ``recv_timeout`` option.
-
-        Returns:
-            The message body.
-
-        Raises:
-            Timeout: nothing arrived in time.
-            Closed: the socket is closed.
-            ProtocolError: the protocol cannot receive.
+        Arguments, result and errors as :meth:`recv`.
         """
         if timeout is not _DEFAULT:
             self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
@@ -285,17 +256,7 @@ class Messaging:
     async def arecv_msg(self, *, timeout: float | None = _DEFAULT) -> Message:
         """Async :meth:`recv_msg` (trio or asyncio); a checkpoint: if cancelled, it takes nothing.
 
-        Args:
-            timeout: seconds to wait; ``None`` waits forever, ``0`` never waits.
-                Defaults to the socket's ``recv_timeout`` option.
-
-        Returns:
-            A :class:`Message`.
-
-        Raises:
-            Timeout: nothing arrived in time.
-            Closed: the socket is closed.
-            ProtocolError: the protocol cannot receive.
+        Arguments, result and errors as :meth:`recv_msg`.
         """
         timeout = self._timeout(timeout, self._options.recv_timeout)
         driver = self._driver
@@ -361,14 +322,7 @@ class Messaging:
     async def asend_msg(self, msg: Message, *, timeout: float | None = _DEFAULT) -> None:
         """Async :meth:`send_msg` (trio or asyncio).
 
-        Args:
-            msg: the message (header used on raw sockets only).
-            timeout: seconds to wait; ``None`` waits forever, ``0`` never waits.
-                Defaults to the socket's ``send_timeout`` option.
-
-        Raises:
-            Timeout: no room in time.
-            Closed: the socket is closed.
+        Arguments, result and errors as :meth:`send_msg`.
         """
         body = msg.body if msg.body.__class__ is bytes else self._outgoing(msg.body)
         await self._asend(body, msg.header if self.raw else b"", timeout)
