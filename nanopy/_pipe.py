@@ -61,7 +61,7 @@ from ._errors import MessageTooLarge, RemoteProtocolError
 from ._fanout import MAX_HOLD, FanOutQueueing, wait_out_burst
 from ._pipe_liveness import PipeLiveness, kernel_unacked, unwritten, write_shortfall
 from ._pipe_read import PipeReading
-from .transports._base import ChannelConnection, DirectReadable, SinkAttachable
+from .transports._base import ChannelConnection, DirectReadable, PeerWatching, SinkAttachable
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -410,7 +410,8 @@ class PipeDriver(PipeReading, PipeLiveness, FanOutQueueing):
                 if not self.closed:
                     async with trio.open_nursery() as nursery:
                         nursery.start_soon(self._until_failure, self._writer, nursery.cancel_scope)
-                        keepalive = getattr(self.conn, "keepalive", None)  # (ws: PINGs a silent peer)
+                        conn = self.conn
+                        keepalive = conn.keepalive if isinstance(conn, PeerWatching) else None
                         if keepalive is not None:
                             nursery.start_soon(
                                 self._until_failure, partial(keepalive, self._busy), nursery.cancel_scope

@@ -9,6 +9,7 @@ May call: the socket's driver only (nanopy/_driver.py and its parts).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from trio.lowlevel import cancel_shielded_checkpoint
@@ -19,6 +20,7 @@ from ._message import Message
 from ._util import DEFAULT as _DEFAULT
 from ._util import as_bytes
 from ._waiters import WaitQueue
+from .transports._base import SubscriptionForwarding
 
 if TYPE_CHECKING:
     from ._driver import SocketDriver
@@ -298,9 +300,19 @@ class Messaging:
     def _subscriptions_changed(self) -> None:
         """Pipes that forward subscriptions to the peer (ZMTP) hear of the change."""
         for driver in self._driver.pipe_drivers():
-            changed = getattr(driver.conn, "subscriptions_changed", None)
-            if changed is not None:
-                changed(self._driver)
+            conn = driver.conn
+            if isinstance(conn, SubscriptionForwarding):
+                conn.subscriptions_changed(self._with_topics)
+
+    def _with_topics(self, use: Callable[[frozenset[bytes]], None]) -> None:
+        """``WithTopics`` (nanopy/transports/_base.py): ``use`` the subscriptions in one round."""
+        ops = self._ops.subscribe
+        raw = self.raw
+
+        def op() -> None:
+            use(frozenset((b"",)) if raw or ops is None else frozenset(ops.topics))
+
+        self._driver.feed(op, check_open=False)
 
     def send_msg(self, msg: Message, *, timeout: float | None = _DEFAULT) -> None:
         """Send a :class:`Message`, header included: how devices forward on raw sockets.
