@@ -82,6 +82,12 @@ def test_drawings_show_every_transition_and_error(name: str) -> None:
         assert message in _diagram.markdown(table)
 
 
+def test_state_names_mermaid_would_misread_are_refused() -> None:
+    for state in ("end", "half-open"):
+        with pytest.raises(ValueError, match="Mermaid"):
+            _diagram.mermaid(StateTable("t", "idle", [("idle", "go", state, "")]))
+
+
 # -- the tables are the ones the cores use -------------------------------------------------
 
 

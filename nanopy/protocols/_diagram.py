@@ -42,9 +42,16 @@ END = "<!-- end generated -->"
 REGION = re.compile(r"^<!-- generated: (?P<name>\w+)\b.*?-->\n(?P<body>.*?)^" + re.escape(END) + "$", re.S | re.M)
 
 
+# (Mermaid reads these, and any name with other characters than [a-z_], as syntax)
+_MERMAID_WORDS = {"end", "state", "note", "as", "direction", "class", "classdef", "style", "fork", "join", "choice"}
+
+
 def mermaid(table: StateTable[Any, Any]) -> str:
     """A Mermaid ``stateDiagram-v2``: one arrow per (state, next state) pair,
     labelled with its events in table order."""
+    bad = sorted(s for s in table.states() if not re.fullmatch(r"[a-z_]+", s) or s in _MERMAID_WORDS)
+    if bad:
+        raise ValueError(f"{table.name}: state names {bad} cannot be Mermaid state ids")
     arrows: dict[tuple[str, str], list[str]] = {}
     for (state, event), new in table.transitions.items():
         arrows.setdefault((str(state), str(new)), []).append(str(event))
@@ -76,7 +83,9 @@ def markdown(table: StateTable[Any, Any]) -> str:
 
 def render(name: str) -> str:
     """The body of the generated region for table ``name`` (between the markers)."""
-    table = TABLES[name]
+    table = TABLES.get(name)
+    if table is None:
+        raise KeyError(f"no state table named {name!r} (known: {', '.join(TABLES)})")
     return (
         f"```mermaid\n{mermaid(table)}\n```\n\n{markdown(table)}\n\n"
         "Any other (state, event) pair raises `ProtocolError`.\n"
@@ -85,22 +94,16 @@ def render(name: str) -> str:
 
 def stale(text: str) -> list[str]:
     """The names of the regions in ``text`` that differ from what their tables render."""
-    return [m["name"] for m in REGION.finditer(text) if m["body"] != render(_known(m["name"]))]
+    return [m["name"] for m in REGION.finditer(text) if m["body"] != render(m["name"])]
 
 
 def rewrite(text: str) -> str:
     """``text`` with every generated region drawn afresh from its table."""
-    return REGION.sub(lambda m: text[m.start() : m.start("body")] + render(_known(m["name"])) + END, text)
+    return REGION.sub(lambda m: text[m.start() : m.start("body")] + render(m["name"]) + END, text)
 
 
 def regions(text: str) -> list[str]:
     return [m["name"] for m in REGION.finditer(text)]
-
-
-def _known(name: str) -> str:
-    if name not in TABLES:
-        raise KeyError(f"no state table named {name!r} (known: {', '.join(TABLES)})")
-    return name
 
 
 def main(argv: Sequence[str] | None = None) -> int:
