@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._driver import checkpoint_after, checkpoint_before
 from ._message import Message
-from ._util import DEFAULT, as_bytes
+from ._util import DEFAULT, as_bytes, async_twin_of
 
 if TYPE_CHECKING:
     from ._driver import SocketDriver
@@ -84,11 +84,9 @@ class RequestMethods:
             self._forget_request(rid)
             raise
 
+    @async_twin_of(request)
     async def arequest(self, data: Any, *, timeout: float | None = DEFAULT) -> bytes:
-        """Async :meth:`request` (trio or asyncio); cancelling it abandons the request.
-
-        Arguments, result and errors as :meth:`request`.
-        """
+        """Async :meth:`request` (trio or asyncio); cancelling it abandons the request."""
         data = self._outgoing(data)
         timeout = self._timeout(timeout, self._options.recv_timeout)
         await checkpoint_before()  # cancelled: nothing is sent

@@ -18,7 +18,7 @@ from ._driver import _Blocked, cancellation_point, in_trio
 from ._errors import Closed, WouldBlock
 from ._message import Message
 from ._util import DEFAULT as _DEFAULT
-from ._util import as_bytes
+from ._util import as_bytes, async_twin_of
 from ._waiters import WaitQueue
 from .transports._base import SubscriptionForwarding
 
@@ -190,12 +190,11 @@ class Messaging:
             self._recv_ready(out, max_messages - 1)
         return out
 
+    @async_twin_of(recv_batch)
     async def arecv_batch(self, max_messages: int, *, timeout: float | None = _DEFAULT) -> list[bytes]:
         """Receive up to ``max_messages`` bodies in one call, from trio or asyncio.
 
         The async form of :meth:`recv_batch`; it is a checkpoint.
-
-        Arguments, result and errors as :meth:`recv_batch`.
         """
         if max_messages < 1:
             raise ValueError(f"arecv_batch: max_messages must be >= 1, got {max_messages}")
@@ -213,11 +212,9 @@ class Messaging:
         except Closed:
             pass
 
+    @async_twin_of(send)
     async def asend(self, data: Any, *, timeout: float | None = _DEFAULT) -> None:
-        """Async :meth:`send` (trio or asyncio); a checkpoint: if cancelled, it sends nothing.
-
-        Arguments, result and errors as :meth:`send`.
-        """
+        """Async :meth:`send` (trio or asyncio); a checkpoint: if cancelled, it sends nothing."""
         if data.__class__ is not bytes:
             data = self._outgoing(data)
         await self._asend(data, b"", timeout)
@@ -236,11 +233,9 @@ class Messaging:
         timeout = self._timeout(timeout, self._options.send_timeout)
         await driver.acall(driver.send_attempt(body, header), driver.send_q, timeout, "send")
 
+    @async_twin_of(recv)
     async def arecv(self, *, timeout: float | None = _DEFAULT) -> bytes:
-        """Async :meth:`recv` (trio or asyncio); a checkpoint: if cancelled, it takes nothing.
-
-        Arguments, result and errors as :meth:`recv`.
-        """
+        """Async :meth:`recv` (trio or asyncio); a checkpoint: if cancelled, it takes nothing."""
         if timeout is not _DEFAULT:
             self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
         driver = self._driver
@@ -255,11 +250,9 @@ class Messaging:
         timeout = self._timeout(timeout, self._options.recv_timeout)
         return await driver.acall(driver.recv_body_attempt, driver.recv_q, timeout, "recv")
 
+    @async_twin_of(recv_msg)
     async def arecv_msg(self, *, timeout: float | None = _DEFAULT) -> Message:
-        """Async :meth:`recv_msg` (trio or asyncio); a checkpoint: if cancelled, it takes nothing.
-
-        Arguments, result and errors as :meth:`recv_msg`.
-        """
+        """Async :meth:`recv_msg` (trio or asyncio); a checkpoint: if cancelled, it takes nothing."""
         timeout = self._timeout(timeout, self._options.recv_timeout)
         driver = self._driver
         return await driver.acall(driver.recv_attempt, driver.recv_q, timeout, "recv")
@@ -331,11 +324,9 @@ class Messaging:
         body = msg.body if msg.body.__class__ is bytes else self._outgoing(msg.body)
         self._send(body, msg.header if self.raw else b"", timeout)
 
+    @async_twin_of(send_msg)
     async def asend_msg(self, msg: Message, *, timeout: float | None = _DEFAULT) -> None:
-        """Async :meth:`send_msg` (trio or asyncio).
-
-        Arguments, result and errors as :meth:`send_msg`.
-        """
+        """Async :meth:`send_msg` (trio or asyncio)."""
         body = msg.body if msg.body.__class__ is bytes else self._outgoing(msg.body)
         await self._asend(body, msg.header if self.raw else b"", timeout)
 
