@@ -127,10 +127,19 @@ class RawVariant:
 
     The raw forms of REQ, REP, SURVEYOR and RESPONDENT are separate cores (as in
     NNG's ``xreq.c`` and friends). Only the class that sets ``raw_class`` switches;
-    its subclasses are built as asked.
+    its subclasses are built as asked. A cooked class takes its identity
+    (``protocol_id``, ``peer_id``, ``name``, ``peer_name``) from its raw form.
     """
 
     raw_class: ClassVar[type[Core]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        raw = cls.__dict__.get("raw_class")
+        if raw is not None:
+            for attr in ("protocol_id", "peer_id", "name", "peer_name"):
+                if attr not in cls.__dict__:
+                    setattr(cls, attr, getattr(raw, attr))
 
     def __new__(cls, options: Any = None, raw: bool = False) -> Any:
         variant = cls.__dict__.get("raw_class")

@@ -152,10 +152,6 @@ class XReq0(LoadBalancing, BacktraceQueuing):
 class Req0(RawVariant, LoadBalancing):
     """Cooked REQ (see the module docstring). ``Req0(options, raw=True)`` is an XReq0."""
 
-    protocol_id = 0x30
-    peer_id = 0x31
-    name = "req"
-    peer_name = "rep"
     raw_class = XReq0
     per_caller_recv = True
 
@@ -435,8 +431,4 @@ class XRep0(RawReplier):
 class Rep0(RawVariant, Replier):
     """Cooked REP. ``Rep0(options, raw=True)`` is an XRep0."""
 
-    protocol_id = 0x31
-    peer_id = 0x30
-    name = "rep"
-    peer_name = "req"
     raw_class = XRep0

@@ -97,10 +97,6 @@ class XSurveyor0(Distributing, BacktraceQueuing):
 class Surveyor0(RawVariant, Distributing):
     """Cooked SURVEYOR (see the module docstring). ``raw=True`` gives an XSurveyor0."""
 
-    protocol_id = 0x62
-    peer_id = 0x63
-    name = "surveyor"
-    peer_name = "respondent"
     raw_class = XSurveyor0
 
     def __init__(self, options: Any, raw: bool = False) -> None:
@@ -210,8 +206,4 @@ class XRespondent0(RawReplier):
 class Respondent0(RawVariant, Replier):
     """Cooked RESPONDENT. ``Respondent0(options, raw=True)`` is an XRespondent0."""
 
-    protocol_id = 0x63
-    peer_id = 0x62
-    name = "respondent"
-    peer_name = "surveyor"
     raw_class = XRespondent0
