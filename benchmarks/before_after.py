@@ -26,7 +26,6 @@ import sys
 import tempfile
 import time
 from statistics import median
-from typing import Any
 
 PUBSUB_LINE = re.compile(r"^\s*(\w+) nanopy / pyzmq: receive rate ([0-9.]+)x")
 
