@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Self
 
 import sniffio
 import trio
@@ -59,3 +59,25 @@ async def run_in_worker_thread(fn: Callable[..., Any], *args: Any) -> Any:
     import asyncio
 
     return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+
+class ClosingContext:
+    """``with`` and ``async with`` for a class with ``close()`` and ``aclose()``:
+    the block gives the object itself and closes it on the way out."""
+
+    if TYPE_CHECKING:
+
+        def close(self) -> None: ...
+        async def aclose(self) -> None: ...
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
