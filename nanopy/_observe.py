@@ -47,13 +47,8 @@ def pipe_stats(driver: PipeDriver) -> PipeStats:
     """The snapshot of one pipe (its driver keeps the counts; the core its queue and drops)."""
     pipe = driver.pipe
     ep = pipe.endpoint
-    sock = driver.sock
-    with sock.lock:
-        core = sock.core
-        info = core.pipes.get(driver.pid)
-        dropped = info.dropped if info is not None else 0
-        queued_in = core.queued(driver.pid) if info is not None else 0
-        received = driver.rx_msgs, driver.rx_bytes
+    dropped, queued_in, rx_msgs, rx_bytes = driver.sock.pipe_view(driver)
+    received = rx_msgs, rx_bytes
     with driver.lock:
         sent = driver.tx_msgs, driver.tx_bytes
     url = str(getattr(ep, "url", ""))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import sniffio
 import trio
@@ -59,6 +59,27 @@ async def run_in_worker_thread(fn: Callable[..., Any], *args: Any) -> Any:
     import asyncio
 
     return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+
+_SECTIONS = ("\n\n        Args:", "\n\n        Returns:", "\n\n        Raises:")
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def async_twin_of(sync: Callable[..., Any]) -> Callable[[_F], _F]:
+    """Give an async method the Args/Returns/Raises sections of its blocking twin.
+
+    The async method's own docstring says how it differs (a checkpoint, what a
+    cancel does); the sections are written once, on the blocking method.
+    """
+    doc = sync.__doc__ or ""
+    starts = [i for i in map(doc.find, _SECTIONS) if i >= 0]
+    sections = doc[min(starts) :].rstrip() if starts else ""
+
+    def attach(method: _F) -> _F:
+        method.__doc__ = (method.__doc__ or "").rstrip() + sections + "\n        "
+        return method
+
+    return attach
 
 
 class ClosingContext:

@@ -32,7 +32,7 @@ from .._radix import RadixTree
 from ._codec import DELIMITER, encode_batch, encode_command, encode_message, encode_single, frame_header
 
 if TYPE_CHECKING:
-    from .._driver import SocketDriver
+    from ..transports._base import WithTopics
 
 log = logging.getLogger("nanopy")
 
@@ -89,9 +89,9 @@ class Role:
         """A role-specific command; False if the role does not know it."""
         return False
 
-    def started(self, sock: SocketDriver) -> None:
+    def started(self, with_topics: WithTopics) -> None:
         """The pipe joined its socket (engine thread)."""
-    def changed(self, sock: SocketDriver) -> None:
+    def changed(self, with_topics: WithTopics) -> None:
         """The socket's subscriptions changed (any thread)."""
 
 
@@ -187,18 +187,16 @@ class SubRole(Role):
 
     def __init__(self) -> None:
         super().__init__()
-        self._told: set[bytes] = set()
+        self._told: frozenset[bytes] = frozenset()
 
-    def started(self, sock: SocketDriver) -> None:
-        sock.feed(self._sync, sock, check_open=False)
+    def started(self, with_topics: WithTopics) -> None:
+        with_topics(self._sync)
 
-    def changed(self, sock: SocketDriver) -> None:
-        sock.feed(self._sync, sock, check_open=False)
+    def changed(self, with_topics: WithTopics) -> None:
+        with_topics(self._sync)
 
-    def _sync(self, sock: SocketDriver) -> None:
-        """Under the socket's lock: send what changed since the last sync."""
-        core: Any = sock.core
-        want = {b""} if core.raw else set(core.topics)
+    def _sync(self, want: frozenset[bytes]) -> None:
+        """In a round of the socket: send what changed since the last sync."""
         told = self._told
         out = [self._encode(True, t) for t in want - told] + [self._encode(False, t) for t in told - want]
         self._told = want
