@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import sniffio
 import trio
@@ -80,3 +80,25 @@ def async_twin_of(sync: Callable[..., Any]) -> Callable[[_F], _F]:
         return method
 
     return attach
+
+
+class ClosingContext:
+    """``with`` and ``async with`` for a class with ``close()`` and ``aclose()``:
+    the block gives the object itself and closes it on the way out."""
+
+    if TYPE_CHECKING:
+
+        def close(self) -> None: ...
+        async def aclose(self) -> None: ...
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -110,7 +110,16 @@ class PairRole(Role):
     peers = frozenset({b"PAIR"})
 
 
-class PubRole(Role):
+class LockedRole(Role):
+    """A role whose state the pipe's reader and the socket's senders both touch,
+    from different threads: ``_lock`` guards it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+
+
+class PubRole(LockedRole):
     """Filters at the publisher: a message goes out if a peer subscription matches
     its first frame (RFC 29)."""
 
@@ -119,8 +128,7 @@ class PubRole(Role):
 
     def __init__(self) -> None:
         super().__init__()
-        self.topics = RadixTree()
-        self._lock = threading.Lock()  # the reader changes the tree, senders read it
+        self.topics = RadixTree()  # the reader changes it, senders read it (under _lock)
 
     def frame(self, payloads: list[bytes]) -> bytes:
         with self._lock:
@@ -201,7 +209,7 @@ class SubRole(Role):
         return encode_single((b"\x01" if subscribe else b"\x00") + topic)
 
 
-class ReqRole(Role):
+class ReqRole(LockedRole):
     """One request in flight per pipe (the wire carries no request id)."""
 
     zmq_type = b"REQ"
@@ -209,7 +217,6 @@ class ReqRole(Role):
 
     def __init__(self) -> None:
         super().__init__()
-        self._lock = threading.Lock()
         self._inflight: bytes | None = None  # the id of the request on the wire
         self._waiting: deque[tuple[bytes, bytes]] = deque()  # (id, body) behind it
 
@@ -244,7 +251,7 @@ class ReqRole(Role):
         return rid + (frames[1] if len(frames) == 2 else Multipart(frames[1:]))
 
 
-class RepRole(Role):
+class RepRole(LockedRole):
     """Envelopes kept per pipe under a token that the core carries as the backtrace."""
 
     zmq_type = b"REP"
@@ -252,7 +259,6 @@ class RepRole(Role):
 
     def __init__(self) -> None:
         super().__init__()
-        self._lock = threading.Lock()
         self._envelopes: dict[bytes, list[bytes]] = {}
         self._ids = itertools.count(1)
 
