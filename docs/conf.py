@@ -6,6 +6,9 @@ Build: python -m sphinx -W --keep-going -b html docs docs/_build/html
 
 from __future__ import annotations
 
+import importlib.util
+from typing import Any
+
 import nanopy
 
 project = "nanopy"
@@ -29,6 +32,15 @@ exclude_patterns = ["_build"]
 myst_heading_anchors = 3
 myst_enable_extensions = ["colon_fence"]
 
+# The state diagrams of protocols.md are ```mermaid fences (drawn from the protocol
+# tables by nanopy.protocols._diagram; GitHub renders them as they are). With
+# sphinxcontrib-mermaid (docs extra) they are diagrams here too; without it they
+# show as their source, next to the transition table that follows each one.
+MERMAID = importlib.util.find_spec("sphinxcontrib.mermaid") is not None
+if MERMAID:
+    extensions.append("sphinxcontrib.mermaid")
+    myst_fence_as_directive = ["mermaid"]
+
 # Docstrings are Google style (Args:, Returns:, Raises:); Socket's "Options:" section
 # is generated from the option table and reads like a parameter list.
 napoleon_google_docstring = True
@@ -46,3 +58,10 @@ autodoc_mock_imports = ["pyspark", "pyarrow"]
 html_theme = "alabaster"
 html_title = f"nanopy {release}"
 html_static_path: list[str] = []
+
+
+def setup(app: Any) -> None:
+    if not MERMAID:
+        from pygments.lexers.special import TextLexer
+
+        app.add_lexer("mermaid", TextLexer)  # plain text, and no "unknown lexer" warning

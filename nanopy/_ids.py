@@ -20,15 +20,17 @@ class PerIds(Round):
     """Request and survey ids' wait queues (see the module docstring)."""
 
     # -- requests and surveys (per-id waiters) -----------------------------------------------
-    def start_id(self, start: Callable[[], int], ready: Callable[[int], bool], body_len: int) -> int:
-        """Start a request/survey with ``start()`` and give its id a wait queue."""
+    def start_id(
+        self, start: Callable[[], int], ready: Callable[[int], bool], body_len: int
+    ) -> tuple[int, WaitQueue]:
+        """Start a request/survey with ``start()``; its id and the id's own wait queue."""
 
-        def op() -> int:
+        def op() -> tuple[int, WaitQueue]:
             key = start()
             self.sent += 1
             self.bytes_sent += body_len
-            self.id_queues[key] = WaitQueue(lambda: ready(key))
-            return key
+            queue = self.id_queues[key] = WaitQueue(lambda: ready(key))
+            return key, queue
 
         return self.feed(op)
 

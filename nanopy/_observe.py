@@ -33,19 +33,24 @@ class PipeList(list[Pipe]):
         return [pipe.stats() for pipe in self]
 
 
+def _traffic(sent: tuple[int, int], received: tuple[int, int]) -> dict[str, int]:
+    """The traffic fields both snapshots carry, from (messages, bytes) pairs."""
+    return {
+        "messages_sent": sent[0],
+        "messages_received": received[0],
+        "bytes_sent": sent[1],
+        "bytes_received": received[1],
+    }
+
+
 def pipe_stats(driver: PipeDriver) -> PipeStats:
     """The snapshot of one pipe (its driver keeps the counts; the core its queue and drops)."""
     pipe = driver.pipe
     ep = pipe.endpoint
-    sock = driver.sock
-    with sock.lock:
-        core = sock.core
-        info = core.pipes.get(driver.pid)
-        dropped = info.dropped if info is not None else 0
-        queued_in = core.queued(driver.pid) if info is not None else 0
-        rx_msgs, rx_bytes = driver.rx_msgs, driver.rx_bytes
+    dropped, queued_in, rx_msgs, rx_bytes = driver.sock.pipe_view(driver)
+    received = rx_msgs, rx_bytes
     with driver.lock:
-        tx_msgs, tx_bytes = driver.tx_msgs, driver.tx_bytes
+        sent = driver.tx_msgs, driver.tx_bytes
     url = str(getattr(ep, "url", ""))
     return PipeStats(
         id=pipe.id,
@@ -57,10 +62,7 @@ def pipe_stats(driver: PipeDriver) -> PipeStats:
         recv_priority=int(getattr(ep, "recv_priority", 8)),
         queued_out=0 if driver.closed else driver.queued_out(),
         queued_in=queued_in,
-        messages_sent=tx_msgs,
-        messages_received=rx_msgs,
-        bytes_sent=tx_bytes,
-        bytes_received=rx_bytes,
+        **_traffic(sent, received),
         dropped=dropped,
         connected_since=pipe.connected_at,
     )
@@ -69,8 +71,8 @@ def pipe_stats(driver: PipeDriver) -> PipeStats:
 def socket_stats(sock: Socket) -> SocketStats:
     """The snapshot of one socket's counters."""
     driver = sock._driver
-    received, bytes_received = driver.received_counts()
-    sent, bytes_sent = driver.sent_counts()
+    received = driver.received_counts()
+    sent = driver.sent_counts()
     with driver.lock:
         core = driver.core
         drops = dict(core.drops)
@@ -79,10 +81,7 @@ def socket_stats(sock: Socket) -> SocketStats:
         pipes = len(driver.pipes)
     dropped = sum(drops.values())
     return SocketStats(
-        messages_sent=sent,
-        messages_received=received,
-        bytes_sent=bytes_sent,
-        bytes_received=bytes_received,
+        **_traffic(sent, received),
         messages_dropped=dropped,
         pipes=pipes,
         connects=sock._connects,

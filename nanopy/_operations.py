@@ -12,6 +12,7 @@ May call: nothing (declarations, and one isinstance check per protocol per socke
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Protocol, runtime_checkable
 
 from ._errors import ProtocolError
@@ -56,6 +57,9 @@ class SubscribeOps(Protocol):
     def subscribe(self, topic: bytes) -> None: ...
 
     def unsubscribe(self, topic: bytes) -> None: ...
+
+    @property
+    def topics(self) -> Iterable[bytes]: ...
 
 
 class Operations:

@@ -58,17 +58,17 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ._errors import MessageTooLarge, RemoteProtocolError
-from ._fanout import MAX_HOLD, wait_out_burst
+from ._fanout import MAX_HOLD, FanOutQueueing, wait_out_burst
 from ._pipe_liveness import PipeLiveness, kernel_unacked, unwritten, write_shortfall
 from ._pipe_read import PipeReading
-from .transports._base import ChannelConnection, DirectReadable, SinkAttachable
+from .transports._base import ChannelConnection, DirectReadable, PeerWatching, SinkAttachable
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ._driver import SocketDriver
     from ._engine import Engine
     from ._message import Pipe
+    from ._pipe_host import PipeHost
     from .transports._base import Connection
 
 log = logging.getLogger("nanopy")
@@ -115,17 +115,17 @@ class SendAdapter:
         return frame
 
 
-class PipeDriver(PipeReading, PipeLiveness):
+class PipeDriver(PipeReading, PipeLiveness, FanOutQueueing):
     def __init__(
         self,
-        sock: SocketDriver,
+        sock: PipeHost,
         name: str,
         conn: Connection,
         pipe: Pipe,
         engine: Engine,
         note_protocol_error: Callable[[Pipe, BaseException], None],
     ) -> None:
-        self.sock = sock  # the socket's driver: every core input goes through it
+        self.sock = sock  # the socket's driver, seen through PipeHost (nanopy/_pipe_host.py)
         self.name = name
         self.note_protocol_error = note_protocol_error
         self.conn = conn
@@ -412,7 +412,8 @@ class PipeDriver(PipeReading, PipeLiveness):
                 if not self.closed:
                     async with trio.open_nursery() as nursery:
                         nursery.start_soon(self._until_failure, self._writer, nursery.cancel_scope)
-                        keepalive = getattr(self.conn, "keepalive", None)  # (ws: PINGs a silent peer)
+                        conn = self.conn
+                        keepalive = conn.keepalive if isinstance(conn, PeerWatching) else None
                         if keepalive is not None:
                             nursery.start_soon(
                                 self._until_failure, partial(keepalive, self._busy), nursery.cancel_scope

@@ -22,8 +22,8 @@ import trio
 from ._errors import MessageTooLarge, RemoteProtocolError
 
 if TYPE_CHECKING:
-    from ._driver import SocketDriver
     from ._engine import Engine
+    from ._pipe_host import PipeHost
     from .transports._base import Connection, DirectReadable, SinkAttachable
 
 # A thread that lets go of the read role usually comes straight back: the reader
@@ -36,7 +36,7 @@ STAND_ASIDE_MAX = 50e-3
 class PipeReading:
     """The read side of :class:`~nanopy._pipe.PipeDriver` (see the module docstring)."""
 
-    sock: SocketDriver
+    sock: PipeHost
     conn: Connection
     pid: int
     engine: Engine

@@ -102,13 +102,20 @@ class FairQueue:
             return False
         if msgs:
             self.give_back_run(pid)
-        q.extend(msgs)
+            q.extend(msgs)
         if q:
             self._ready.activate(pid, priority)
-        if len(q) + self.in_run(pid) >= self._options.recv_buffer:
-            self._paused.add(pid)
-            return False
-        return True
+        if len(q) + self.in_run(pid) < self._options.recv_buffer:
+            return True  # (the common case: no further call)
+        return self.overfilled(pid, q, len(msgs))
+
+    def overfilled(self, pid: int, q: deque[Any], arrived: int) -> bool:
+        """``pid``'s queue ``q`` (with its run) holds ``recv_buffer`` items or more,
+        ``arrived`` of them new. Here: pause the pipe (False: stop reading it).
+        A subclass may trim ``q`` instead and keep reading (and must deactivate
+        ``pid`` if it empties ``q``)."""
+        self._paused.add(pid)
+        return False
 
     def give_back_run(self, arriving: int) -> None:
         """Pipe ``arriving`` has messages: if the run is another pipe's, put what is

@@ -141,22 +141,39 @@ class RadixTree:
         topic = bytes(topic)
         if len(topic) < 2:
             return self._short.get(topic, 0)
-        child = self._root.get(topic[0] << 8 | topic[1])
+        found = self._locate(topic)
+        if found is None:
+            return 0
+        child = found[1]
+        return child.count if isinstance(child, _Node) else 1  # (a leaf: once)
+
+    def _locate(self, topic: bytes) -> tuple[list[tuple[dict[int, Any], int]], _Node | bytes] | None:
+        """Where ``topic`` (2 bytes or more) ends in the tree: the (parent, key)
+        steps from the root, the last holding it, and what it holds there (a node
+        whose prefix ends with the topic, or a leaf, the topic's rest). None: no
+        such place (the topic is not subscribed)."""
+        path: list[tuple[dict[int, Any], int]] = []
+        parent: dict[int, _Node | bytes] = self._root  # type: ignore[assignment]
+        key = topic[0] << 8 | topic[1]
         pos = 2
         end = len(topic)
-        while child is not None:
+        while True:
+            child = parent.get(key)
+            if child is None:
+                return None
+            path.append((parent, key))
             if child.__class__ is bytes:
-                return 1 if topic[pos:] == child else 0
-            prefix = child.prefix  # type: ignore[union-attr]
+                return (path, child) if topic[pos:] == child else None
+            assert isinstance(child, _Node)
+            prefix = child.prefix
             if not topic.startswith(prefix, pos):
-                return 0
+                return None
             pos += len(prefix)
             if pos == end:
-                count: int = child.count  # type: ignore[assignment]
-                return count
-            child = child.get(topic[pos])  # type: ignore[union-attr]
+                return path, child
+            parent = child
+            key = topic[pos]
             pos += 1
-        return 0
 
     def __iter__(self) -> Iterator[bytes]:
         """Every distinct topic (in no particular order)."""
@@ -252,8 +269,7 @@ class RadixTree:
             KeyError: ``topic`` is not subscribed.
         """
         topic = bytes(topic)
-        end = len(topic)
-        if end < 2:
+        if len(topic) < 2:
             n = self._short.get(topic, 0)
             if n == 0:
                 raise KeyError(topic)
@@ -264,34 +280,19 @@ class RadixTree:
                 return True
             self._short[topic] = n - 1
             return False
-        path: list[tuple[dict[int, Any], int]] = []  # (parent, key) pairs leading to child
-        parent: dict[int, _Node | bytes] = self._root  # type: ignore[assignment]
-        key = topic[0] << 8 | topic[1]
-        pos = 2
-        while True:
-            child = parent.get(key)
-            if child is None:
-                raise KeyError(topic)
-            if child.__class__ is bytes:
-                if topic[pos:] != child:
-                    raise KeyError(topic)
-                del parent[key]
-                self._total -= 1
-                self._distinct -= 1
-                if path:
-                    self._tidy(parent, path)  # type: ignore[arg-type]
-                return True
-            assert isinstance(child, _Node)
-            prefix = child.prefix
-            if not topic.startswith(prefix, pos):
-                raise KeyError(topic)
-            path.append((parent, key))
-            pos += len(prefix)
-            if pos == end:
-                break
-            parent = child
-            key = topic[pos]
-            pos += 1
+        found = self._locate(topic)
+        if found is None:
+            raise KeyError(topic)
+        path, child = found
+        if child.__class__ is bytes:
+            parent, key = path.pop()
+            del parent[key]
+            self._total -= 1
+            self._distinct -= 1
+            if path:
+                self._tidy(parent, path)  # type: ignore[arg-type]
+            return True
+        assert isinstance(child, _Node)
         if child.count == 0:
             raise KeyError(topic)
         self._total -= 1

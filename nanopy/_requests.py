@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._driver import checkpoint_after, checkpoint_before
 from ._message import Message
-from ._util import DEFAULT, as_bytes
+from ._util import DEFAULT, as_bytes, async_twin_of
 
 if TYPE_CHECKING:
     from ._driver import SocketDriver
@@ -42,10 +42,8 @@ class RequestMethods:
         def _timeout(timeout: Any, default: float | None) -> float | None: ...
 
     def _start_request(self, data: bytes) -> tuple[int, WaitQueue]:
-        driver = self._driver
         core = self._ops.requests()
-        rid = driver.start_id(lambda: core.start_request(data), core.reply_ready, len(data))
-        return rid, driver.id_queues[rid]
+        return self._driver.start_id(lambda: core.start_request(data), core.reply_ready, len(data))
 
     def _take_reply_attempt(self, rid: int) -> Callable[[], Message | None]:
         return self._driver.take_attempt(rid, self._ops.requests().take_reply, one_shot=True)
@@ -86,21 +84,9 @@ class RequestMethods:
             self._forget_request(rid)
             raise
 
+    @async_twin_of(request)
     async def arequest(self, data: Any, *, timeout: float | None = DEFAULT) -> bytes:
-        """Async :meth:`request` (trio or asyncio); cancelling it abandons the request.
-
-        Args:
-            data: the request body (bytes-like).
-            timeout: seconds for the whole round trip; defaults to ``recv_timeout``.
-
-        Returns:
-            The reply body.
-
-        Raises:
-            Timeout: no reply in time.
-            Closed: the socket closed.
-            ProtocolError: not a cooked REQ.
-        """
+        """Async :meth:`request` (trio or asyncio); cancelling it abandons the request."""
         data = self._outgoing(data)
         timeout = self._timeout(timeout, self._options.recv_timeout)
         await checkpoint_before()  # cancelled: nothing is sent
@@ -138,10 +124,8 @@ class RequestMethods:
 
     def _start_survey(self, data: Any) -> tuple[int, WaitQueue]:
         data = as_bytes(data)
-        driver = self._driver
         core = self._ops.surveys()
-        sid = driver.start_id(lambda: core.start_survey(data), core.answer_ready, len(data))
-        return sid, driver.id_queues[sid]
+        return self._driver.start_id(lambda: core.start_survey(data), core.answer_ready, len(data))
 
     def _take_answer_attempt(self, sid: int) -> Callable[[], Message | None]:
         return self._driver.take_attempt(sid, self._ops.surveys().take_answer, one_shot=False)

@@ -20,7 +20,7 @@ thread runs the round itself and appends what it yields to its work queue --
 never by recursion, however many queued requests one credit releases.
 
 May call: the core, the pipe drivers (``transmit``, ``resume_read``,
-``close_soon``, ``queue_fan_out``), the timers. Nothing else in nanopy takes the
+``close_soon``, ``PipeDriver.queue_fan_out``), the timers. Nothing else in nanopy takes the
 socket lock or calls the core: the other parts of the driver (``_lanes``,
 ``_runs``, ``_direct``, ``_waiting``, ``_ids``) are mixins built on this class
 and go through its rounds; :class:`~nanopy._driver.SocketDriver` puts them together.
@@ -35,22 +35,11 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ._actions import ARM_TIMER, CANCEL_TIMER, CLOSE_PIPE, READY, READY_CALLER, RESUME_READ, TRANSMIT, Action
 from ._callers import CallerWaitQueue
-from ._core import (
-    ARM_TIMER,
-    CANCEL_TIMER,
-    CLOSE_PIPE,
-    READY,
-    READY_CALLER,
-    RESUME_READ,
-    TRANSMIT,
-    Action,
-    Core,
-    Distributing,
-    LoadBalancing,
-)
+from ._core import Core, Distributing, LoadBalancing
 from ._errors import Closed, WouldBlock
-from ._fanout import queue_fan_out
+from ._fanout import FanOutQueueing
 from ._pipe import handed_over
 from ._timers import Timers
 from ._waiters import WaitQueue
@@ -239,7 +228,7 @@ class Round:
                 if burst:
                     # A fan-out burst: this and the TRANSMITs after it are queued
                     # (and batched) in one tight loop.
-                    handled, gone, credit = queue_fan_out(pipes, actions, i - 1)
+                    handled, gone, credit = FanOutQueueing.queue_fan_out(pipes, actions, i - 1)
                     i += handled - 1
                     transmits += handled - len(gone)
                     if gone:
@@ -334,6 +323,15 @@ class Round:
         if actions:
             self.execute(actions)
         return keep
+
+    def pipe_view(self, pipe: PipeDriver) -> tuple[int, int, int, int]:
+        """``(dropped, queued_in, rx_msgs, rx_bytes)`` of one pipe (``PipeHost``), in
+        one locked look: what the core dropped and queues for it, what it read."""
+        with self.lock:
+            info = self.core.pipes.get(pipe.pid)
+            if info is None:
+                return 0, 0, pipe.rx_msgs, pipe.rx_bytes
+            return info.dropped, self.core.queued(pipe.pid), pipe.rx_msgs, pipe.rx_bytes
 
     def timer_fired(self, key: Any) -> None:
         with self.lock:

@@ -19,7 +19,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Self
+from typing import Any
 
 from ._beacon import (
     Beacon,
@@ -28,7 +28,7 @@ from ._beacon import (
     new_instance_id,
 )
 from ._socket import Socket
-from ._util import run_in_worker_thread
+from ._util import ClosingContext, run_in_worker_thread
 
 log = logging.getLogger("nanopy.discovery")
 
@@ -166,7 +166,7 @@ def _closed_on_error(sock: Socket) -> Iterator[None]:
         raise
 
 
-class _SocketThread:
+class _SocketThread(ClosingContext):
     """A socket served by a daemon thread: the closing and context-manager logic
     :class:`Discovery` and :class:`Announcer` share."""
 
@@ -189,18 +189,6 @@ class _SocketThread:
     async def aclose(self) -> None:
         """Async :meth:`close`."""
         await run_in_worker_thread(self.close)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
 
 # -- the discovery side -------------------------------------------------------------------------

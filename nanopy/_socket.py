@@ -37,6 +37,7 @@ from ._requests import RequestMethods
 from ._socket_io import Messaging
 from ._socket_pipes import PipeHosting
 from ._stats import PipeLosses, SocketStats
+from ._util import ClosingContext
 from ._waiters import WaitQueue
 
 log = logging.getLogger("nanopy")
@@ -53,7 +54,7 @@ def _as_list(value: str | Iterable[str] | None) -> list[str]:
     return list(value)
 
 
-class Socket(Messaging, PipeHosting, RequestMethods, MultipartMixin, Pollable, OptionAttributes):
+class Socket(Messaging, PipeHosting, RequestMethods, MultipartMixin, Pollable, OptionAttributes, ClosingContext):
     """A scalability-protocols socket.
 
     Args:
@@ -268,18 +269,6 @@ class Socket(Messaging, PipeHosting, RequestMethods, MultipartMixin, Pollable, O
         with trio.move_on_after(timeout):
             for pipe in self._driver.pipe_drivers():
                 await pipe.wait_flushed()
-
-    def __enter__(self) -> Socket:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Socket:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
 
 _OPTION_NAMES = set()

@@ -9,6 +9,7 @@ May call: the socket's driver only (nanopy/_driver.py and its parts).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from trio.lowlevel import cancel_shielded_checkpoint
@@ -17,8 +18,9 @@ from ._driver import _Blocked, cancellation_point, in_trio
 from ._errors import Closed, WouldBlock
 from ._message import Message
 from ._util import DEFAULT as _DEFAULT
-from ._util import as_bytes
+from ._util import as_bytes, async_twin_of
 from ._waiters import WaitQueue
+from .transports._base import SubscriptionForwarding
 
 if TYPE_CHECKING:
     from ._driver import SocketDriver
@@ -78,24 +80,28 @@ class Messaging:
             driver = self._driver
             lane = driver.lane
             if lane is not None and not driver.closed:
-                # The send lane (nanopy/_driver.py) written out: its usual outcome
-                # costs no further call.
+                # try_send's lane step (nanopy/_lanes.py) written out, a deliberate
+                # exception (docs/architecture.md): a call here costs ~11% of a send.
                 done = lane.transmit(data, None, None, True)
                 if done == 0:
                     return
                 if done > 0:
                     driver.credit(lane.pid, done)
                     return
-            if driver.try_send(data, b""):
-                return  # the fast path: one round, no waiting
+            if not driver.try_send(data, b""):  # the fast path: one round, no waiting
+                self._wait_to_send(data, b"", timeout)
+            return
         self._send(data, b"", timeout)
 
     def _send(self, body: bytes, header: bytes, timeout: Any) -> None:
         if timeout is not _DEFAULT:
             self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
+        if not self._driver.try_send(body, header):
+            self._wait_to_send(body, header, timeout)
+
+    def _wait_to_send(self, body: bytes, header: bytes, timeout: Any) -> None:
+        """A send the fast path could not take now: wait for room."""
         driver = self._driver
-        if driver.try_send(body, header):
-            return
         timeout = self._timeout(timeout, self._options.send_timeout)
         driver.call(driver.send_attempt(body, header), driver.send_q, timeout, "send")
 
@@ -122,7 +128,7 @@ class Messaging:
         run = driver.run
         if run and not driver.closed:
             try:
-                return run.popleft()  # the rest of a run (nanopy/_driver.py): no lock, no call
+                return run.popleft()  # try_recv_body's first step written out (docs/architecture.md)
             except IndexError:
                 pass
         body = driver.try_recv_body()
@@ -184,23 +190,11 @@ class Messaging:
             self._recv_ready(out, max_messages - 1)
         return out
 
+    @async_twin_of(recv_batch)
     async def arecv_batch(self, max_messages: int, *, timeout: float | None = _DEFAULT) -> list[bytes]:
         """Receive up to ``max_messages`` bodies in one call, from trio or asyncio.
 
         The async form of :meth:`recv_batch`; it is a checkpoint.
-
-        Args:
-            max_messages: the most bodies to return (at least 1).
-            timeout: seconds to wait for the first message (see :meth:`recv_batch`).
-
-        Returns:
-            One to ``max_messages`` message bodies, in arrival order.
-
-        Raises:
-            ValueError: ``max_messages`` < 1.
-            Timeout: nothing arrived in time.
-            Closed: the socket is closed.
-            ProtocolError: the protocol cannot receive.
         """
         if max_messages < 1:
             raise ValueError(f"arecv_batch: max_messages must be >= 1, got {max_messages}")
@@ -218,19 +212,9 @@ class Messaging:
         except Closed:
             pass
 
+    @async_twin_of(send)
     async def asend(self, data: Any, *, timeout: float | None = _DEFAULT) -> None:
-        """Async :meth:`send` (trio or asyncio); a checkpoint: if cancelled, it sends nothing.
-
-        Args:
-            data: bytes-like.
-            timeout: seconds to wait; ``None`` waits forever, ``0`` never waits.
-                Defaults to the socket's ``send_timeout`` option.
-
-        Raises:
-            Timeout: no room in time.
-            Closed: the socket is closed.
-            ProtocolError: the protocol cannot send.
-        """
+        """Async :meth:`send` (trio or asyncio); a checkpoint: if cancelled, it sends nothing."""
         if data.__class__ is not bytes:
             data = self._outgoing(data)
         await self._asend(data, b"", timeout)
@@ -249,21 +233,9 @@ class Messaging:
         timeout = self._timeout(timeout, self._options.send_timeout)
         await driver.acall(driver.send_attempt(body, header), driver.send_q, timeout, "send")
 
+    @async_twin_of(recv)
     async def arecv(self, *, timeout: float | None = _DEFAULT) -> bytes:
-        """Async :meth:`recv` (trio or asyncio); a checkpoint: if cancelled, it takes nothing.
-
-        Args:
-            timeout: seconds to wait; ``None`` waits forever, ``0`` never waits.
-                Defaults to the socket's ``recv_timeout`` option.
-
-        Returns:
-            The message body.
-
-        Raises:
-            Timeout: nothing arrived in time.
-            Closed: the socket is closed.
-            ProtocolError: the protocol cannot receive.
-        """
+        """Async :meth:`recv` (trio or asyncio); a checkpoint: if cancelled, it takes nothing."""
         if timeout is not _DEFAULT:
             self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
         driver = self._driver
@@ -278,21 +250,9 @@ class Messaging:
         timeout = self._timeout(timeout, self._options.recv_timeout)
         return await driver.acall(driver.recv_body_attempt, driver.recv_q, timeout, "recv")
 
+    @async_twin_of(recv_msg)
     async def arecv_msg(self, *, timeout: float | None = _DEFAULT) -> Message:
-        """Async :meth:`recv_msg` (trio or asyncio); a checkpoint: if cancelled, it takes nothing.
-
-        Args:
-            timeout: seconds to wait; ``None`` waits forever, ``0`` never waits.
-                Defaults to the socket's ``recv_timeout`` option.
-
-        Returns:
-            A :class:`Message`.
-
-        Raises:
-            Timeout: nothing arrived in time.
-            Closed: the socket is closed.
-            ProtocolError: the protocol cannot receive.
-        """
+        """Async :meth:`recv_msg` (trio or asyncio); a checkpoint: if cancelled, it takes nothing."""
         timeout = self._timeout(timeout, self._options.recv_timeout)
         driver = self._driver
         return await driver.acall(driver.recv_attempt, driver.recv_q, timeout, "recv")
@@ -333,9 +293,19 @@ class Messaging:
     def _subscriptions_changed(self) -> None:
         """Pipes that forward subscriptions to the peer (ZMTP) hear of the change."""
         for driver in self._driver.pipe_drivers():
-            changed = getattr(driver.conn, "subscriptions_changed", None)
-            if changed is not None:
-                changed(self._driver)
+            conn = driver.conn
+            if isinstance(conn, SubscriptionForwarding):
+                conn.subscriptions_changed(self._with_topics)
+
+    def _with_topics(self, use: Callable[[frozenset[bytes]], None]) -> None:
+        """``WithTopics`` (nanopy/transports/_base.py): ``use`` the subscriptions in one round."""
+        ops = self._ops.subscribe
+        raw = self.raw
+
+        def op() -> None:
+            use(frozenset((b"",)) if raw or ops is None else frozenset(ops.topics))
+
+        self._driver.feed(op, check_open=False)
 
     def send_msg(self, msg: Message, *, timeout: float | None = _DEFAULT) -> None:
         """Send a :class:`Message`, header included: how devices forward on raw sockets.
@@ -354,18 +324,9 @@ class Messaging:
         body = msg.body if msg.body.__class__ is bytes else self._outgoing(msg.body)
         self._send(body, msg.header if self.raw else b"", timeout)
 
+    @async_twin_of(send_msg)
     async def asend_msg(self, msg: Message, *, timeout: float | None = _DEFAULT) -> None:
-        """Async :meth:`send_msg` (trio or asyncio).
-
-        Args:
-            msg: the message (header used on raw sockets only).
-            timeout: seconds to wait; ``None`` waits forever, ``0`` never waits.
-                Defaults to the socket's ``send_timeout`` option.
-
-        Raises:
-            Timeout: no room in time.
-            Closed: the socket is closed.
-        """
+        """Async :meth:`send_msg` (trio or asyncio)."""
         body = msg.body if msg.body.__class__ is bytes else self._outgoing(msg.body)
         await self._asend(body, msg.header if self.raw else b"", timeout)
 

@@ -31,7 +31,7 @@ from ._options import validate_priority
 from ._pipe import PipeDriver
 from ._registry import transports as _transports
 from ._stats import PipeLosses
-from .transports._base import Connection, PipeContext
+from .transports._base import Connection, PipeContext, SubscriptionForwarding
 
 if TYPE_CHECKING:
     from ._driver import SocketDriver
@@ -68,6 +68,10 @@ class PipeHosting:
     _protocol_errors: int
     _too_large: int
     _losses: PipeLosses
+
+    if TYPE_CHECKING:
+
+        def _with_topics(self, use: Callable[[frozenset[bytes]], None]) -> None: ...
 
     # -- endpoints ---------------------------------------------------------------
     @property
@@ -215,9 +219,8 @@ class PipeHosting:
                 return
             if ep.closed:
                 driver.close_soon()  # Endpoint.close() swept its pipes before this one was added
-            started = getattr(conn, "pipe_started", None)
-            if started is not None:
-                started(self._driver)  # a ZMTP SUB pipe tells its peer the subscriptions
+            if isinstance(conn, SubscriptionForwarding):
+                conn.pipe_started(self._with_topics)  # a ZMTP SUB pipe tells its peer the subscriptions
             self._connects += 1
             self._notify_pipes_changed()
             try:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import sniffio
 import trio
@@ -59,3 +59,46 @@ async def run_in_worker_thread(fn: Callable[..., Any], *args: Any) -> Any:
     import asyncio
 
     return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+
+_SECTIONS = ("\n\n        Args:", "\n\n        Returns:", "\n\n        Raises:")
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def async_twin_of(sync: Callable[..., Any]) -> Callable[[_F], _F]:
+    """Give an async method the Args/Returns/Raises sections of its blocking twin.
+
+    The async method's own docstring says how it differs (a checkpoint, what a
+    cancel does); the sections are written once, on the blocking method.
+    """
+    doc = sync.__doc__ or ""
+    starts = [i for i in map(doc.find, _SECTIONS) if i >= 0]
+    sections = doc[min(starts) :].rstrip() if starts else ""
+
+    def attach(method: _F) -> _F:
+        method.__doc__ = (method.__doc__ or "").rstrip() + sections + "\n        "
+        return method
+
+    return attach
+
+
+class ClosingContext:
+    """``with`` and ``async with`` for a class with ``close()`` and ``aclose()``:
+    the block gives the object itself and closes it on the way out."""
+
+    if TYPE_CHECKING:
+
+        def close(self) -> None: ...
+        async def aclose(self) -> None: ...
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -65,6 +65,17 @@ def test_every_illegal_transition_raises(table: StateTable) -> None:
         assert table.step(state, event) == new
 
 
+def test_state_table_rejects_a_pair_listed_twice_or_an_error_for_a_legal_pair() -> None:
+    with pytest.raises(ValueError, match="listed twice"):
+        StateTable("t", "a", [("a", "go", "b", ""), ("a", "go", "a", "")])
+    with pytest.raises(ValueError, match="legal transition"):
+        StateTable("t", "a", [("a", "go", "b", "")], {("a", "go"): "no"})
+    table = StateTable("t", "a", [("a", "go", "b", "off it goes")], {("b", "go"): "b cannot go"})
+    assert table.initial == "a" and table.notes[("a", "go")] == "off it goes"
+    with pytest.raises(ProtocolError, match="^b cannot go$"):
+        table.step("b", "go")
+
+
 def test_request_table_is_the_documented_one() -> None:
     t = REQUEST_TABLE.transitions
     assert t[("idle", "send")] == "queued"

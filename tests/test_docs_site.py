@@ -75,6 +75,18 @@ def test_performance_page_shows_the_chart(site: Path) -> None:
         assert (site / src).is_file(), f"{src} is not in the built site"
 
 
+@pytest.mark.timeout(300)
+def test_protocols_page_draws_the_state_diagrams(site: Path) -> None:
+    # The Mermaid fences generated from the protocol tables (nanopy.protocols._diagram)
+    # become diagrams; their transition tables follow them as HTML tables.
+    _require("sphinxcontrib.mermaid")
+    from nanopy.protocols._diagram import TABLES
+
+    html = (site / "protocols.html").read_text()
+    assert html.count('class="mermaid"') == len(TABLES)
+    assert "stateDiagram-v2" in html and "pipe_lost, resend" in html
+
+
 # -- docstrings -------------------------------------------------------------------------------
 
 # Made by nanopy, never by users: their constructors' arguments are not API (the class

@@ -73,6 +73,21 @@ def test_sub_core_modes(mode: str, kept: list[bytes], dropped: int, keep_reading
         assert (nanopy._core.RESUME_READ, 1) in sub.actions
 
 
+def test_sub_core_drop_that_empties_a_queue_leaves_nothing_to_receive() -> None:
+    # recv_buffer lowered below what a run holds: the next arrival discards the whole
+    # queue, and the pipe must stop counting as ready (it once stayed ready: IndexError)
+    sub = core(Sub0, recv_buffer=8, overflow="drop")
+    sub.messages_received(1, [b"a", b"b", b"c", b"d"])
+    fq = sub._fq
+    fq.run.extend(fq.take_run(4))  # as the engine does: these wait for the user
+    sub.messages_received(1, [b"e"])
+    sub.options.recv_buffer = 2
+    assert sub.messages_received(1, [b"f"]) is True
+    assert sub.dropped == 2
+    assert not sub.can_recv()
+    assert list(fq.run) == [b"a", b"b", b"c", b"d"]
+
+
 def test_pub_core_block_waits_for_every_pipe() -> None:
     from nanopy._core import PipeInfo
     from nanopy._errors import WouldBlock

@@ -38,7 +38,9 @@ def _url(transport: str) -> str:
 def _peer(role: str, url: str, size: int, seconds: float) -> None:
     """The other side: a sender for throughput, an echo for latency."""
     if role == "push":
-        with nanopy.Socket("push", connect=url) as sock:
+        # (a long linger: on a loaded machine the receiver may drain the queue, end
+        # marker last, well after close; the default 1 s would drop the marker)
+        with nanopy.Socket("push", connect=url, linger=seconds + 10) as sock:
             payload = b"x" * size
             end = time.monotonic() + seconds
             while time.monotonic() < end:

@@ -143,6 +143,15 @@ _SOCKET_TYPES = [
     ("pair", _RW, 0),
 ]
 
+# The shorthands for --format NAME: name, short flag, help.
+_FORMAT_FLAGS = [
+    ("raw", "", "Print the message as is (no delimiters)"),
+    ("ascii", "A", "Print printable bytes, others as '.', one line each"),
+    ("quoted", "Q", "Print each message quoted with C-like escapes"),
+    ("msgpack", "", "Print each message as a msgpack bin object"),
+    ("hex", "", "Print each message quoted with \\xHH for every byte"),
+]
+
 G_GEN, G_TYPE, G_SOCK, G_SUB, G_IN, G_OUT, G_TLS = (
     "Generic", "Socket Types", "Socket Options", "SUB Socket Options", "Input Options",
     "Output Options", "TLS Options (nanopy extension, for wss:// and tls+tcp://)",
@@ -175,16 +184,10 @@ FLAGS: list[Flag] = [
     Flag("subscribe", "", "PREFIX", _subscribe, G_SUB,
          "Subscribe to PREFIX (repeatable; default: everything)", requires=SUB),
     Flag("format", "", "FORMAT", _format, G_IN, "Output format: " + ", ".join(FORMAT_NAMES), requires=READABLE),
-    Flag("raw", "", "", _set("format", "raw"), G_IN, "Print the message as is (no delimiters)",
-         requires=READABLE),
-    Flag("ascii", "A", "", _set("format", "ascii"), G_IN, "Print printable bytes, others as '.', one line each",
-         requires=READABLE),
-    Flag("quoted", "Q", "", _set("format", "quoted"), G_IN, "Print each message quoted with C-like escapes",
-         requires=READABLE),
-    Flag("msgpack", "", "", _set("format", "msgpack"), G_IN, "Print each message as a msgpack bin object",
-         requires=READABLE),
-    Flag("hex", "", "", _set("format", "hex"), G_IN, "Print each message quoted with \\xHH for every byte",
-         requires=READABLE),
+    *[
+        Flag(name, short, "", _set("format", name), G_IN, help_text, requires=READABLE)
+        for name, short, help_text in _FORMAT_FLAGS
+    ],
     Flag("interval", "i", "SEC", seconds_option("interval", "interval"), G_OUT,
          "Send the message (or request) every SEC seconds", requires=WRITABLE),
     Flag("delay", "d", "SEC", seconds_option("delay", "delay"), G_OUT, "Wait SEC seconds before the first send"),

@@ -45,19 +45,32 @@ class StateTable(Generic[S, E]):
 
     States and events are string enums (a plain string of the same value looks
     up the same entry); every state change of a core goes through ``step``.
+    Each row is ``(state, event, next state, what happens)``: the last part is
+    prose for the reader. docs/protocols.md draws its diagrams and tables from
+    these rows (``python -m nanopy.protocols._diagram --write docs/protocols.md``).
     """
 
-    __slots__ = ("messages", "name", "transitions")
+    __slots__ = ("initial", "messages", "name", "notes", "transitions")
 
     def __init__(
         self,
         name: str,
-        transitions: Mapping[tuple[S, E], S],
+        initial: S,
+        rows: Iterable[tuple[S, E, S, str]],
         messages: Mapping[tuple[S, E], str] | None = None,
     ) -> None:
         self.name = name
-        self.transitions = dict(transitions)
+        self.initial = initial  # the state a new core (or request) starts in
+        self.transitions: dict[tuple[S, E], S] = {}
+        self.notes: dict[tuple[S, E], str] = {}
+        for state, event, new, note in rows:
+            if (state, event) in self.transitions:
+                raise ValueError(f"{name}: ({state!r}, {event!r}) is listed twice")
+            self.transitions[(state, event)] = new
+            self.notes[(state, event)] = note
         self.messages = dict(messages or {})  # friendly errors for user-visible misuse
+        if not self.messages.keys().isdisjoint(self.transitions):
+            raise ValueError(f"{name}: an error message is given for a legal transition")
 
     def step(self, state: S, event: E) -> S:
         """The state after ``event`` in ``state``; ProtocolError if illegal."""
@@ -114,10 +127,19 @@ class RawVariant:
 
     The raw forms of REQ, REP, SURVEYOR and RESPONDENT are separate cores (as in
     NNG's ``xreq.c`` and friends). Only the class that sets ``raw_class`` switches;
-    its subclasses are built as asked.
+    its subclasses are built as asked. A cooked class takes its identity
+    (``protocol_id``, ``peer_id``, ``name``, ``peer_name``) from its raw form.
     """
 
     raw_class: ClassVar[type[Core]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        raw = cls.__dict__.get("raw_class")
+        if raw is not None:
+            for attr in ("protocol_id", "peer_id", "name", "peer_name"):
+                if attr not in cls.__dict__:
+                    setattr(cls, attr, getattr(raw, attr))
 
     def __new__(cls, options: Any = None, raw: bool = False) -> Any:
         variant = cls.__dict__.get("raw_class")
@@ -203,7 +225,8 @@ class BacktraceQueuing(FairQueuing):
 # request each caller received with recv(); that caller's send() answers it. A
 # caller holding none answers the oldest request still unanswered (socket-wide,
 # as nanomsg: one thread may receive and another reply).
-# Replies made through Message.reply() carry their own route and bypass this table.
+# Replies made through Message.reply() carry their own route; one that answers the
+# caller's pending request is that caller's "answered" event.
 class ReplierState(enum.StrEnum):
     """States of one caller's classic send/recv pair on a cooked REP/RESPONDENT."""
 
@@ -219,12 +242,13 @@ class ReplierEvent(enum.StrEnum):
 
 REPLIER_TABLE = StateTable(
     "replier",
-    {
-        (ReplierState.IDLE, ReplierEvent.RECV): ReplierState.PENDING,
-        (ReplierState.PENDING, ReplierEvent.RECV): ReplierState.PENDING,  # nanomsg: a new recv abandons the old one
-        (ReplierState.PENDING, ReplierEvent.SEND): ReplierState.IDLE,
-        (ReplierState.PENDING, ReplierEvent.ANSWERED): ReplierState.IDLE,
-    },
+    ReplierState.IDLE,
+    [
+        (ReplierState.IDLE, ReplierEvent.RECV, ReplierState.PENDING, "the request's route is remembered"),
+        (ReplierState.PENDING, ReplierEvent.RECV, ReplierState.PENDING, "the older request is abandoned (nanomsg)"),
+        (ReplierState.PENDING, ReplierEvent.SEND, ReplierState.IDLE, "the reply goes back along the route"),
+        (ReplierState.PENDING, ReplierEvent.ANSWERED, ReplierState.IDLE, "answered through `msg.reply()` instead"),
+    ],
     {
         (ReplierState.IDLE, ReplierEvent.SEND): (
             "send() without a pending request: call recv() first "

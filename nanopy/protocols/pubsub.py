@@ -35,6 +35,7 @@ Theory of operation:
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 from .._core import TRANSMIT, BodyQueuing, Distributing, FairQueue, PipeInfo
@@ -147,32 +148,25 @@ class _OverflowQueue(FairQueue):
         super().__init__(actions, options)
         self.dropped = 0
 
-    def push(self, pid: int, msgs: list[bytes]) -> bool:
+    def overfilled(self, pid: int, q: deque[Any], arrived: int) -> bool:
         mode = self._options.overflow
         if mode == "block":
-            return super().push(pid, msgs)
-        q = self._queues.get(pid)
-        priority = self._priority.get(pid)
-        if q is None or priority is None:  # unknown or departed pipe
-            return False
-        if msgs:
-            self.give_back_run(pid)
-            limit = max(self._options.recv_buffer - self.in_run(pid), 0)  # (the run counts too)
-            if mode == "drop-newest":
-                room = max(limit - len(q), 0)
-                if room < len(msgs):
-                    self.dropped += len(msgs) - room
-                    msgs = msgs[:room]
-                q.extend(msgs)
-            else:
-                q.extend(msgs)
-                excess = len(q) - limit
-                if excess > 0:
-                    self.dropped += excess
-                    for _ in range(excess):
-                        q.popleft()
-            if q:
-                self._ready.activate(pid, priority)
+            return super().overfilled(pid, q, arrived)
+        if not arrived:
+            return True  # nothing arrived: nothing to discard
+        limit = max(self._options.recv_buffer - self.in_run(pid), 0)  # (the run counts too)
+        excess = len(q) - limit
+        if mode == "drop-newest":
+            excess = min(excess, arrived)  # what was queued before stays
+            discard = q.pop
+        else:
+            discard = q.popleft
+        if excess > 0:
+            self.dropped += excess
+            for _ in range(excess):
+                discard()
+            if not q:
+                self._ready.deactivate(pid)
         return True
 
 

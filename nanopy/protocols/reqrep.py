@@ -20,21 +20,9 @@ another receive, as with nanomsg and NNG.
 ``Socket.request()`` uses one id per call. Many threads or tasks thus share one
 socket without contexts. Ids start at
 a random 31-bit value and count up; the id is the whole first word (top bit set).
-Each request goes through this state table (``REQUEST_TABLE``)::
-
-    state    event     -> state   what happens
-    idle     send      -> queued  new id; waits for a pipe with send credit
-    queued   transmit  -> sent    written to one pipe (round robin by priority)
-    queued   reply     -> done    a reply to an earlier transmission is accepted
-    queued   cancel    -> idle    abandoned (timeout, cancel, newer classic send)
-    sent     reply     -> done    matching id: the reply is kept for its caller
-    sent     pipe_lost -> queued  that pipe died: resent at once on another
-    sent     resend    -> queued  no reply after resend_interval: sent again,
-                                  on another pipe when one can take it
-    sent     cancel    -> idle
-    done     take      -> idle    the caller takes the reply
-    done     cancel    -> idle
-    (any other pair raises ProtocolError; "take" in queued/sent means "wait")
+Each request goes through ``REQUEST_TABLE`` (idle -> queued -> sent -> done, with
+resends, lost pipes and cancellation; docs/protocols.md draws it from the table).
+``take`` in queued or sent is not a transition: the caller waits.
 
 A request with no REP connected stays queued until one connects (nanomsg and NNG
 hold it too). Resends reuse the id. They are clocked by one "tick" timer running
@@ -95,18 +83,24 @@ class RequestEvent(enum.StrEnum):
 
 REQUEST_TABLE = StateTable(
     "req",
-    {
-        (RequestState.IDLE, RequestEvent.SEND): RequestState.QUEUED,
-        (RequestState.QUEUED, RequestEvent.TRANSMIT): RequestState.SENT,
-        (RequestState.QUEUED, RequestEvent.REPLY): RequestState.DONE,
-        (RequestState.QUEUED, RequestEvent.CANCEL): RequestState.IDLE,
-        (RequestState.SENT, RequestEvent.REPLY): RequestState.DONE,
-        (RequestState.SENT, RequestEvent.PIPE_LOST): RequestState.QUEUED,
-        (RequestState.SENT, RequestEvent.RESEND): RequestState.QUEUED,
-        (RequestState.SENT, RequestEvent.CANCEL): RequestState.IDLE,
-        (RequestState.DONE, RequestEvent.TAKE): RequestState.IDLE,
-        (RequestState.DONE, RequestEvent.CANCEL): RequestState.IDLE,
-    },
+    RequestState.IDLE,
+    [
+        (RequestState.IDLE, RequestEvent.SEND, RequestState.QUEUED, "new id; waits for a pipe with send credit"),
+        (RequestState.QUEUED, RequestEvent.TRANSMIT, RequestState.SENT,
+         "written to one pipe (priority, then round robin)"),
+        (RequestState.QUEUED, RequestEvent.REPLY, RequestState.DONE,
+         "a reply to an earlier transmission is accepted"),
+        (RequestState.QUEUED, RequestEvent.CANCEL, RequestState.IDLE,
+         "abandoned (timeout, cancellation, a newer classic send)"),
+        (RequestState.SENT, RequestEvent.REPLY, RequestState.DONE, "matching id: kept for its caller"),
+        (RequestState.SENT, RequestEvent.PIPE_LOST, RequestState.QUEUED,
+         "the pipe died: resent at once on another pipe"),
+        (RequestState.SENT, RequestEvent.RESEND, RequestState.QUEUED,
+         "no reply after `resend_interval`: sent again, on another pipe when one can take it"),
+        (RequestState.SENT, RequestEvent.CANCEL, RequestState.IDLE, "abandoned; a late reply is dropped"),
+        (RequestState.DONE, RequestEvent.TAKE, RequestState.IDLE, "the caller takes the reply"),
+        (RequestState.DONE, RequestEvent.CANCEL, RequestState.IDLE, "the reply is dropped (counted)"),
+    ],
     {
         (RequestState.IDLE, RequestEvent.TAKE): (
             "recv() without a request: send() a request first (this thread or task has none, "
@@ -125,7 +119,7 @@ class _Request:
     def __init__(self, rid: int, payload: bytes) -> None:
         self.id = rid
         self.payload = payload
-        self.state = RequestState.IDLE
+        self.state = REQUEST_TABLE.initial
         self.pid: int | None = None  # the pipe of the latest transmission
         self.stamp = 0  # resend tick count at the latest transmission
         self.reply: Message | None = None
@@ -158,10 +152,6 @@ class XReq0(LoadBalancing, BacktraceQueuing):
 class Req0(RawVariant, LoadBalancing):
     """Cooked REQ (see the module docstring). ``Req0(options, raw=True)`` is an XReq0."""
 
-    protocol_id = 0x30
-    peer_id = 0x31
-    name = "req"
-    peer_name = "rep"
     raw_class = XReq0
     per_caller_recv = True
 
@@ -450,8 +440,4 @@ class XRep0(RawReplier):
 class Rep0(RawVariant, Replier):
     """Cooked REP. ``Rep0(options, raw=True)`` is an XRep0."""
 
-    protocol_id = 0x31
-    peer_id = 0x30
-    name = "rep"
-    peer_name = "req"
     raw_class = XRep0

@@ -8,19 +8,9 @@ is the survey id (top bit set), devices push pipe ids (top bit clear).
 SURVEYOR (cooked) sends each survey to every connected respondent whose pipe has
 send credit; a pipe that cannot take it misses it (best effort, like nanomsg's
 ``dist`` and NNG). Survey ids start at a random 31-bit value and count up. One
-survey is open at a time (``SURVEY_TABLE``)::
-
-    state    event     -> state    what happens
-    idle     send      -> active   new id, broadcast, deadline timer armed
-    active   send      -> active   the previous survey is abandoned (answers dropped)
-    expired  send      -> active
-    active   answer    -> active   matching id: queued for recv / the iterator
-    active   recv      -> active   an answer, or wait
-    active   deadline  -> expired  late answers are dropped from now on
-    expired  recv      -> idle     answers that came in time are still returned
-                                   first; then recv raises Timeout once
-    (any other pair raises ProtocolError: recv with no survey, an answer or a
-     deadline with no open survey)
+survey is open at a time; ``SURVEY_TABLE`` gives its states (idle, active,
+expired; docs/protocols.md draws it from the table). ``recv`` with no survey
+open, and an answer or a deadline with none active, are illegal there.
 
 The deadline is ``survey_deadline`` seconds (an ARM_TIMER keyed by the survey
 id). Answers with another id, or arriving after the deadline, are dropped and
@@ -73,15 +63,16 @@ class SurveyEvent(enum.StrEnum):
 
 SURVEY_TABLE = StateTable(
     "surveyor",
-    {
-        (Survey.IDLE, SurveyEvent.SEND): Survey.ACTIVE,
-        (Survey.ACTIVE, SurveyEvent.SEND): Survey.ACTIVE,
-        (Survey.EXPIRED, SurveyEvent.SEND): Survey.ACTIVE,
-        (Survey.ACTIVE, SurveyEvent.ANSWER): Survey.ACTIVE,
-        (Survey.ACTIVE, SurveyEvent.RECV): Survey.ACTIVE,
-        (Survey.ACTIVE, SurveyEvent.DEADLINE): Survey.EXPIRED,
-        (Survey.EXPIRED, SurveyEvent.RECV): Survey.IDLE,
-    },
+    Survey.IDLE,
+    [
+        (Survey.IDLE, SurveyEvent.SEND, Survey.ACTIVE, "new id, broadcast, deadline timer armed"),
+        (Survey.ACTIVE, SurveyEvent.SEND, Survey.ACTIVE, "the previous survey is abandoned, its answers dropped"),
+        (Survey.EXPIRED, SurveyEvent.SEND, Survey.ACTIVE, "a new survey; the expired one's answers are dropped"),
+        (Survey.ACTIVE, SurveyEvent.ANSWER, Survey.ACTIVE, "matching id: queued for `recv()` or the iterator"),
+        (Survey.ACTIVE, SurveyEvent.RECV, Survey.ACTIVE, "an answer, or wait"),
+        (Survey.ACTIVE, SurveyEvent.DEADLINE, Survey.EXPIRED, "later answers are dropped"),
+        (Survey.EXPIRED, SurveyEvent.RECV, Survey.IDLE, "answers that came in time first, then `Timeout` once"),
+    ],
     {(Survey.IDLE, SurveyEvent.RECV): "recv() with no survey open: send() a survey first"},
 )
 
@@ -106,15 +97,11 @@ class XSurveyor0(Distributing, BacktraceQueuing):
 class Surveyor0(RawVariant, Distributing):
     """Cooked SURVEYOR (see the module docstring). ``raw=True`` gives an XSurveyor0."""
 
-    protocol_id = 0x62
-    peer_id = 0x63
-    name = "surveyor"
-    peer_name = "respondent"
     raw_class = XSurveyor0
 
     def __init__(self, options: Any, raw: bool = False) -> None:
         super().__init__(options, False)
-        self.state = Survey.IDLE
+        self.state = SURVEY_TABLE.initial
         self.survey_id: int | None = None
         self._answers: deque[Message] = deque()
         self._next = random.getrandbits(31)
@@ -219,8 +206,4 @@ class XRespondent0(RawReplier):
 class Respondent0(RawVariant, Replier):
     """Cooked RESPONDENT. ``Respondent0(options, raw=True)`` is an XRespondent0."""
 
-    protocol_id = 0x63
-    peer_id = 0x62
-    name = "respondent"
-    peer_name = "surveyor"
     raw_class = XRespondent0

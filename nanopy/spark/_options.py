@@ -11,7 +11,8 @@ from __future__ import annotations
 import difflib
 import logging
 import socket as _stdsocket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 log = logging.getLogger("nanopy.spark")
 
@@ -191,26 +192,27 @@ def choice(opts: dict[str, str], key: str, allowed: tuple[str, ...], default: st
 
 
 def integer(opts: dict[str, str], key: str, default: int, minimum: int = 0) -> int:
-    raw = opts.get(key.lower())
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise SourceOptionError(f"option {key}={raw!r} must be an integer") from None
-    if value < minimum:
-        raise SourceOptionError(f"option {key}={value} must be >= {minimum}")
-    return value
+    return _at_least(opts, key, default, minimum, int, "an integer")
 
 
 def number(opts: dict[str, str], key: str, default: float, minimum: float = 0.0) -> float:
+    return _at_least(opts, key, default, minimum, float, "a number")
+
+
+_Num = TypeVar("_Num", int, float)
+
+
+def _at_least(
+    opts: dict[str, str], key: str, default: _Num, minimum: _Num, parse: Callable[[str], _Num], kind: str
+) -> _Num:
+    """Option ``key`` read with ``parse`` (``default`` when unset or empty); at least ``minimum``."""
     raw = opts.get(key.lower())
     if raw is None or raw == "":
         return default
     try:
-        value = float(raw)
+        value = parse(raw)
     except ValueError:
-        raise SourceOptionError(f"option {key}={raw!r} must be a number") from None
+        raise SourceOptionError(f"option {key}={raw!r} must be {kind}") from None
     if value < minimum:
         raise SourceOptionError(f"option {key}={value} must be >= {minimum}")
     return value

@@ -13,7 +13,7 @@ See ``docs/transports.md`` for a worked example.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -185,6 +185,35 @@ class SinkAttachable(Protocol):
 
     async def drain_to_sink(self) -> None:
         """Deliver what queued while the sink was paused (engine thread)."""
+
+
+#: ``with_topics(use)`` calls ``use(topics)`` with the socket's subscriptions as they
+#: are now (``{b""}``: everything) inside one round of the socket, so that a peer
+#: hears successive changes in the order they were made.
+WithTopics = Callable[[Callable[[frozenset[bytes]], None]], None]
+
+
+@runtime_checkable
+class SubscriptionForwarding(Protocol):
+    """A capability: a connection whose peer filters for the socket (a ZMTP pipe: a
+    ZeroMQ publisher filters), so the socket tells it its subscriptions."""
+
+    def pipe_started(self, with_topics: WithTopics) -> None:
+        """The pipe joined its socket (engine thread)."""
+
+    def subscriptions_changed(self, with_topics: WithTopics) -> None:
+        """The socket subscribed or unsubscribed (any thread)."""
+
+
+@runtime_checkable
+class PeerWatching(Protocol):
+    """A capability: a connection that checks a silent peer itself (ws and ZMTP PINGs).
+
+    ``keepalive`` is the pipe's extra task (it gets a ``busy()`` test: the pipe has
+    unwritten data), or None when dead-peer detection is off.
+    """
+
+    keepalive: Callable[[Callable[[], bool]], Awaitable[None]] | None
 
 
 class Listener(abc.ABC):

@@ -27,7 +27,7 @@ from ._mechanisms import Mechanism, make_mechanism
 from ._roles import describe_peers, make_role
 
 if TYPE_CHECKING:
-    from .._driver import SocketDriver
+    from ..transports._base import WithTopics
 
 log = logging.getLogger("nanopy")
 
@@ -257,11 +257,11 @@ class ZmtpConnection(StreamConnection):
         self._pings_sent += 1
         self.send_ping(self._watch.timeout)
 
-    def pipe_started(self, sock: SocketDriver) -> None:
+    def pipe_started(self, with_topics: WithTopics) -> None:
         """The pipe joined its socket (engine thread): a SUB sends its subscriptions."""
-        self.role.started(sock)
+        self.role.started(with_topics)
 
-    def subscriptions_changed(self, sock: SocketDriver) -> None:
+    def subscriptions_changed(self, with_topics: WithTopics) -> None:
         """The socket subscribed or unsubscribed (any thread)."""
-        self.role.changed(sock)
+        self.role.changed(with_topics)
 

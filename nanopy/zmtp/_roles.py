@@ -32,7 +32,7 @@ from .._radix import RadixTree
 from ._codec import DELIMITER, encode_batch, encode_command, encode_message, encode_single, frame_header
 
 if TYPE_CHECKING:
-    from .._driver import SocketDriver
+    from ..transports._base import WithTopics
 
 log = logging.getLogger("nanopy")
 
@@ -89,9 +89,9 @@ class Role:
         """A role-specific command; False if the role does not know it."""
         return False
 
-    def started(self, sock: SocketDriver) -> None:
+    def started(self, with_topics: WithTopics) -> None:
         """The pipe joined its socket (engine thread)."""
-    def changed(self, sock: SocketDriver) -> None:
+    def changed(self, with_topics: WithTopics) -> None:
         """The socket's subscriptions changed (any thread)."""
 
 
@@ -110,7 +110,16 @@ class PairRole(Role):
     peers = frozenset({b"PAIR"})
 
 
-class PubRole(Role):
+class LockedRole(Role):
+    """A role whose state the pipe's reader and the socket's senders both touch,
+    from different threads: ``_lock`` guards it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+
+
+class PubRole(LockedRole):
     """Filters at the publisher: a message goes out if a peer subscription matches
     its first frame (RFC 29)."""
 
@@ -119,8 +128,7 @@ class PubRole(Role):
 
     def __init__(self) -> None:
         super().__init__()
-        self.topics = RadixTree()
-        self._lock = threading.Lock()  # the reader changes the tree, senders read it
+        self.topics = RadixTree()  # the reader changes it, senders read it (under _lock)
 
     def frame(self, payloads: list[bytes]) -> bytes:
         with self._lock:
@@ -179,18 +187,16 @@ class SubRole(Role):
 
     def __init__(self) -> None:
         super().__init__()
-        self._told: set[bytes] = set()
+        self._told: frozenset[bytes] = frozenset()
 
-    def started(self, sock: SocketDriver) -> None:
-        sock.feed(self._sync, sock, check_open=False)
+    def started(self, with_topics: WithTopics) -> None:
+        with_topics(self._sync)
 
-    def changed(self, sock: SocketDriver) -> None:
-        sock.feed(self._sync, sock, check_open=False)
+    def changed(self, with_topics: WithTopics) -> None:
+        with_topics(self._sync)
 
-    def _sync(self, sock: SocketDriver) -> None:
-        """Under the socket's lock: send what changed since the last sync."""
-        core: Any = sock.core
-        want = {b""} if core.raw else set(core.topics)
+    def _sync(self, want: frozenset[bytes]) -> None:
+        """In a round of the socket: send what changed since the last sync."""
         told = self._told
         out = [self._encode(True, t) for t in want - told] + [self._encode(False, t) for t in told - want]
         self._told = want
@@ -203,7 +209,7 @@ class SubRole(Role):
         return encode_single((b"\x01" if subscribe else b"\x00") + topic)
 
 
-class ReqRole(Role):
+class ReqRole(LockedRole):
     """One request in flight per pipe (the wire carries no request id)."""
 
     zmq_type = b"REQ"
@@ -211,7 +217,6 @@ class ReqRole(Role):
 
     def __init__(self) -> None:
         super().__init__()
-        self._lock = threading.Lock()
         self._inflight: bytes | None = None  # the id of the request on the wire
         self._waiting: deque[tuple[bytes, bytes]] = deque()  # (id, body) behind it
 
@@ -246,7 +251,7 @@ class ReqRole(Role):
         return rid + (frames[1] if len(frames) == 2 else Multipart(frames[1:]))
 
 
-class RepRole(Role):
+class RepRole(LockedRole):
     """Envelopes kept per pipe under a token that the core carries as the backtrace."""
 
     zmq_type = b"REP"
@@ -254,7 +259,6 @@ class RepRole(Role):
 
     def __init__(self) -> None:
         super().__init__()
-        self._lock = threading.Lock()
         self._envelopes: dict[bytes, list[bytes]] = {}
         self._ids = itertools.count(1)
 
