@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from .transports._base import CountsUnwritten, KernelSocketBacked
 from .transports._stream import send_window_state, unacked_bytes
 
 if TYPE_CHECKING:
@@ -67,10 +68,10 @@ class PipeLiveness:
 
     def _window_guard_for(self) -> Callable[[], Awaitable[None]] | None:
         """The guard task of a TCP connection with a user timeout (dead_peer_timeout), or None."""
-        get = getattr(self.conn, "kernel_socket", None)
-        if get is None:
+        conn = self.conn
+        if not isinstance(conn, KernelSocketBacked):
             return None
-        sock = get()
+        sock = conn.kernel_socket()
         try:
             user_timeout = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT)
         except (OSError, AttributeError):
@@ -126,16 +127,14 @@ class PipeLiveness:
 
 def kernel_unacked(conn: Any) -> int | None:
     """Bytes the connection's kernel socket holds unacknowledged (None: unknown)."""
-    sock = getattr(conn, "kernel_socket", None)
-    return None if sock is None else unacked_bytes(sock())
+    return unacked_bytes(conn.kernel_socket()) if isinstance(conn, KernelSocketBacked) else None
 
 
 def write_shortfall(channel: Any) -> int:
     """Bytes of the chunk whose ``write_all`` failed that never reached the kernel,
     where the connection counts them; 0 where it does not (a TLS stream): its
     messages are then taken as sent, never sent twice."""
-    counted = getattr(channel, "unwritten_bytes", None)
-    left = counted() if counted is not None else None
+    left = channel.unwritten_bytes() if isinstance(channel, CountsUnwritten) else None
     return 0 if left is None else int(left)
 
 

@@ -76,7 +76,7 @@ BLOCKED = _Blocked()
 def _credit_is_bookkeeping(core: Core) -> bool:
     """Whether ``core.pipe_credit`` only records credit (emits nothing, wakes nobody
     but senders), so returned credit may wait for the next round."""
-    declared = getattr(core, "credit_only", None)
+    declared = core.credit_only
     if declared is not None:
         return bool(declared)
     method = type(core).pipe_credit

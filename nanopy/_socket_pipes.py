@@ -31,7 +31,7 @@ from ._options import validate_priority
 from ._pipe import PipeDriver
 from ._registry import transports as _transports
 from ._stats import PipeLosses
-from .transports._base import Connection, PipeContext, SubscriptionForwarding
+from .transports._base import Connection, OtherWireProtocol, PipeContext, SubscriptionForwarding
 
 if TYPE_CHECKING:
     from ._driver import SocketDriver
@@ -96,13 +96,12 @@ class PipeHosting:
             transport.check_dial_url(url)
         else:
             transport.check_url(url)
-        check_protocol = getattr(transport, "check_protocol", None)
-        if check_protocol is not None:  # a transport of another wire protocol (zmtp+tcp)
-            check_protocol(self._driver.core.name, self.raw, options)
+        if isinstance(transport, OtherWireProtocol):  # (zmtp+tcp, zmtp+ipc)
+            transport.check_protocol(self._driver.core.name, self.raw, options)
             receive_multipart(self)  # from now on recv() looks for multipart messages
         priority = validate_priority("priority", options.pop("priority", 8))
         recv_priority = validate_priority("recv_priority", options.pop("recv_priority", 8))
-        allowed = set(getattr(transport, "endpoint_options", ()))
+        allowed = set(transport.endpoint_options)
         unknown = set(options) - allowed
         if unknown:
             raise TypeError(

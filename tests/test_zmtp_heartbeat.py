@@ -236,7 +236,9 @@ def test_libzmq_heartbeats_keep_the_pipe(make_socket: MakeSocket, zctx: Any) -> 
     conns = connections(push)
     assert not pipe_removed(push).wait(1.2)
     assert all(conn._watch.limit() == 0.5 for conn in conns)
-    assert all(conn._pings_sent == 0 for conn in conns)
+    # Its PINGs keep ours away; one may still go out when the watch happens to look
+    # while our PONG is being written (a busy pipe PINGs: seen once under load).
+    assert all(conn._pings_sent <= 1 for conn in conns)
     for _ in pulls:
         push.send(b"still here")
     assert sorted(z.recv() for z, _ in pulls) == [b"still here"] * 2

@@ -216,6 +216,40 @@ class PeerWatching(Protocol):
     keepalive: Callable[[Callable[[], bool]], Awaitable[None]] | None
 
 
+@runtime_checkable
+class OtherWireProtocol(Protocol):
+    """A capability: a transport that speaks another wire protocol than SP (ZMTP).
+
+    It checks, when an endpoint is made, that the socket's protocol has a
+    counterpart there; its messages may have several parts (``recv_multipart``).
+    """
+
+    def check_protocol(self, name: str, raw: bool, options: dict[str, object]) -> None:
+        """Raise :class:`nanopy.ProtocolError` if a ``name`` socket cannot use it."""
+
+
+@runtime_checkable
+class KernelSocketBacked(Protocol):
+    """A capability: a connection over a kernel TCP or Unix socket (tcp, ipc, tls, ws).
+
+    Dead-peer handling reads the socket's state (unacknowledged bytes, the send
+    window) and sets its user timeout; a connection without one is judged by its
+    own PINGs or not at all.
+    """
+
+    def kernel_socket(self) -> Any:
+        """The connection's kernel socket (or an object with its ``getsockopt``)."""
+
+
+@runtime_checkable
+class CountsUnwritten(Protocol):
+    """A capability: a channel that knows how much of a failed ``write_all`` never
+    reached the kernel, so those messages can go to another pipe."""
+
+    def unwritten_bytes(self) -> int | None:
+        """Bytes of the failed chunk not written (None: unknown)."""
+
+
 class Listener(abc.ABC):
     """A bound listening endpoint."""
 
@@ -240,6 +274,8 @@ class Transport(abc.ABC):
 
     #: URL schemes this transport serves (e.g. ``("tcp",)``)
     schemes: tuple[str, ...] = ()
+    #: endpoint options it accepts beside ``priority``/``recv_priority`` (e.g. ``("ssl_context",)``)
+    endpoint_options: tuple[str, ...] = ()
 
     def check_url(self, url: str) -> None:
         """Raise :class:`nanopy.AddressError` if ``url`` is malformed (called at once by bind/connect)."""
