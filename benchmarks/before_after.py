@@ -34,13 +34,23 @@ def _python(checkout: str, given: str | None) -> str:
     return given or os.path.join(checkout, ".venv", "bin", "python")
 
 
-def _run_suite(checkout: str, python: str, quick: bool, pubsub_n: int | None) -> dict[str, float]:
-    """One run of both benchmarks in ``checkout``: {cell: nanopy / pyzmq}."""
+def _run_suite(checkout: str, python: str, args: argparse.Namespace) -> dict[str, float]:
+    """One run of the benchmarks in ``checkout``: {cell: nanopy / pyzmq}."""
+    ratios: dict[str, float] = {}
+    if args.tests:
+        ratios.update(_run_py(checkout, python, args))
+    if args.pubsub:
+        ratios.update(_pubsub_py(checkout, python, args.pubsub_n))
+    return ratios
+
+
+def _run_py(checkout: str, python: str, args: argparse.Namespace) -> dict[str, float]:
     ratios: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "run.json")
         cmd = [python, "benchmarks/run.py", "--output", out, "--variants", "nanopy/sync,nanopy/trio,pyzmq/sync"]
-        if quick:
+        cmd += ["--tests", args.tests]
+        if args.quick:
             cmd.append("--quick")
         subprocess.run(cmd, cwd=checkout, check=True, stdout=subprocess.DEVNULL)
         with open(out) as f:
@@ -48,6 +58,11 @@ def _run_suite(checkout: str, python: str, quick: bool, pubsub_n: int | None) ->
                 ratio = row.get("ratio_vs_pyzmq/sync")
                 if ratio is not None:
                     ratios[f"{row['test']} {row['transport']} {row['size']} B {row['api']}"] = ratio
+    return ratios
+
+
+def _pubsub_py(checkout: str, python: str, pubsub_n: int | None) -> dict[str, float]:
+    ratios: dict[str, float] = {}
     cmd = [python, "benchmarks/pubsub.py", "--scenario", "both"]
     if pubsub_n:
         cmd += ["--n", str(pubsub_n)]
@@ -87,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pairs", type=int, default=3)
     p.add_argument("--quick", action="store_true", help="run.py --quick (short windows)")
     p.add_argument("--pubsub-n", type=int, help="messages per subscriber in pubsub.py")
+    p.add_argument("--tests", default="throughput,latency", help="run.py's tests ('' for none)")
+    p.add_argument("--no-pubsub", dest="pubsub", action="store_false", help="skip pubsub.py")
     args = p.parse_args(argv)
     sides = {
         "before": (args.before, _python(args.before, args.before_python)),
@@ -97,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         for side in ("before", "after") if i % 2 == 0 else ("after", "before"):
             checkout, python = sides[side]
             print(f"pair {i + 1}/{args.pairs}: {side} ({checkout}), load {os.getloadavg()[0]:.1f}", file=sys.stderr)
-            runs[side].append(_run_suite(checkout, python, args.quick, args.pubsub_n))
+            runs[side].append(_run_suite(checkout, python, args))
     print(_table(runs))
     os.makedirs(os.path.join(args.after, "benchmarks", "results"), exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
