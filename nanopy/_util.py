@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
@@ -61,7 +62,7 @@ async def run_in_worker_thread(fn: Callable[..., Any], *args: Any) -> Any:
     return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
 
-_SECTIONS = ("\n\n        Args:", "\n\n        Returns:", "\n\n        Raises:")
+_SECTION_STARTS = ("Args:", "Returns:", "Raises:")
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
@@ -70,13 +71,15 @@ def async_twin_of(sync: Callable[..., Any]) -> Callable[[_F], _F]:
 
     The async method's own docstring says how it differs (a checkpoint, what a
     cancel does); the sections are written once, on the blocking method.
+    (Docstrings are compared dedented: Python 3.13 strips their indentation.)
     """
-    doc = sync.__doc__ or ""
-    starts = [i for i in map(doc.find, _SECTIONS) if i >= 0]
-    sections = doc[min(starts) :].rstrip() if starts else ""
+    lines = inspect.cleandoc(sync.__doc__ or "").splitlines()
+    first = next((i for i, line in enumerate(lines) if line.startswith(_SECTION_STARTS)), len(lines))
+    sections = "\n".join(lines[first:])
 
     def attach(method: _F) -> _F:
-        method.__doc__ = (method.__doc__ or "").rstrip() + sections + "\n        "
+        own = inspect.cleandoc(method.__doc__ or "")
+        method.__doc__ = f"{own}\n\n{sections}" if sections else own
         return method
 
     return attach
