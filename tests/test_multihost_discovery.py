@@ -40,8 +40,13 @@ discos = {g: Discovery(url, beacon=True, interval=interval, misses=int(sys.argv[
           for g in groups}
 started = time.time()
 def printer(group):
-    return lambda name, address, added: print("+" if added else "-", group, name, address,
-                                              f"{time.time():.3f}", flush=True)
+    # One write per line: the groups' callbacks run on their own threads, and print()
+    # with several arguments writes them one by one (lines came out interleaved).
+    def changed(name, address, added):
+        line = f"{'+' if added else '-'} {group} {name} {address} {time.time():.3f}\\n"
+        sys.stdout.write(line)
+        sys.stdout.flush()
+    return changed
 for group, disco in discos.items():
     disco.on_change(printer(group))
 print(f"ready {started:.3f}", flush=True)
