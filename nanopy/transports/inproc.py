@@ -6,13 +6,13 @@ Each direction of a pipe is an inbox that behaves like a small kernel buffer
 (``INBOX_SIZE`` messages). The sending pipe writes into it as into a socket: a
 non-blocking write takes what fits and the sender's own pipe driver gives the
 credit back for what was taken; a full inbox makes the sender's writer task wait
-for room -- that is the receiver's back-pressure. No connection ever calls into a
-socket.
+for room -- that is the receiver's back-pressure.
 
-Delivery is direct: the receiving pipe driver attaches a *sink* to its inbox (its
-own function feeding its socket's core), and while the receiver keeps up (nothing
-queued, the sink not paused) a write hands the payloads to that sink from the
-sender's thread -- no engine hop. Otherwise payloads queue in the inbox and the
+Delivery is direct, the one documented exception to "a transport never calls into
+a socket" (``SinkAttachable`` in nanopy/transports/_base.py): the receiving pipe
+driver attaches a *sink* to its inbox (its own function feeding its socket's core),
+and while the receiver keeps up (nothing queued, the sink not paused) a write hands
+the payloads to that sink from the sender's thread -- no engine hop. Otherwise payloads queue in the inbox and the
 receiving pipe's reader task drains them into the sink, in order, once the core
 has room, which makes room for the sender again.
 """
