@@ -291,10 +291,11 @@ class Round:
                 self._lazy_credit = True
             return self._drain()
 
-    def hand_back(self, payloads: list[bytes]) -> None:
-        """Payloads whose TRANSMIT found its pipe closed or gone: back to the core
-        (nanopy/_pipe_ending.py)."""
-        raise NotImplementedError
+    if TYPE_CHECKING:
+
+        def hand_back(self, payloads: list[bytes]) -> None:
+            """Payloads whose TRANSMIT found its pipe closed or gone: back to the core
+            (``PipeEndings``, nanopy/_pipe_ending.py)."""
 
     def credit(self, pid: int, n: int) -> None:
         """Credit from the engine side (a writer flushed, an inproc peer read)."""
