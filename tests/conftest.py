@@ -77,6 +77,18 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 5.0, what: str = 
         time.sleep(0.002)
 
 
+def send_until_full(send: Callable[[bytes], object], full: type[BaseException], body: bytes) -> int:
+    """Send numbered messages (``b"%06d" % n + body``) until ``send`` raises ``full``
+    (every buffer on the way is full); how many went out."""
+    sent = 0
+    while True:
+        try:
+            send(b"%06d" % sent + body)
+        except full:
+            return sent
+        sent += 1
+
+
 @pytest.fixture
 def no_nanopy_errors(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
     """Fail the test if anything inside nanopy logged at ERROR or above.

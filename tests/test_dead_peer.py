@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 import pytest
+from conftest import send_until_full
 
 import nanopy
 from nanopy.testing import ipc_url, wait_no_pipes, wait_pipes
@@ -167,14 +168,7 @@ def test_slow_reader_keeps_its_pipe(scheme: str) -> None:
             nanopy.Socket("pull", dead_peer_timeout=1, recv_buffer=8) as pull:
         push.connect(pull.bind(f"{scheme}://127.0.0.1:0").url)
         wait_pipes(push)
-        body = b"y" * 60000
-        sent = 0
-        while True:  # until every buffer on the way is full
-            try:
-                push.send(b"%06d" % sent + body)
-            except nanopy.Timeout:
-                break
-            sent += 1
+        sent = send_until_full(push.send, nanopy.Timeout, b"y" * 60000)
         removed = threading.Event()
         push.on_pipe_removed(lambda pipe: removed.set())
         pull.on_pipe_removed(lambda pipe: removed.set())

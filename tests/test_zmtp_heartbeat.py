@@ -25,7 +25,7 @@ from itertools import count
 from typing import Any
 
 import pytest
-from conftest import wait_until
+from conftest import send_until_full, wait_until
 from test_zmtp_hostile import greeting, read_exact, ready
 
 import nanopy
@@ -260,14 +260,7 @@ def test_paused_pipe_keeps_pinging(make_socket: MakeSocket, zctx: Any) -> None:
     pull.connect(url)
     wait_pipes(pull)
     conn = connections(pull)[0]
-    body = b"x" * 60000
-    sent = 0
-    while True:  # until every buffer on the way is full
-        try:
-            zpush.send(b"%06d" % sent + body)
-        except zmq.Again:
-            break
-        sent += 1
+    sent = send_until_full(zpush.send, zmq.Again, b"x" * 60000)
     assert not pipe_removed(pull).wait(2.0)
     assert conn._pings_sent >= 2  # (none before: libzmq's PINGs kept the pipe from silence)
     assert [int(pull.recv(timeout=5)[:6]) for _ in range(sent)] == list(range(sent))
