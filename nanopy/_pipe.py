@@ -59,6 +59,7 @@ import trio
 
 from ._errors import MessageTooLarge, RemoteProtocolError
 from ._fanout import MAX_HOLD, FanOutQueueing, wait_out_burst
+from ._outbox import WRITE_CHUNK_BYTES, Outbox
 from ._pipe_liveness import PipeLiveness, kernel_unacked, unwritten, write_shortfall
 from ._pipe_read import PipeReading
 from .transports._base import ChannelConnection, DirectReadable, PeerWatching, SinkAttachable
@@ -115,7 +116,7 @@ class SendAdapter:
         return frame
 
 
-class PipeDriver(PipeReading, PipeLiveness, FanOutQueueing):
+class PipeDriver(PipeReading, PipeLiveness, FanOutQueueing, Outbox):
     def __init__(
         self,
         sock: PipeHost,
@@ -239,11 +240,10 @@ class PipeDriver(PipeReading, PipeLiveness, FanOutQueueing):
                 ):
                     self.flush_at = n + CALLER_BATCH  # small messages: gather more first
                     return 0
-                # Due: this thread writes the whole outbox itself.
+                # Due: this thread writes the outbox itself.
                 self.flush_at = CALLER_BATCH
-                self.outbox = []
                 self.writing = True
-                batch = outbox
+                batch = self.take_batch()
             else:
                 now = self.now()
                 # Idle: nothing sent lately, or the socket received since our last send
@@ -302,8 +302,7 @@ class PipeDriver(PipeReading, PipeLiveness, FanOutQueueing):
         try:
             if self.closed or self.writing or self.tail is not None or self.control is not None or not self.outbox:
                 return 0  # the writer task holds (or was woken for) the channel, or nothing is left
-            batch = self.outbox
-            self.outbox = []
+            batch = self.take_batch()
             self.flush_at = CALLER_BATCH
             self.writing = True
         finally:
@@ -339,6 +338,8 @@ class PipeDriver(PipeReading, PipeLiveness, FanOutQueueing):
                 chunk = channel.frame(batch)
             if size < 0:
                 size = _payload_bytes(batch, chunk, self.frame_prefix)
+            if size > WRITE_CHUNK_BYTES or len(batch) >= self.write_step:
+                self.fit_step(len(batch), size)
             if self.hands_over:
                 handed_over[0] = (chunk, size)
                 n = channel.write_nowait(chunk)
@@ -502,11 +503,12 @@ class PipeDriver(PipeReading, PipeLiveness, FanOutQueueing):
                 else:
                     event = None
                     self.writing = True
-                    tail, credit, control, batch = self.tail, self.tail_credit, self.control, self.outbox
+                    tail, credit, control, batch = self.tail, self.tail_credit, self.control, self.take_batch()
+                    cut = bool(self.outbox)  # (a write takes at most write_step messages)
+                    self.in_write = credit + len(batch)
                     tail_bytes = self.tail_bytes
                     self.tail = self.control = None
                     self.tail_credit = self.tail_bytes = 0
-                    self.outbox = []
             if event is not None:
                 if idle:
                     self._notify_idle()
@@ -532,9 +534,12 @@ class PipeDriver(PipeReading, PipeLiveness, FanOutQueueing):
                 stage = 2
                 if batch:
                     chunk = channel.frame(batch)
+                    size = _payload_bytes(batch, chunk, self.frame_prefix)
+                    if size > WRITE_CHUNK_BYTES or len(batch) >= self.write_step:
+                        self.fit_step(len(batch), size)
                     await channel.write_all(chunk)
                     written += len(batch)
-                    written_bytes += _payload_bytes(batch, chunk, self.frame_prefix)
+                    written_bytes += size
             except BaseException:
                 # The connection failed under the write: what never reached the
                 # kernel may still go out on another pipe (Socket._run_pipe).
@@ -547,14 +552,15 @@ class PipeDriver(PipeReading, PipeLiveness, FanOutQueueing):
                 self._in_write = False
                 with self.lock:
                     self.writing = False
+                    self.in_write = 0
                     self.tx_msgs += written
                     self.tx_bytes += written_bytes
             credit += len(batch)
             if credit:
                 self.sock.credit(self.pid, credit)
             # Keep lingering only for small flushes; a full outbox means the
-            # sender outruns the socket, so write again at once.
-            lingering = len(batch) < CALLER_BATCH
+            # sender outruns the socket, so write again at once (as after a cut batch).
+            lingering = not cut and len(batch) < CALLER_BATCH
 
     async def _linger(self) -> None:
         """Wait while a burst goes on, so the sender keeps writing full batches itself
@@ -573,23 +579,6 @@ class PipeDriver(PipeReading, PipeLiveness, FanOutQueueing):
         event, self._idle_event = self._idle_event, None
         if event is not None:
             event.set()
-
-    def queued_out(self) -> int:
-        """Messages queued on this pipe and not yet written (a rest included)."""
-        with self.lock:
-            return len(self.outbox) + (self.tail_credit if self.tail is not None else 0)
-
-    def flushed(self) -> bool:
-        return self.closed or not (self.outbox or self.writing or self.tail is not None or self.control is not None)
-
-    async def wait_flushed(self) -> None:
-        """Return once everything queued on this pipe has been written."""
-        while True:
-            with self.lock:  # a sending thread ending its write sees the event
-                if self.flushed():
-                    return
-                self._idle_event = event = trio.Event()
-            await event.wait()
 
 
 def _payload_bytes(batch: list[bytes], chunk: Any, prefix: int) -> int:

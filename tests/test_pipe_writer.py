@@ -11,10 +11,12 @@ import threading
 from collections.abc import Callable
 
 import pytest
-from conftest import bind_url, tcp_plugin, wait_until
+from conftest import bind_url, send_until_full, tcp_plugin, wait_until
+from tls_certs import tls_files
 
 import nanopy
 from nanopy import _pipe
+from nanopy._outbox import WRITE_CHUNK_BYTES
 from nanopy.transports import ChannelConnection, inproc
 from nanopy.transports._stream import StreamConnection
 from nanopy.transports._ws_conn import WsConnection
@@ -284,3 +286,39 @@ def test_ctrl_c_inside_a_write_ends_that_pipe_and_the_socket_goes_on(make_socket
         push.send(b"after")
         assert pull.recv() == b"after"
         push.close(linger=0)
+
+
+@pytest.mark.parametrize("transport", ["tcp", "ipc", "ws", "tls+tcp", "wss"])
+def test_a_stalled_peer_costs_its_queue_not_a_framed_copy_of_it(
+    make_socket: Factory, transport: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A peer that stops reading leaves its whole send window queued on the pipe;
+    no write frames more than about WRITE_CHUNK_BYTES of it at once (a write that
+    took the whole outbox held a framed copy of all of it), and every message
+    still arrives once, in order, when the peer reads again."""
+    framed: list[int] = []
+    payload_bytes = _pipe._payload_bytes
+
+    def recording(batch: list[bytes], chunk: object, prefix: int) -> int:
+        framed.append(len(chunk))  # type: ignore[arg-type]
+        return payload_bytes(batch, chunk, prefix)
+
+    monkeypatch.setattr(_pipe, "_payload_bytes", recording)
+    body = b"m" * 4000  # distinct payloads: what a real sender queues
+    pull = make_socket("pull", recv_buffer=1)
+    push = make_socket("push", send_buffer=1024, send_timeout=0.5)
+    if transport in ("tls+tcp", "wss"):
+        t = tls_files()
+        url = "tls+tcp://127.0.0.1:0" if transport == "tls+tcp" else "wss://127.0.0.1:0/stall"
+        ep = pull.bind(url, ssl_context=t.server_ctx)
+        push.connect(ep.url.replace("127.0.0.1", "localhost"), ssl_context=t.client_ctx)
+    else:
+        push.connect(pull.bind(_url(transport, "stall")).url)
+    wait_until(lambda: len(push.pipes) == 1 and len(pull.pipes) == 1, what="the pipe")
+    sent = send_until_full(push.send, nanopy.Timeout, body)
+    assert sent >= 1024  # the send window, and what the kernels took
+    (pipe,) = push.pipes
+    assert pipe.stats().queued_out > 256  # the peer left a good part of the window queued
+    limit = WRITE_CHUNK_BYTES + len(body) + 64  # one message over, and its framing
+    assert [pull.recv(timeout=10) for _ in range(sent)] == [b"%06d" % n + body for n in range(sent)]
+    assert max(framed) <= limit, f"a write framed {max(framed)} bytes"
