@@ -20,12 +20,16 @@ May call: nothing outside the pipe (all of it under the pipe's lock, except
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import trio
 
 #: about how many payload bytes one write frames at most (see the module docstring)
 WRITE_CHUNK_BYTES = 256 * 1024
+#: ``write_step`` of a pipe whose chunk is its batch itself (inproc, a plug-in's
+#: ``send``): nothing is framed, so nothing is gained by cutting
+UNCUT = sys.maxsize
 #: what each message is assumed to add to a chunk in framing (a header), so an
 #: empty payload still counts
 FRAME_ALLOWANCE = 16
@@ -69,6 +73,8 @@ class Outbox:
         """Learn ``write_step`` from a write of ``n`` messages and ``size`` payload
         bytes that was too big or took a full step (the writer checks that inline).
         A plain store, without the lock: a stale step only sizes one write."""
+        if self.write_step == UNCUT:
+            return
         self.write_step = max(1, n * WRITE_CHUNK_BYTES // (size + n * FRAME_ALLOWANCE))
 
     def queued_out(self) -> int:

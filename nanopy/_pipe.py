@@ -59,7 +59,7 @@ import trio
 
 from ._errors import MessageTooLarge, RemoteProtocolError
 from ._fanout import MAX_HOLD, FanOutQueueing, wait_out_burst
-from ._outbox import WRITE_CHUNK_BYTES, Outbox
+from ._outbox import UNCUT, WRITE_CHUNK_BYTES, Outbox
 from ._pipe_liveness import PipeLiveness, kernel_unacked, unwritten, write_shortfall
 from ._pipe_read import PipeReading
 from .transports._base import ChannelConnection, DirectReadable, PeerWatching, SinkAttachable
@@ -170,6 +170,8 @@ class PipeDriver(PipeReading, PipeLiveness, FanOutQueueing, Outbox):
         # In-memory connections (inproc) take every payload at once, in order.
         self.sink_conn = conn if isinstance(conn, SinkAttachable) else None
         self.hands_over = self.sink_conn is not None
+        if self.hands_over or not self.writes_directly:
+            self.write_step = UNCUT  # its chunk is the batch itself, not a framed copy
         # Pipes with equal framing share a fan-out batch's chunk (ChannelConnection.framing).
         self.framing = self.channel.framing if isinstance(self.channel, ChannelConnection) else None
         # SP-over-stream framing adds the same prefix to every payload: a chunk's

@@ -16,7 +16,7 @@ from tls_certs import tls_files
 
 import nanopy
 from nanopy import _pipe
-from nanopy._outbox import WRITE_CHUNK_BYTES
+from nanopy._outbox import FRAME_ALLOWANCE, UNCUT, WRITE_CHUNK_BYTES, Outbox
 from nanopy.transports import ChannelConnection, inproc
 from nanopy.transports._stream import StreamConnection
 from nanopy.transports._ws_conn import WsConnection
@@ -322,3 +322,23 @@ def test_a_stalled_peer_costs_its_queue_not_a_framed_copy_of_it(
     limit = WRITE_CHUNK_BYTES + len(body) + 64  # one message over, and its framing
     assert [pull.recv(timeout=10) for _ in range(sent)] == [b"%06d" % n + body for n in range(sent)]
     assert max(framed) <= limit, f"a write framed {max(framed)} bytes"
+
+
+def test_one_write_takes_about_write_chunk_bytes_and_learns_its_step() -> None:
+    box = Outbox()
+    big = [b"%04d" % i + b"x" * 8188 for i in range(100)]  # 8 KiB each
+    box.outbox = list(big)
+    first = box.take_batch()  # judged by its oldest message
+    assert len(first) == WRITE_CHUNK_BYTES // (8192 + FRAME_ALLOWANCE) == 31
+    assert first + box.outbox == big  # the rest stays, in order
+    box.fit_step(len(first), 31 * 8192)
+    assert box.write_step == 31
+    box.fit_step(4, 4 * 1024)  # a full step of small messages: many more fit
+    assert box.write_step == 4 * WRITE_CHUNK_BYTES // (4 * 1024 + 4 * FRAME_ALLOWANCE)
+    box.outbox = [b"y"] * 10
+    assert box.take_batch() == [b"y"] * 10 and box.outbox == []
+    uncut = Outbox()
+    uncut.write_step = UNCUT  # inproc, a plug-in's send: the batch is the chunk
+    uncut.outbox = list(big)
+    uncut.fit_step(100, 100 * 8192)
+    assert uncut.take_batch() == big and uncut.write_step == UNCUT
