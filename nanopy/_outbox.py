@@ -1,7 +1,7 @@
 """A pipe's outbox: what is queued and not yet written, and how much one write takes.
 
 Owns: the batch a write takes from the outbox (``take_batch``), the size of
-that batch (``write_step``, learned by ``fit_step``), and the questions asked of
+that batch (``write_step``, learned by ``note_write``), and the questions asked of
 what is left unwritten (``queued_out``, ``flushed``, ``wait_flushed``).
 
 A write frames its batch into one chunk -- a copy of every payload plus its
@@ -57,25 +57,23 @@ class Outbox:
         oldest ``write_step`` messages when it holds more; the rest stays queued."""
         outbox = self.outbox
         step = self.write_step
+        if not step and outbox:  # nothing written yet: judge by the oldest message
+            self.write_step = step = max(1, WRITE_CHUNK_BYTES // (len(outbox[0]) + FRAME_ALLOWANCE))
         if len(outbox) <= step:
             self.outbox = []
             return outbox
-        if not step:  # nothing written yet: judge by the oldest message
-            self.write_step = step = max(1, WRITE_CHUNK_BYTES // (len(outbox[0]) + FRAME_ALLOWANCE))
-            if len(outbox) <= step:
-                self.outbox = []
-                return outbox
         self.outbox = outbox[step:]
         del outbox[step:]
         return outbox
 
-    def fit_step(self, n: int, size: int) -> None:
-        """Learn ``write_step`` from a write of ``n`` messages and ``size`` payload
-        bytes that was too big or took a full step (the writer checks that inline).
-        A plain store, without the lock: a stale step only sizes one write."""
-        if self.write_step == UNCUT:
-            return
-        self.write_step = max(1, n * WRITE_CHUNK_BYTES // (size + n * FRAME_ALLOWANCE))
+    def note_write(self, n: int, size: int) -> None:
+        """A write framed ``n`` messages of ``size`` payload bytes: if it was too big,
+        or took a full step, learn from it how many messages make
+        ``WRITE_CHUNK_BYTES``. A plain store, without the lock: a stale step only
+        sizes one write."""
+        step = self.write_step
+        if (size > WRITE_CHUNK_BYTES or n >= step) and step != UNCUT:
+            self.write_step = max(1, n * WRITE_CHUNK_BYTES // (size + n * FRAME_ALLOWANCE))
 
     def queued_out(self) -> int:
         """Messages queued on this pipe and not yet written: the outbox, a chunk's

@@ -59,7 +59,7 @@ import trio
 
 from ._errors import MessageTooLarge, RemoteProtocolError
 from ._fanout import MAX_HOLD, FanOutQueueing, wait_out_burst
-from ._outbox import UNCUT, WRITE_CHUNK_BYTES, Outbox
+from ._outbox import UNCUT, Outbox
 from ._pipe_liveness import PipeLiveness, kernel_unacked, unwritten, write_shortfall
 from ._pipe_read import PipeReading
 from .transports._base import ChannelConnection, DirectReadable, PeerWatching, SinkAttachable
@@ -340,8 +340,7 @@ class PipeDriver(PipeReading, PipeLiveness, FanOutQueueing, Outbox):
                 chunk = channel.frame(batch)
             if size < 0:
                 size = _payload_bytes(batch, chunk, self.frame_prefix)
-            if size > WRITE_CHUNK_BYTES or len(batch) >= self.write_step:
-                self.fit_step(len(batch), size)
+            self.note_write(len(batch), size)
             if self.hands_over:
                 handed_over[0] = (chunk, size)
                 n = channel.write_nowait(chunk)
@@ -537,8 +536,7 @@ class PipeDriver(PipeReading, PipeLiveness, FanOutQueueing, Outbox):
                 if batch:
                     chunk = channel.frame(batch)
                     size = _payload_bytes(batch, chunk, self.frame_prefix)
-                    if size > WRITE_CHUNK_BYTES or len(batch) >= self.write_step:
-                        self.fit_step(len(batch), size)
+                    self.note_write(len(batch), size)
                     await channel.write_all(chunk)
                     written += len(batch)
                     written_bytes += size

@@ -331,14 +331,15 @@ def test_one_write_takes_about_write_chunk_bytes_and_learns_its_step() -> None:
     first = box.take_batch()  # judged by its oldest message
     assert len(first) == WRITE_CHUNK_BYTES // (8192 + FRAME_ALLOWANCE) == 31
     assert first + box.outbox == big  # the rest stays, in order
-    box.fit_step(len(first), 31 * 8192)
+    box.note_write(len(first), 31 * 8192)
     assert box.write_step == 31
-    box.fit_step(4, 4 * 1024)  # a full step of small messages: many more fit
+    box.write_step = 4
+    box.note_write(4, 4 * 1024)  # a full step of small messages: many more fit
     assert box.write_step == 4 * WRITE_CHUNK_BYTES // (4 * 1024 + 4 * FRAME_ALLOWANCE)
     box.outbox = [b"y"] * 10
     assert box.take_batch() == [b"y"] * 10 and box.outbox == []
     uncut = Outbox()
     uncut.write_step = UNCUT  # inproc, a plug-in's send: the batch is the chunk
     uncut.outbox = list(big)
-    uncut.fit_step(100, 100 * 8192)
+    uncut.note_write(100, 100 * 8192)
     assert uncut.take_batch() == big and uncut.write_step == UNCUT

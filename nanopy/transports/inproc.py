@@ -12,9 +12,9 @@ Delivery is direct, the one documented exception to "a transport never calls int
 a socket" (``SinkAttachable`` in nanopy/transports/_base.py): the receiving pipe
 driver attaches a *sink* to its inbox (its own function feeding its socket's core),
 and while the receiver keeps up (nothing queued, the sink not paused) a write hands
-the payloads to that sink from the sender's thread -- no engine hop. Otherwise payloads queue in the inbox and the
-receiving pipe's reader task drains them into the sink, in order, once the core
-has room, which makes room for the sender again.
+the payloads to that sink from the sender's thread -- no engine hop. Otherwise
+payloads queue in the inbox and the receiving pipe's reader task drains them into
+the sink, in order, once the core has room, which makes room for the sender again.
 """
 
 from __future__ import annotations
