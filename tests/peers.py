@@ -52,6 +52,7 @@ from __future__ import annotations
 import atexit
 import builtins
 import inspect
+import itertools
 import multiprocessing
 import os
 import random
@@ -231,16 +232,29 @@ def _ephemeral_low() -> int:
         return 32768
 
 
+def _port_walk() -> Iterator[int]:
+    """Every port of the range below the ephemeral one, once each, from a random
+    start, then round again."""
+    low = _ephemeral_low()
+    first = max(10000, low - 12000)
+    start = random.randrange(first, low)
+    return itertools.cycle(itertools.chain(range(start, low), range(first, start)))
+
+
+_PORTS = _port_walk()
+
+
 def free_tcp_port(host: str = "127.0.0.1") -> int:
     """A port that was free a moment ago (for tools that cannot bind port 0).
 
     Picked below the kernel's ephemeral range: a port from that range can be taken
     by any outgoing connection (another test's dialer) before the tool binds it.
+    The ports are walked in turn, not drawn at random: a test that picks many before
+    its tools bind them (test_cli's jobs) never gets the same port twice.
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    low = _ephemeral_low()
     for _ in range(50):
-        port = random.randrange(max(10000, low - 12000), low)
+        port = next(_PORTS)
         with socket.socket(family, socket.SOCK_STREAM) as s:
             try:
                 s.bind((host, port))
