@@ -343,3 +343,30 @@ def test_one_write_takes_about_write_chunk_bytes_and_learns_its_step() -> None:
     uncut.outbox = list(big)
     uncut.note_write(100, 100 * 8192)
     assert uncut.take_batch() == big and uncut.write_step == UNCUT
+
+
+@pytest.mark.parametrize("transport", ["tcp", "ipc", "inproc", "ws", "tls+tcp", "wss"])
+def test_what_the_peer_received_is_counted_as_written(make_socket: Factory, transport: str) -> None:
+    """The sender counts a write as done before the peer can have it: once the
+    receiver holds every message, the sender's ``queued_out`` is 0 and its pipe's
+    ``messages_sent`` counts them all, at once (no wait), whether the sending
+    thread wrote the burst itself or left it to the writer task."""
+    pull = make_socket("pull", recv_timeout=10)
+    push = make_socket("push", send_timeout=10)
+    if transport in ("tls+tcp", "wss"):
+        t = tls_files()
+        url = "tls+tcp://127.0.0.1:0" if transport == "tls+tcp" else "wss://127.0.0.1:0/counted"
+        ep = pull.bind(url, ssl_context=t.server_ctx)
+        push.connect(ep.url.replace("127.0.0.1", "localhost"), ssl_context=t.client_ctx)
+    else:
+        push.connect(pull.bind(_url(transport, "counted")).url)
+    wait_until(lambda: len(push.pipes) == 1 and len(pull.pipes) == 1, what="the pipe")
+    (pipe,) = push.pipes
+    total = 0
+    for burst in (1, 5, 60, 700) * 6:
+        for i in range(burst):
+            push.send(b"%d" % i)
+        assert [pull.recv() for _ in range(burst)] == [b"%d" % i for i in range(burst)]
+        total += burst
+        assert push.stats().queued_out == 0
+        assert pipe.stats().messages_sent == total

@@ -93,6 +93,9 @@ class ChannelConnection(Connection):
       takes at once and returns how much of ``chunk`` that was (bytes, or items of
       a list) -- 0 when it is full or cannot write from this thread;
     * ``await write_all(chunk)`` writes all of it, waiting for room (engine thread).
+      It may return without a checkpoint once the last of it went: the driver
+      counts the write as done (``queued_out``, the pipe's ``tx``) before a peer
+      that already has the data can ask, then checkpoints itself.
 
     The driver never runs two writes at once, and writes a chunk's rest (what
     ``write_nowait`` left) before anything else. A payload's credit goes back to the
@@ -124,7 +127,7 @@ class ChannelConnection(Connection):
 
     @abc.abstractmethod
     async def write_all(self, chunk: Any) -> None:
-        """Write all of ``chunk`` (engine thread; waits for room)."""
+        """Write all of ``chunk`` (engine thread; waits for room; no checkpoint needed after)."""
 
     def attach_control(self, send_control: Callable[[bytes], bool]) -> None:
         """Receive the pipe's control-frame writer (see the class docstring).

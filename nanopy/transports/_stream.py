@@ -114,20 +114,33 @@ class SocketIO:
         return self._unwritten
 
     async def _send_all(self, data: bytes | memoryview) -> None:
+        """Write all of ``data``, waiting for room; a checkpoint even if none was needed."""
+        if not await self._write_through(data):
+            await trio.lowlevel.checkpoint()
+
+    async def _write_through(self, data: bytes | memoryview) -> bool:
+        """Write all of ``data``, waiting for room; True if it had to wait.
+
+        Returns right after the last byte went to the kernel, with no checkpoint
+        after it: a pipe's writer counts the write as done before any other task
+        (or a peer that already has the bytes) can look, then checkpoints itself.
+        """
         sock = self._sock
         view = memoryview(data)
+        waited = False
         try:
             while view:
                 try:
                     n = sock.send(view)
                 except (BlockingIOError, InterruptedError):
                     await trio.lowlevel.wait_writable(sock)
+                    waited = True
                     continue
                 view = view[n:]
         except BaseException:
             self._unwritten = len(view)  # (what a dead pipe's driver may still send elsewhere)
             raise
-        await trio.lowlevel.checkpoint()
+        return waited
 
     async def _recv_some(self, size: int) -> bytes:
         """Read up to ``size`` bytes, waiting for readability as needed.
@@ -279,6 +292,9 @@ class StreamConnection(SocketIO, FramedConnection):
         self.read_more = len(chunk) == RECV_SIZE
         return decoder.feed(chunk)
 
+    async def write_all(self, chunk: bytes | memoryview) -> None:
+        await self._write_through(chunk)  # (the pipe's writer checkpoints after counting it)
+
     def write_nowait(self, chunk: bytes | memoryview) -> int:
         """Write what the kernel takes now (any thread); an error is left for
         ``write_all`` to meet (and report)."""
@@ -375,6 +391,7 @@ class SocketChannel(SocketIO):
         """Nothing to negotiate on a plain socket."""
 
     send_all = SocketIO._send_all
+    write_through = SocketIO._write_through
     _buffer: bytearray | None = None
 
     async def recv(self, size: int) -> memoryview:

@@ -17,6 +17,7 @@ is that of tcp (:class:`nanopy.transports._stream.FramedConnection`) over the ch
 
 from __future__ import annotations
 
+import errno
 import socket
 import ssl
 from typing import Any
@@ -114,6 +115,9 @@ class StreamChannel:
         except trio.BrokenResourceError as exc:
             raise ConnectionResetError(f"TLS stream broken: {exc.__cause__ or exc}") from None
 
+    #: (its transport stream returns right after the last byte: _PromptSocketStream)
+    write_through = send_all
+
     async def send_eof(self) -> None:
         # TLS has no half-close: the close handshake ends with aclose().
         await trio.lowlevel.checkpoint()
@@ -158,16 +162,60 @@ def _check_context(ctx: Any) -> ssl.SSLContext:
     return ctx
 
 
+class _PromptSocketStream(trio.abc.HalfCloseableStream):
+    """A :class:`trio.SocketStream` (its socket options, reads, EOF and close) whose
+    ``send_all`` returns right after the last byte went to the kernel, with no
+    checkpoint after it: the TLS stream above it then does not yield between
+    writing a record and returning, and the pipe's writer counts the write as done
+    before a peer that already has it can ask (``ChannelConnection.write_all``)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._inner = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
+        self.socket = self._inner.socket
+        self._sock = sock
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        view = memoryview(data)
+        if not view:
+            await self._inner.send_all(view)
+            return
+        sock = self._sock
+        try:
+            while view:
+                try:
+                    n = sock.send(view)
+                except (BlockingIOError, InterruptedError):
+                    await trio.lowlevel.wait_writable(sock)
+                    continue
+                view = view[n:]
+        except OSError as exc:  # (as trio.SocketStream reports it)
+            if exc.errno in (errno.EBADF, errno.ENOTSOCK):
+                raise trio.ClosedResourceError("this socket was already closed") from None
+            raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._inner.wait_send_all_might_not_block()
+
+    async def send_eof(self) -> None:
+        await self._inner.send_eof()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        return await self._inner.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
 def tls_client(sock: socket.socket, ctx: ssl.SSLContext, hostname: str, describe: str) -> StreamChannel:
     """Wrap a connected socket as the TLS client side (handshake in ``start()``)."""
-    stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
+    stream = _PromptSocketStream(sock)
     tls = trio.SSLStream(stream, ctx, server_hostname=hostname or None, https_compatible=True)
     return StreamChannel(tls, describe)
 
 
 def tls_server(sock: socket.socket, ctx: ssl.SSLContext, describe: str) -> StreamChannel:
     """Wrap an accepted socket as the TLS server side (handshake in ``start()``)."""
-    stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
+    stream = _PromptSocketStream(sock)
     tls = trio.SSLStream(stream, ctx, server_side=True, https_compatible=True)
     return StreamChannel(tls, describe, server_side=True)
 
