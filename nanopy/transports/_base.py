@@ -17,6 +17,8 @@ from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+import trio
+
 
 @dataclass(frozen=True)
 class PipeContext:
@@ -145,6 +147,7 @@ class ChannelConnection(Connection):
 
     async def send(self, payloads: list[bytes]) -> None:
         await self.write_all(self.frame(payloads))
+        await trio.lowlevel.checkpoint()  # (write_all need not yield; a send always does)
 
 
 @runtime_checkable
