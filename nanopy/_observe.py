@@ -49,8 +49,7 @@ def pipe_stats(driver: PipeDriver) -> PipeStats:
     ep = pipe.endpoint
     dropped, queued_in, rx_msgs, rx_bytes = driver.sock.pipe_view(driver)
     received = rx_msgs, rx_bytes
-    with driver.lock:
-        sent = driver.tx_msgs, driver.tx_bytes
+    sent = driver.sent_counts()
     url = str(getattr(ep, "url", ""))
     return PipeStats(
         id=pipe.id,

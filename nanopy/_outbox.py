@@ -46,8 +46,16 @@ class Outbox:
     writing: bool
     closed: bool
     _idle_event: trio.Event | None
-    #: messages the writer task is writing now (taken from the outbox or a rest)
+    channel: Any
+    tx_msgs: int
+    tx_bytes: int
+    #: messages the writer task is writing now (taken from the outbox or a rest),
+    #: and their payload bytes once framed
     in_write = 0
+    in_write_bytes = 0
+    #: the channel says when a write waits for room (ReportsWriteWait): ``in_write``
+    #: counts only then; otherwise until the write returns
+    reports_wait = False
     #: the most messages one write takes from the outbox (0: not known before the
     #: first write, which judges by the size of its oldest message)
     write_step = 0
@@ -75,11 +83,29 @@ class Outbox:
         if (size > WRITE_CHUNK_BYTES or n >= step) and step != UNCUT:
             self.write_step = max(1, n * WRITE_CHUNK_BYTES // (size + n * FRAME_ALLOWANCE))
 
+    # A write is counted as sent (``tx_msgs``, ``tx_bytes``) from the moment it is
+    # handed to the channel, and taken back if the channel comes up short: inside
+    # that call a peer may already receive it, and must never find its sender
+    # still counting it as queued. While a write waits for room (a peer reading
+    # nothing, see ReportsWriteWait) it counts as queued instead.
+    def _stalled(self) -> bool:
+        """The writer task's write waits for room (pipe lock held)."""
+        return bool(self.in_write) and (not self.reports_wait or self.channel.waiting_for_room)
+
     def queued_out(self) -> int:
         """Messages queued on this pipe and not yet written: the outbox, a chunk's
-        rest, and what the writer task is writing (a stalled peer's window)."""
+        rest, and a write waiting for room (a stalled peer's window)."""
         with self.lock:
-            return len(self.outbox) + (self.tail_credit if self.tail is not None else 0) + self.in_write
+            stalled = self.in_write if self._stalled() else 0
+            return len(self.outbox) + (self.tail_credit if self.tail is not None else 0) + stalled
+
+    def sent_counts(self) -> tuple[int, int]:
+        """Messages and payload bytes this pipe wrote (a write under way counts,
+        unless it waits for room)."""
+        with self.lock:
+            if self._stalled():
+                return self.tx_msgs - self.in_write, self.tx_bytes - self.in_write_bytes
+            return self.tx_msgs, self.tx_bytes
 
     def flushed(self) -> bool:
         return self.closed or not (self.outbox or self.writing or self.tail is not None or self.control is not None)

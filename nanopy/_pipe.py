@@ -62,7 +62,7 @@ from ._fanout import MAX_HOLD, FanOutQueueing, wait_out_burst
 from ._outbox import UNCUT, Outbox
 from ._pipe_liveness import PipeLiveness, kernel_unacked, unwritten, write_shortfall
 from ._pipe_read import PipeReading
-from .transports._base import ChannelConnection, DirectReadable, PeerWatching, SinkAttachable
+from .transports._base import ChannelConnection, DirectReadable, PeerWatching, ReportsWriteWait, SinkAttachable
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -172,6 +172,8 @@ class PipeDriver(PipeReading, PipeLiveness, FanOutQueueing, Outbox):
         self.hands_over = self.sink_conn is not None
         if self.hands_over or not self.writes_directly:
             self.write_step = UNCUT  # its chunk is the batch itself, not a framed copy
+        if isinstance(self.channel, ReportsWriteWait):
+            self.reports_wait = True
         # Pipes with equal framing share a fan-out batch's chunk (ChannelConnection.framing).
         self.framing = self.channel.framing if isinstance(self.channel, ChannelConnection) else None
         # SP-over-stream framing adds the same prefix to every payload: a chunk's
@@ -335,12 +337,18 @@ class PipeDriver(PipeReading, PipeLiveness, FanOutQueueing, Outbox):
         straight back on this thread.
         Returns the credit to give back now; the writer task takes over a rest."""
         channel = self.channel
+        counted = False
         try:
             if chunk is None:
                 chunk = channel.frame(batch)
             if size < 0:
                 size = _payload_bytes(batch, chunk, self.frame_prefix)
             self.note_write(len(batch), size)
+            # Counted as sent before the peer can have it (see Outbox); taken back
+            # below if the channel comes up short. (Only the claim holder writes these.)
+            self.tx_msgs += len(batch)
+            self.tx_bytes += size
+            counted = True
             if self.hands_over:
                 handed_over[0] = (chunk, size)
                 n = channel.write_nowait(chunk)
@@ -355,6 +363,9 @@ class PipeDriver(PipeReading, PipeLiveness, FanOutQueueing, Outbox):
             # (a closing pipe waits for it) and end the pipe.
             with self.lock:
                 self.writing = False
+                if counted:
+                    self.tx_msgs -= len(batch)
+                    self.tx_bytes -= size
             self.close_soon()
             raise
         lock = self.lock
@@ -364,9 +375,10 @@ class PipeDriver(PipeReading, PipeLiveness, FanOutQueueing, Outbox):
             self.last_tx = self.now()  # a long write is not a pause in the burst
             if n >= len(chunk):
                 done = len(batch)
-                self.tx_msgs += done
-                self.tx_bytes += size
             else:
+                if counted:  # (counted again when the writer task writes the rest)
+                    self.tx_msgs -= len(batch)
+                    self.tx_bytes -= size
                 self.tail = memoryview(chunk)[n:] if isinstance(chunk, bytes) else chunk[n:]
                 self.tail_credit = len(batch)
                 self._tail_batch = batch
@@ -506,8 +518,10 @@ class PipeDriver(PipeReading, PipeLiveness, FanOutQueueing, Outbox):
                     self.writing = True
                     tail, credit, control, batch = self.tail, self.tail_credit, self.control, self.take_batch()
                     cut = bool(self.outbox)  # (a write takes at most write_step messages)
-                    self.in_write = credit + len(batch)
-                    tail_bytes = self.tail_bytes
+                    self.in_write = planned = credit + len(batch)
+                    self.in_write_bytes = planned_bytes = tail_bytes = self.tail_bytes
+                    self.tx_msgs += planned  # (counted from the start of the write: see Outbox)
+                    self.tx_bytes += tail_bytes
                     self.tail = self.control = None
                     self.tail_credit = self.tail_bytes = 0
             if event is not None:
@@ -529,6 +543,9 @@ class PipeDriver(PipeReading, PipeLiveness, FanOutQueueing, Outbox):
                 if tail is not None:
                     await channel.write_all(tail)
                     written, written_bytes = credit, tail_bytes
+                    with self.lock:
+                        self.in_write -= credit
+                        self.in_write_bytes -= tail_bytes
                 stage = 1
                 if control is not None:
                     await channel.write_all(channel.control_chunk(control))
@@ -537,6 +554,10 @@ class PipeDriver(PipeReading, PipeLiveness, FanOutQueueing, Outbox):
                     chunk = channel.frame(batch)
                     size = _payload_bytes(batch, chunk, self.frame_prefix)
                     self.note_write(len(batch), size)
+                    planned_bytes += size
+                    with self.lock:
+                        self.tx_bytes += size
+                        self.in_write_bytes += size
                     await channel.write_all(chunk)
                     written += len(batch)
                     written_bytes += size
@@ -552,9 +573,9 @@ class PipeDriver(PipeReading, PipeLiveness, FanOutQueueing, Outbox):
                 self._in_write = False
                 with self.lock:
                     self.writing = False
-                    self.in_write = 0
-                    self.tx_msgs += written
-                    self.tx_bytes += written_bytes
+                    self.in_write = self.in_write_bytes = 0
+                    self.tx_msgs += written - planned  # (what failed is taken back)
+                    self.tx_bytes += written_bytes - planned_bytes
             credit += len(batch)
             if credit:
                 self.sock.credit(self.pid, credit)

@@ -40,6 +40,19 @@ def _url(transport: str, tag: str) -> str:
     return bind_url(transport, f"pipe-writer-{tag}")
 
 
+def _connect(push: nanopy.Socket, pull: nanopy.Socket, transport: str, tag: str) -> None:
+    """``push`` dials ``pull`` over ``transport`` (TLS ones with the test certificates);
+    returns once both see the pipe."""
+    if transport in ("tls+tcp", "wss"):
+        t = tls_files()
+        url = "tls+tcp://127.0.0.1:0" if transport == "tls+tcp" else f"wss://127.0.0.1:0/{tag}"
+        ep = pull.bind(url, ssl_context=t.server_ctx)
+        push.connect(ep.url.replace("127.0.0.1", "localhost"), ssl_context=t.client_ctx)
+    else:
+        push.connect(pull.bind(_url(transport, tag)).url)
+    wait_until(lambda: len(push.pipes) == 1 and len(pull.pipes) == 1, what="the pipe")
+
+
 def test_inproc_push_to_a_non_reading_pull_stops_after_a_bounded_number(make_socket: Factory) -> None:
     """The inbox is a bounded buffer: a full one stops the sender's writes, and the
     sender's credit (from its own writes) stops the sender."""
@@ -307,14 +320,7 @@ def test_a_stalled_peer_costs_its_queue_not_a_framed_copy_of_it(
     body = b"m" * 4000  # distinct payloads: what a real sender queues
     pull = make_socket("pull", recv_buffer=1)
     push = make_socket("push", send_buffer=1024, send_timeout=0.5)
-    if transport in ("tls+tcp", "wss"):
-        t = tls_files()
-        url = "tls+tcp://127.0.0.1:0" if transport == "tls+tcp" else "wss://127.0.0.1:0/stall"
-        ep = pull.bind(url, ssl_context=t.server_ctx)
-        push.connect(ep.url.replace("127.0.0.1", "localhost"), ssl_context=t.client_ctx)
-    else:
-        push.connect(pull.bind(_url(transport, "stall")).url)
-    wait_until(lambda: len(push.pipes) == 1 and len(pull.pipes) == 1, what="the pipe")
+    _connect(push, pull, transport, "stall")
     sent = send_until_full(push.send, nanopy.Timeout, body)
     assert sent >= 1024  # the send window, and what the kernels took
     (pipe,) = push.pipes
@@ -353,14 +359,7 @@ def test_what_the_peer_received_is_counted_as_written(make_socket: Factory, tran
     thread wrote the burst itself or left it to the writer task."""
     pull = make_socket("pull", recv_timeout=10)
     push = make_socket("push", send_timeout=10)
-    if transport in ("tls+tcp", "wss"):
-        t = tls_files()
-        url = "tls+tcp://127.0.0.1:0" if transport == "tls+tcp" else "wss://127.0.0.1:0/counted"
-        ep = pull.bind(url, ssl_context=t.server_ctx)
-        push.connect(ep.url.replace("127.0.0.1", "localhost"), ssl_context=t.client_ctx)
-    else:
-        push.connect(pull.bind(_url(transport, "counted")).url)
-    wait_until(lambda: len(push.pipes) == 1 and len(pull.pipes) == 1, what="the pipe")
+    _connect(push, pull, transport, "counted")
     (pipe,) = push.pipes
     total = 0
     for burst in (1, 5, 60, 700) * 6:

@@ -248,6 +248,22 @@ class KernelSocketBacked(Protocol):
 
 
 @runtime_checkable
+class ReportsWriteWait(Protocol):
+    """A capability: a channel that says when its ``write_all`` waits for room (a peer
+    reading nothing) rather than writing.
+
+    The pipe counts the messages of its current write in ``queued_out`` only while
+    it waits: inside the call that hands them to the kernel (or an inproc inbox) a
+    peer may already have them, so counting them then would say a message the peer
+    holds is still queued. Without this capability a write counts until it returns.
+    """
+
+    @property
+    def waiting_for_room(self) -> bool:
+        """``write_all`` is waiting for the channel to take more."""
+
+
+@runtime_checkable
 class CountsUnwritten(Protocol):
     """A capability: a channel that knows how much of a failed ``write_all`` never
     reached the kernel, so those messages can go to another pipe."""

@@ -104,6 +104,8 @@ class SocketIO:
         self._drained = False
         self._closed = False
         self._unwritten = 0
+        #: ``write_through`` waits for the kernel to take more (ReportsWriteWait)
+        self.waiting_for_room = False
 
     def kernel_socket(self) -> socket.socket:
         """The TCP (or Unix) socket underneath, for the kernel's counters."""
@@ -115,10 +117,10 @@ class SocketIO:
 
     async def _send_all(self, data: bytes | memoryview) -> None:
         """Write all of ``data``, waiting for room; a checkpoint even if none was needed."""
-        if not await self._write_through(data):
+        if not await self.write_through(data):
             await trio.lowlevel.checkpoint()
 
-    async def _write_through(self, data: bytes | memoryview) -> bool:
+    async def write_through(self, data: bytes | memoryview) -> bool:
         """Write all of ``data``, waiting for room; True if it had to wait.
 
         Returns right after the last byte went to the kernel, with no checkpoint
@@ -133,7 +135,11 @@ class SocketIO:
                 try:
                     n = sock.send(view)
                 except (BlockingIOError, InterruptedError):
-                    await trio.lowlevel.wait_writable(sock)
+                    self.waiting_for_room = True
+                    try:
+                        await trio.lowlevel.wait_writable(sock)
+                    finally:
+                        self.waiting_for_room = False
                     waited = True
                     continue
                 view = view[n:]
@@ -293,7 +299,7 @@ class StreamConnection(SocketIO, FramedConnection):
         return decoder.feed(chunk)
 
     async def write_all(self, chunk: bytes | memoryview) -> None:
-        await self._write_through(chunk)  # (the pipe's writer checkpoints after counting it)
+        await self.write_through(chunk)  # (the pipe's writer checkpoints after counting it)
 
     def write_nowait(self, chunk: bytes | memoryview) -> int:
         """Write what the kernel takes now (any thread); an error is left for
@@ -391,7 +397,6 @@ class SocketChannel(SocketIO):
         """Nothing to negotiate on a plain socket."""
 
     send_all = SocketIO._send_all
-    write_through = SocketIO._write_through
     _buffer: bytearray | None = None
 
     async def recv(self, size: int) -> memoryview:

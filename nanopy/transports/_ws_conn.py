@@ -139,6 +139,10 @@ class WsConnection(ChannelConnection):
         return None if counted is None else counted()
 
     @property
+    def waiting_for_room(self) -> bool:
+        return self._chan.waiting_for_room
+
+    @property
     def subprotocol(self) -> str | None:
         return None if self._proto is None else self._proto.subprotocol
 

@@ -51,6 +51,11 @@ class _Inbox:
         self._paused: Callable[[], bool] = lambda: True
         self.closed = False
 
+    @property
+    def writer_waiting(self) -> bool:
+        """The writer waits in ``put`` for room (cleared when the reader makes some)."""
+        return self._writable is not None
+
     def attach(self, sink: Callable[[list[bytes]], object], paused: Callable[[], bool]) -> None:
         with self._lock:
             self._sink = sink
@@ -148,6 +153,10 @@ class InprocConnection(ChannelConnection):
 
     def write_nowait(self, chunk: list[bytes]) -> int:
         return self._outbox.put_nowait(chunk)
+
+    @property
+    def waiting_for_room(self) -> bool:
+        return self._outbox.writer_waiting
 
     async def write_all(self, chunk: list[bytes]) -> None:
         await self._outbox.put(chunk)

@@ -26,7 +26,7 @@ import trio
 
 from .._errors import AddressError, RemoteProtocolError
 from ._base import Connection, Listener, PipeContext
-from ._stream import FramedConnection
+from ._stream import FramedConnection, SocketIO
 from .tcp import TcpListener, TcpTransport, bind_tcp_socket, bound_url, dial_tcp_socket, split_host_port
 
 # How long aclose() waits to say goodbye (TLS close_notify, WebSocket CLOSE).
@@ -60,6 +60,11 @@ class StreamChannel:
         self.closed = False
         self._describe = describe
         self._server_side = server_side
+
+    @property
+    def waiting_for_room(self) -> bool:
+        """A write waits for the kernel to take more (ReportsWriteWait)."""
+        return bool(self.stream.transport_stream.waiting_for_room)
 
     async def start(self) -> None:
         """Run the TLS handshake; a verification failure becomes RemoteProtocolError."""
@@ -172,26 +177,23 @@ class _PromptSocketStream(trio.abc.HalfCloseableStream):
     def __init__(self, sock: socket.socket) -> None:
         self._inner = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
         self.socket = self._inner.socket
-        self._sock = sock
+        self._io = SocketIO(sock)
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         view = memoryview(data)
         if not view:
             await self._inner.send_all(view)
             return
-        sock = self._sock
         try:
-            while view:
-                try:
-                    n = sock.send(view)
-                except (BlockingIOError, InterruptedError):
-                    await trio.lowlevel.wait_writable(sock)
-                    continue
-                view = view[n:]
+            await self._io.write_through(view)
         except OSError as exc:  # (as trio.SocketStream reports it)
             if exc.errno in (errno.EBADF, errno.ENOTSOCK):
                 raise trio.ClosedResourceError("this socket was already closed") from None
             raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
+
+    @property
+    def waiting_for_room(self) -> bool:
+        return self._io.waiting_for_room
 
     async def wait_send_all_might_not_block(self) -> None:
         await self._inner.wait_send_all_might_not_block()
@@ -230,6 +232,10 @@ class TlsConnection(FramedConnection):
 
     def kernel_socket(self) -> Any:
         return self._chan.kernel_socket()
+
+    @property
+    def waiting_for_room(self) -> bool:
+        return self._chan.waiting_for_room
 
     async def handshake(self) -> None:
         await self._chan.start()  # TLS first, then the SP header exchange inside it
