@@ -127,9 +127,11 @@ class PipeStats(_Snapshot):
         dialed: True for a pipe of a ``connect``, False for one a ``bind`` accepted.
         priority: the endpoint's send priority (1 = highest .. 16).
         recv_priority: the endpoint's receive priority.
-        queued_out: messages queued on this pipe, not yet written.
+        queued_out: messages queued on this pipe, not yet written (a write
+            waiting for a peer that reads nothing included).
         queued_in: messages it delivered that the user has not taken yet.
-        messages_sent: messages written to the connection.
+        messages_sent: messages written to the connection, counted as the write
+            hands them over (a peer holding a message finds it counted).
         messages_received: messages read from the connection.
         bytes_sent: their bytes (protocol header included).
         bytes_received: their bytes (protocol header included).

@@ -324,7 +324,9 @@ def test_a_stalled_peer_costs_its_queue_not_a_framed_copy_of_it(
     sent = send_until_full(push.send, nanopy.Timeout, body)
     assert sent >= 1024  # the send window, and what the kernels took
     (pipe,) = push.pipes
-    assert pipe.stats().queued_out > 256  # the peer left a good part of the window queued
+    stalled = pipe.stats()
+    assert stalled.queued_out > 256  # the peer left a good part of the window queued
+    assert stalled.messages_sent + stalled.queued_out == sent  # a waiting write is queued, not sent
     limit = WRITE_CHUNK_BYTES + len(body) + 64  # one message over, and its framing
     assert [pull.recv(timeout=10) for _ in range(sent)] == [b"%06d" % n + body for n in range(sent)]
     assert max(framed) <= limit, f"a write framed {max(framed)} bytes"
@@ -369,3 +371,28 @@ def test_what_the_peer_received_is_counted_as_written(make_socket: Factory, tran
         total += burst
         assert push.stats().queued_out == 0
         assert pipe.stats().messages_sent == total
+
+
+def test_a_write_counts_as_sent_unless_it_waits_for_room() -> None:
+    """Outbox's accounting rule: a write under way counts as sent (a peer may
+    already hold it), except while its channel says it waits for room; a channel
+    that cannot say counts it as queued until the write returns."""
+
+    class Channel:
+        waiting_for_room = False
+
+    box = Outbox()
+    box.lock = threading.Lock()
+    box.channel = Channel()
+    box.reports_wait = True
+    box.outbox, box.tail, box.tail_credit = [b"q"] * 3, None, 0
+    box.in_write, box.in_write_bytes = 4, 40  # a write of 4 messages, counted from its start
+    box.tx_msgs, box.tx_bytes = 10, 100
+    assert (box.queued_out(), box.sent_counts()) == (3, (10, 100))
+    box.channel.waiting_for_room = True
+    assert (box.queued_out(), box.sent_counts()) == (7, (6, 60))
+    box.channel.waiting_for_room = False
+    box.reports_wait = False
+    assert (box.queued_out(), box.sent_counts()) == (7, (6, 60))
+    box.in_write = box.in_write_bytes = 0  # the write returned
+    assert (box.queued_out(), box.sent_counts()) == (3, (10, 100))
