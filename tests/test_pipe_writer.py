@@ -353,7 +353,7 @@ def test_one_write_takes_about_write_chunk_bytes_and_learns_its_step() -> None:
     assert uncut.take_batch() == big and uncut.write_step == UNCUT
 
 
-@pytest.mark.parametrize("transport", ["tcp", "ipc", "inproc", "ws", "tls+tcp", "wss"])
+@pytest.mark.parametrize("transport", ["tcp", "ipc", "inproc", "ws", "tls+tcp", "wss", "zmtp+tcp"])
 def test_what_the_peer_received_is_counted_as_written(make_socket: Factory, transport: str) -> None:
     """The sender counts a write as done before the peer can have it: once the
     receiver holds every message, the sender's ``queued_out`` is 0 and its pipe's
