@@ -42,6 +42,7 @@ class Outbox:
     outbox: list[bytes]
     tail: Any
     tail_credit: int
+    tail_bytes: int
     control: bytes | None
     writing: bool
     closed: bool
@@ -88,6 +89,40 @@ class Outbox:
     # that call a peer may already receive it, and must never find its sender
     # still counting it as queued. While a write waits for room (a peer reading
     # nothing, see ReportsWriteWait) it counts as queued instead.
+    def claim_write(self) -> tuple[Any, int, bytes | None, list[bytes]]:
+        """The writer task takes the channel (pipe lock held), and with it a chunk's
+        rest (and its message count), the control frame and the next batch; the
+        rest and the batch count as sent from now (their bytes once framed)."""
+        self.writing = True
+        tail, credit, control, batch = self.tail, self.tail_credit, self.control, self.take_batch()
+        self.in_write = credit + len(batch)
+        self.in_write_bytes = self.tail_bytes
+        self.tx_msgs += self.in_write
+        self.tx_bytes += self.tail_bytes
+        self.tail = self.control = None
+        self.tail_credit = self.tail_bytes = 0
+        return tail, credit, control, batch
+
+    def framed(self, size: int) -> None:
+        """The writer task framed its batch: ``size`` payload bytes count as sent."""
+        with self.lock:
+            self.tx_bytes += size
+            self.in_write_bytes += size
+
+    def wrote(self, n: int, size: int) -> None:
+        """The writer task's channel took ``n`` messages of ``size`` bytes of its write."""
+        with self.lock:
+            self.in_write -= n
+            self.in_write_bytes -= size
+
+    def end_write(self) -> None:
+        """The writer task's write ended; what the channel never took is taken back."""
+        with self.lock:
+            self.writing = False
+            self.tx_msgs -= self.in_write
+            self.tx_bytes -= self.in_write_bytes
+            self.in_write = self.in_write_bytes = 0
+
     def _stalled(self) -> bool:
         """The writer task's write waits for room (pipe lock held)."""
         return bool(self.in_write) and (not self.reports_wait or self.channel.waiting_for_room)

@@ -515,15 +515,9 @@ class PipeDriver(PipeReading, PipeLiveness, FanOutQueueing, Outbox):
                     event = self._writer_event = trio.Event()
                 else:
                     event = None
-                    self.writing = True
-                    tail, credit, control, batch = self.tail, self.tail_credit, self.control, self.take_batch()
+                    tail_bytes = self.tail_bytes
+                    tail, credit, control, batch = self.claim_write()
                     cut = bool(self.outbox)  # (a write takes at most write_step messages)
-                    self.in_write = planned = credit + len(batch)
-                    self.in_write_bytes = planned_bytes = tail_bytes = self.tail_bytes
-                    self.tx_msgs += planned  # (counted from the start of the write: see Outbox)
-                    self.tx_bytes += tail_bytes
-                    self.tail = self.control = None
-                    self.tail_credit = self.tail_bytes = 0
             if event is not None:
                 if idle:
                     self._notify_idle()
@@ -536,16 +530,12 @@ class PipeDriver(PipeReading, PipeLiveness, FanOutQueueing, Outbox):
             if event is not None:
                 self._guard_event = None
                 event.set()  # the window guard watches this write
-            written = written_bytes = 0  # (what went out, for the pipe view)
             try:
                 # A chunk's rest first (it may end in the middle of a frame), then
                 # the control frame, then the payloads.
                 if tail is not None:
                     await channel.write_all(tail)
-                    written, written_bytes = credit, tail_bytes
-                    with self.lock:
-                        self.in_write -= credit
-                        self.in_write_bytes -= tail_bytes
+                    self.wrote(credit, tail_bytes)
                 stage = 1
                 if control is not None:
                     await channel.write_all(channel.control_chunk(control))
@@ -554,13 +544,9 @@ class PipeDriver(PipeReading, PipeLiveness, FanOutQueueing, Outbox):
                     chunk = channel.frame(batch)
                     size = _payload_bytes(batch, chunk, self.frame_prefix)
                     self.note_write(len(batch), size)
-                    planned_bytes += size
-                    with self.lock:
-                        self.tx_bytes += size
-                        self.in_write_bytes += size
+                    self.framed(size)
                     await channel.write_all(chunk)
-                    written += len(batch)
-                    written_bytes += size
+                    self.wrote(len(batch), size)
             except BaseException:
                 # The connection failed under the write: what never reached the
                 # kernel may still go out on another pipe (Socket._run_pipe).
@@ -571,11 +557,7 @@ class PipeDriver(PipeReading, PipeLiveness, FanOutQueueing, Outbox):
                 raise
             finally:
                 self._in_write = False
-                with self.lock:
-                    self.writing = False
-                    self.in_write = self.in_write_bytes = 0
-                    self.tx_msgs += written - planned  # (what failed is taken back)
-                    self.tx_bytes += written_bytes - planned_bytes
+                self.end_write()
             credit += len(batch)
             if credit:
                 self.sock.credit(self.pid, credit)
