@@ -95,9 +95,8 @@ class ChannelConnection(Connection):
       takes at once and returns how much of ``chunk`` that was (bytes, or items of
       a list) -- 0 when it is full or cannot write from this thread;
     * ``await write_all(chunk)`` writes all of it, waiting for room (engine thread).
-      It may return without a checkpoint once the last of it went: the driver
-      counts the write as done (``queued_out``, the pipe's ``tx``) before a peer
-      that already has the data can ask, then checkpoints itself.
+      It may return without a checkpoint once the last of it went (the driver
+      checkpoints after counting the write; see ReportsWriteWait).
 
     The driver never runs two writes at once, and writes a chunk's rest (what
     ``write_nowait`` left) before anything else. A payload's credit goes back to the

@@ -124,8 +124,8 @@ class SocketIO:
         """Write all of ``data``, waiting for room; True if it had to wait.
 
         Returns right after the last byte went to the kernel, with no checkpoint
-        after it: a pipe's writer counts the write as done before any other task
-        (or a peer that already has the bytes) can look, then checkpoints itself.
+        after it (a pipe's writer counts the write, then checkpoints itself);
+        ``waiting_for_room`` is true while it waits for the kernel to take more.
         """
         sock = self._sock
         view = memoryview(data)

@@ -169,10 +169,9 @@ def _check_context(ctx: Any) -> ssl.SSLContext:
 
 class _PromptSocketStream(trio.abc.HalfCloseableStream):
     """A :class:`trio.SocketStream` (its socket options, reads, EOF and close) whose
-    ``send_all`` returns right after the last byte went to the kernel, with no
-    checkpoint after it: the TLS stream above it then does not yield between
-    writing a record and returning, and the pipe's writer counts the write as done
-    before a peer that already has it can ask (``ChannelConnection.write_all``)."""
+    ``send_all`` is :meth:`SocketIO.write_through`: it says when it waits for room
+    (``waiting_for_room``, how a TLS pipe counts a stalled write as queued), and
+    returns right after its last byte, with no checkpoint after it."""
 
     def __init__(self, sock: socket.socket) -> None:
         self._inner = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
