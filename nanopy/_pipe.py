@@ -561,10 +561,6 @@ class PipeDriver(PipeReading, PipeLiveness, FanOutQueueing, Outbox):
             credit += len(batch)
             if credit:
                 self.sock.credit(self.pid, credit)
-            # (write_all need not checkpoint after its last byte: the write is
-            # counted first, and a channel that cannot report its waits counts it
-            # as queued only until then)
-            await trio.lowlevel.checkpoint()
             # Keep lingering only for small flushes; a full outbox means the
             # sender outruns the socket, so write again at once (as after a cut batch).
             lingering = not cut and len(batch) < CALLER_BATCH

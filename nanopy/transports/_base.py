@@ -17,8 +17,6 @@ from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-import trio
-
 
 @dataclass(frozen=True)
 class PipeContext:
@@ -95,8 +93,6 @@ class ChannelConnection(Connection):
       takes at once and returns how much of ``chunk`` that was (bytes, or items of
       a list) -- 0 when it is full or cannot write from this thread;
     * ``await write_all(chunk)`` writes all of it, waiting for room (engine thread).
-      It may return without a checkpoint once the last of it went (the driver
-      checkpoints after counting the write; see ReportsWriteWait).
 
     The driver never runs two writes at once, and writes a chunk's rest (what
     ``write_nowait`` left) before anything else. A payload's credit goes back to the
@@ -128,7 +124,7 @@ class ChannelConnection(Connection):
 
     @abc.abstractmethod
     async def write_all(self, chunk: Any) -> None:
-        """Write all of ``chunk`` (engine thread; waits for room; no checkpoint needed after)."""
+        """Write all of ``chunk`` (engine thread; waits for room)."""
 
     def attach_control(self, send_control: Callable[[bytes], bool]) -> None:
         """Receive the pipe's control-frame writer (see the class docstring).
@@ -146,7 +142,6 @@ class ChannelConnection(Connection):
 
     async def send(self, payloads: list[bytes]) -> None:
         await self.write_all(self.frame(payloads))
-        await trio.lowlevel.checkpoint()  # (write_all need not yield; a send always does)
 
 
 @runtime_checkable

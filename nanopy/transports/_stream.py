@@ -104,7 +104,7 @@ class SocketIO:
         self._drained = False
         self._closed = False
         self._unwritten = 0
-        #: ``write_through`` waits for the kernel to take more (ReportsWriteWait)
+        #: ``_send_all`` waits for the kernel to take more (ReportsWriteWait)
         self.waiting_for_room = False
 
     def kernel_socket(self) -> socket.socket:
@@ -116,20 +116,10 @@ class SocketIO:
         return self._unwritten
 
     async def _send_all(self, data: bytes | memoryview) -> None:
-        """Write all of ``data``, waiting for room; a checkpoint even if none was needed."""
-        if not await self.write_through(data):
-            await trio.lowlevel.checkpoint()
-
-    async def write_through(self, data: bytes | memoryview) -> bool:
-        """Write all of ``data``, waiting for room; True if it had to wait.
-
-        Returns right after the last byte went to the kernel, with no checkpoint
-        after it (a pipe's writer counts the write, then checkpoints itself);
-        ``waiting_for_room`` is true while it waits for the kernel to take more.
-        """
+        """Write all of ``data``; ``waiting_for_room`` is true while it waits for the
+        kernel to take more."""
         sock = self._sock
         view = memoryview(data)
-        waited = False
         try:
             while view:
                 try:
@@ -140,13 +130,12 @@ class SocketIO:
                         await trio.lowlevel.wait_writable(sock)
                     finally:
                         self.waiting_for_room = False
-                    waited = True
                     continue
                 view = view[n:]
         except BaseException:
             self._unwritten = len(view)  # (what a dead pipe's driver may still send elsewhere)
             raise
-        return waited
+        await trio.lowlevel.checkpoint()
 
     async def _recv_some(self, size: int) -> bytes:
         """Read up to ``size`` bytes, waiting for readability as needed.
@@ -297,9 +286,6 @@ class StreamConnection(SocketIO, FramedConnection):
             raise EOFError("peer closed the connection")
         self.read_more = len(chunk) == RECV_SIZE
         return decoder.feed(chunk)
-
-    async def write_all(self, chunk: bytes | memoryview) -> None:
-        await self.write_through(chunk)  # (the pipe's writer checkpoints after counting it)
 
     def write_nowait(self, chunk: bytes | memoryview) -> int:
         """Write what the kernel takes now (any thread); an error is left for

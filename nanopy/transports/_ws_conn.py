@@ -260,7 +260,7 @@ class WsConnection(ChannelConnection):
 
     async def write_all(self, chunk: bytes | memoryview) -> None:
         self._broken = True  # until the whole chunk is written: a cancelled write cuts a frame
-        await self._chan.write_through(chunk)  # (the pipe's writer checkpoints after counting it)
+        await self._chan.send_all(chunk)
         self._broken = False
 
     def attach_control(self, send_control: Callable[[bytes], bool]) -> None:

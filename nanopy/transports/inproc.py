@@ -86,7 +86,8 @@ class _Inbox:
         while True:
             n = self.put_nowait(items)
             if n == len(items):
-                return  # (no checkpoint: the pipe's writer counts the write first, then takes one)
+                await trio.lowlevel.checkpoint()
+                return
             items = items[n:]
             with self._lock:
                 if self.closed:

@@ -26,7 +26,7 @@ import trio
 
 from .._errors import AddressError, RemoteProtocolError
 from ._base import Connection, Listener, PipeContext
-from ._stream import FramedConnection, SocketIO
+from ._stream import FramedConnection, SocketChannel
 from .tcp import TcpListener, TcpTransport, bind_tcp_socket, bound_url, dial_tcp_socket, split_host_port
 
 # How long aclose() waits to say goodbye (TLS close_notify, WebSocket CLOSE).
@@ -120,9 +120,6 @@ class StreamChannel:
         except trio.BrokenResourceError as exc:
             raise ConnectionResetError(f"TLS stream broken: {exc.__cause__ or exc}") from None
 
-    #: (its transport stream returns right after the last byte: _PromptSocketStream)
-    write_through = send_all
-
     async def send_eof(self) -> None:
         # TLS has no half-close: the close handshake ends with aclose().
         await trio.lowlevel.checkpoint()
@@ -167,16 +164,15 @@ def _check_context(ctx: Any) -> ssl.SSLContext:
     return ctx
 
 
-class _PromptSocketStream(trio.abc.HalfCloseableStream):
+class _ReportingSocketStream(trio.abc.HalfCloseableStream):
     """A :class:`trio.SocketStream` (its socket options, reads, EOF and close) whose
-    ``send_all`` is :meth:`SocketIO.write_through`: it says when it waits for room
-    (``waiting_for_room``, how a TLS pipe counts a stalled write as queued), and
-    returns right after its last byte, with no checkpoint after it."""
+    writes are a :class:`SocketChannel`'s, which say when they wait for room: how a
+    TLS pipe counts a stalled write as queued (``waiting_for_room``)."""
 
     def __init__(self, sock: socket.socket) -> None:
         self._inner = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
         self.socket = self._inner.socket
-        self._io = SocketIO(sock)
+        self._chan = SocketChannel(sock)
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         view = memoryview(data)
@@ -184,7 +180,7 @@ class _PromptSocketStream(trio.abc.HalfCloseableStream):
             await self._inner.send_all(view)
             return
         try:
-            await self._io.write_through(view)
+            await self._chan.send_all(view)
         except OSError as exc:  # (as trio.SocketStream reports it)
             if exc.errno in (errno.EBADF, errno.ENOTSOCK):
                 raise trio.ClosedResourceError("this socket was already closed") from None
@@ -192,7 +188,7 @@ class _PromptSocketStream(trio.abc.HalfCloseableStream):
 
     @property
     def waiting_for_room(self) -> bool:
-        return self._io.waiting_for_room
+        return self._chan.waiting_for_room
 
     async def wait_send_all_might_not_block(self) -> None:
         await self._inner.wait_send_all_might_not_block()
@@ -209,14 +205,14 @@ class _PromptSocketStream(trio.abc.HalfCloseableStream):
 
 def tls_client(sock: socket.socket, ctx: ssl.SSLContext, hostname: str, describe: str) -> StreamChannel:
     """Wrap a connected socket as the TLS client side (handshake in ``start()``)."""
-    stream = _PromptSocketStream(sock)
+    stream = _ReportingSocketStream(sock)
     tls = trio.SSLStream(stream, ctx, server_hostname=hostname or None, https_compatible=True)
     return StreamChannel(tls, describe)
 
 
 def tls_server(sock: socket.socket, ctx: ssl.SSLContext, describe: str) -> StreamChannel:
     """Wrap an accepted socket as the TLS server side (handshake in ``start()``)."""
-    stream = _PromptSocketStream(sock)
+    stream = _ReportingSocketStream(sock)
     tls = trio.SSLStream(stream, ctx, server_side=True, https_compatible=True)
     return StreamChannel(tls, describe, server_side=True)
 

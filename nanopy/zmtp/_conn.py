@@ -188,7 +188,7 @@ class ZmtpConnection(StreamConnection):
 
     async def write_all(self, chunk: bytes | memoryview) -> None:
         if chunk:
-            await super().write_all(chunk)
+            await self._send_all(chunk)
 
     def attach_control(self, send_control: Callable[..., bool]) -> None:
         self._send_control = send_control
