@@ -3,7 +3,8 @@
 Each endpoint is one task in its socket's task tree (nanopy/_lifecycle.py). A
 dialer connects, completes the handshake, waits while the pipe runs, then redials
 after an exponential, jittered back-off (``reconnect_interval`` doubling up to
-``reconnect_interval_max``, reset after a pipe that lived). A listener binds, then
+``reconnect_interval_max``, reset after a pipe that lived; a failed dial's own wait,
+up to ``connect_timeout``, counts toward it). A listener binds, then
 accepts and hands each connection to its own handshake task, so a peer stalling
 in the handshake holds up nobody else. A pipe that completed its handshake runs
 in the socket's pipes nursery, not under its endpoint.
@@ -165,18 +166,20 @@ class Endpoint:
         with self._scope:
             while True:
                 started = now()
+                waited = 0.0  # a failed dial's own wait (connect_timeout) counts as back-off
                 try:
                     conn = await self.transport.dial(self.url, self._context())
                 except (OSError, RemoteProtocolError) as exc:
                     log.debug("%s: connect %s failed: %s", self.socket.name, self.url, exc)
                     self.socket._count_reconnect()
+                    waited = now() - started
                 else:
                     ran = await self._handshake_and_run(conn)
                     if ran and now() - started >= HEALTHY_PIPE_SECONDS:
                         delay = opts.reconnect_interval
                     if not ran:
                         self.socket._count_reconnect()
-                await trio.sleep(backoff_delay(delay))
+                await trio.sleep(max(backoff_delay(delay) - waited, 0.0))
                 delay = min(delay * 2, max(opts.reconnect_interval_max, opts.reconnect_interval))
 
     async def _handshake_and_run(self, conn: Connection) -> bool:

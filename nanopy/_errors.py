@@ -31,6 +31,17 @@ class MessageTooLarge(NanopyError):
     """A message exceeds ``recv_max_size`` (the pipe that carried it is closed)."""
 
 
+def too_large(size: int | str, limit: int, what: str = "message") -> MessageTooLarge:
+    """The error for a peer's ``what`` over ``recv_max_size`` (every transport raises
+    this one): it says the size seen (``size``: bytes, or text such as "over 1048576"),
+    the limit and the option that lifts it, so the pipe's WARNING line does too."""
+    seen = f"a {size}-byte {what}" if isinstance(size, int) else f"a {what} of {size} bytes"
+    return MessageTooLarge(
+        f"peer sent {seen}; recv_max_size is {limit} (set the socket's recv_max_size "
+        "higher, or to 0 for no limit, to accept such messages)"
+    )
+
+
 class WouldBlock(Exception):
     """Internal signal from a protocol core: the operation cannot complete now."""
 

@@ -187,6 +187,12 @@ OPTION_TABLE: tuple[OptionSpec, ...] = (
                "WebSocket PINGs, ZMTP 3.1 PINGs; see docs/partitions.md); None leaves dead-peer "
                "detection to the kernel's defaults",
                seconds(allow_none=True, positive=True)),
+    OptionSpec("connect_timeout", "float | None", 10.0, "seconds", "all",
+               "how long one connect attempt (tcp, ipc, ws, wss, tls+tcp, zmtp+tcp, zmtp+ipc) may wait "
+               "for the peer to accept before the dialer gives up on it and tries again after its "
+               "back-off; also a connect() keyword for one endpoint; None leaves it to the kernel "
+               "(about 2 minutes for TCP)",
+               seconds(allow_none=True, positive=True)),
     OptionSpec("tcp_nodelay", "bool", True, "", "all",
                "disable Nagle's algorithm on tcp (and tls+tcp, ws) pipes",
                boolean),
@@ -277,6 +283,7 @@ class OptionAttributes:
     max_ttl: int
     handshake_timeout: float
     dead_peer_timeout: float | None
+    connect_timeout: float | None
     tcp_nodelay: bool
     overflow: str
     name: str

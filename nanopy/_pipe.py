@@ -60,7 +60,7 @@ import trio
 from ._errors import MessageTooLarge, RemoteProtocolError
 from ._fanout import MAX_HOLD, FanOutQueueing, wait_out_burst
 from ._outbox import UNCUT, Outbox
-from ._pipe_liveness import PipeLiveness, kernel_unacked, unwritten, write_shortfall
+from ._pipe_liveness import PipeLiveness, kernel_unacked, silence_blamed, unwritten, write_shortfall
 from ._pipe_read import PipeReading
 from .transports._base import ChannelConnection, DirectReadable, PeerWatching, ReportsWriteWait, SinkAttachable
 
@@ -493,15 +493,17 @@ class PipeDriver(PipeReading, PipeLiveness, FanOutQueueing, Outbox):
         elif isinstance(exc, OSError) and exc.errno == errno.ETIMEDOUT:
             # The kernel's keepalive or user timeout, or the ws PINGs, gave up on it.
             self.dead = True
-            log.info(
-                "%s: pipe %d to %s: the peer stopped answering (%s); closing it",
-                self.name,
-                self.pid,
-                self.pipe.remote_address or "?",
-                exc.strerror or exc,
-            )
+            self._log_dead("the peer stopped answering", exc.strerror or str(exc))
+        elif isinstance(exc, (EOFError, OSError)) and (blamed := silence_blamed(self.conn)):
+            self.dead = True  # the peer gave up on us (a ZMTP TTL we announced)
+            self._log_dead("the peer took us for dead and closed it", blamed)
         else:
             log.debug("%s: pipe %d closed: %s", self.name, self.pid, exc)
+
+    def _log_dead(self, what: str, why: str) -> None:
+        """The one INFO line of a pipe ended for silence (docs/partitions.md)."""
+        log.info("%s: pipe %d to %s: %s (%s); closing it", self.name, self.pid,
+                 self.pipe.remote_address or "?", what, why)
 
     async def _writer(self) -> None:
         channel = self.channel

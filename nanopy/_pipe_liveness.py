@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from .transports._base import CountsUnwritten, KernelSocketBacked
+from .transports._base import CountsUnwritten, JudgesSilence, KernelSocketBacked
+from .transports._keepalive import stall_slack
 from .transports._stream import send_window_state, unacked_bytes
 
 if TYPE_CHECKING:
@@ -103,7 +104,10 @@ class PipeLiveness:
                 event = self._guard_event = trio.Event()
                 await event.wait()
                 continue
+            due = trio.current_time() + interval
             await trio.sleep(interval)
+            if trio.current_time() - due > stall_slack(interval):
+                unanswered = None  # we stood still, not the peer: the probes get a fresh grace
             state = send_window_state(sock) if self._in_write else (False, False)
             if state is None:
                 await trio.sleep_forever()  # (no TCP_INFO: the kernel's rules stand)
@@ -128,6 +132,11 @@ class PipeLiveness:
 def kernel_unacked(conn: Any) -> int | None:
     """Bytes the connection's kernel socket holds unacknowledged (None: unknown)."""
     return unacked_bytes(conn.kernel_socket()) if isinstance(conn, KernelSocketBacked) else None
+
+
+def silence_blamed(conn: Any) -> str | None:
+    """Why the peer ended ``conn`` for our own silence, if it did (JudgesSilence)."""
+    return conn.silence_blamed() if isinstance(conn, JudgesSilence) else None
 
 
 def write_shortfall(channel: Any) -> int:

@@ -27,7 +27,7 @@ from ._endpoint import Endpoint
 from ._errors import AddressError, MessageTooLarge
 from ._message import Pipe
 from ._multipart import receive_multipart
-from ._options import validate_priority
+from ._options import OPTIONS_BY_NAME, validate_priority
 from ._pipe import PipeDriver
 from ._registry import transports as _transports
 from ._stats import PipeLosses
@@ -102,10 +102,15 @@ class PipeHosting:
         priority = validate_priority("priority", options.pop("priority", 8))
         recv_priority = validate_priority("recv_priority", options.pop("recv_priority", 8))
         allowed = set(transport.endpoint_options)
+        if dialer:  # every dialing transport honours it (docs/api.md)
+            allowed.add("connect_timeout")
+            if "connect_timeout" in options:
+                options["connect_timeout"] = OPTIONS_BY_NAME["connect_timeout"].check(options["connect_timeout"])
         unknown = set(options) - allowed
         if unknown:
             raise TypeError(
-                f"unknown endpoint option(s) {', '.join(sorted(unknown))} for {scheme}://; "
+                f"unknown endpoint option(s) {', '.join(sorted(unknown))} for {scheme}://"
+                f"{'' if dialer else ' bind'}; "
                 f"accepted: priority, recv_priority{''.join(', ' + a for a in sorted(allowed))}"
             )
         return Endpoint(cast("Socket", self), url, transport, dialer, priority, recv_priority, options)
@@ -194,7 +199,8 @@ class PipeHosting:
             peer_name=core.peer_name,
             recv_max_size=opts.recv_max_size,
             handshake_timeout=opts.handshake_timeout,
-            options={"tcp_nodelay": opts.tcp_nodelay, "dead_peer_timeout": opts.dead_peer_timeout, **ep.options},
+            options={"tcp_nodelay": opts.tcp_nodelay, "dead_peer_timeout": opts.dead_peer_timeout,
+                     "connect_timeout": opts.connect_timeout, **ep.options},
         )
 
     # -- pipes (engine thread) -----------------------------------------------------

@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from ._errors import MessageTooLarge, RemoteProtocolError
+from ._errors import RemoteProtocolError, too_large
 
 HEADER_SIZE = 8
 _HEADER = struct.Struct(">4sH2s")
@@ -28,23 +28,32 @@ def encode_header(protocol_id: int) -> bytes:
     return _HEADER.pack(_MAGIC, protocol_id, b"\x00\x00")
 
 
-def parse_header(data: bytes, peer_id: int) -> int:
+def zmtp_mismatch(data: bytes, ipc: bool = False) -> RemoteProtocolError | None:
+    """The error naming a ZeroMQ peer when the first bytes of a would-be SP header
+    are a ZMTP greeting's (its signature starts with 0xFF), else None. Both ends of
+    such a mismatch log it (the ZMTP side: nanopy/zmtp/_codec.py ``sp_mismatch``)."""
+    if data[:1] != b"\xff":
+        return None
+    scheme = "zmtp+ipc" if ipc else "zmtp+tcp"
+    return RemoteProtocolError(
+        f"not an SP peer but a ZeroMQ (ZMTP) one (its greeting starts {data.hex()}); "
+        f"use a {scheme}:// URL for it on this side, in bind or connect ({scheme[5:]}:// speaks SP)"
+    )
+
+
+def parse_header(data: bytes, peer_id: int, ipc: bool = False) -> int:
     """Validate a received connection header; return the peer's protocol id.
 
     Raises:
-        RemoteProtocolError: not an SP header, reserved bytes set, or the peer's
-            protocol is not ``peer_id``.
+        RemoteProtocolError: not an SP header (a ZeroMQ peer is named as such, with
+            the ``zmtp+tcp://`` or, ``ipc``, ``zmtp+ipc://`` scheme to use), reserved
+            bytes set, or the peer's protocol is not ``peer_id``.
     """
     if len(data) != HEADER_SIZE:
         raise RemoteProtocolError(f"short SP header ({len(data)} bytes)")
     magic, proto, reserved = _HEADER.unpack(data)
     if magic != _MAGIC:
-        if data[0] == 0xFF:  # ZMTP's greeting starts so: a ZeroMQ peer
-            raise RemoteProtocolError(
-                f"not an SP peer but a ZeroMQ (ZMTP) one: header {data.hex()}; "
-                "use a zmtp+tcp:// or zmtp+ipc:// URL for it"
-            )
-        raise RemoteProtocolError(f"not an SP peer: header {data.hex()}")
+        raise zmtp_mismatch(data, ipc) or RemoteProtocolError(f"not an SP peer: header {data.hex()}")
     if reserved != b"\x00\x00":
         raise RemoteProtocolError(f"SP header has reserved bytes set: {data.hex()}")
     if proto != peer_id:
@@ -159,7 +168,7 @@ class FrameDecoder:
                 (size,) = unpack(chunk, pos)
             if limit and size > limit:
                 return self._fail(
-                    out, MessageTooLarge(f"peer sent a {size}-byte message; recv_max_size is {limit}")
+                    out, too_large(size, limit)
                 )
             start = pos + prefix
             stop = start + size
@@ -186,7 +195,7 @@ class FrameDecoder:
             (size,) = _U64.unpack_from(head, 0)
         limit = self.max_size
         if limit and size > limit:
-            self._fail(out, MessageTooLarge(f"peer sent a {size}-byte message; recv_max_size is {limit}"))
+            self._fail(out, too_large(size, limit))
             return -1
         return int(size)
 

@@ -151,7 +151,7 @@ def test_silent_peer_is_found_by_pings(
     for peer in peers:
         assert any(peer.address.removeprefix("zmtp+ipc://") in r.getMessage() for r in dead)
         assert peer.done.wait(5)
-        assert peer.ping_ttls() and set(peer.ping_ttls()) == {10}  # our timeout as the TTL
+        assert peer.ping_ttls() and set(peer.ping_ttls()) == {20}  # twice our timeout as the TTL
 
 
 def test_peer_ttl_is_honoured(make_socket: MakeSocket, quiet_peers: Callable[..., list[QuietPeer]]) -> None:

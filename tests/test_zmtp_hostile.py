@@ -118,7 +118,7 @@ def test_bad_handshakes_close_that_connection_only(
         (b"\x02" + struct.pack(">Q", 1 << 40), "1099511627776-byte frame"),
         (b"\x02" + struct.pack(">Q", 4096), "recv_max_size is 1024"),
         (b"\x01\xc8" + bytes(200) + b"\x01\xc8" + bytes(200) + b"\x02" + struct.pack(">Q", 700) + bytes(700),
-         "multipart message over 1024 bytes"),
+         "multipart message of over 1100 bytes; recv_max_size is 1024"),
         (b"\x08\x00", "reserved flag bits"),
         (codec.encode_command(b"READY"), "READY command after the handshake"),
         (codec.encode_command(b"ERROR", b"\x04oops"), "sent ERROR: oops"),

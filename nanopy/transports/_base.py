@@ -217,6 +217,20 @@ class PeerWatching(Protocol):
 
 
 @runtime_checkable
+class JudgesSilence(Protocol):
+    """A capability: a connection that can tell when its peer ended it for our own
+    silence (ZMTP: we announced a PING TTL, then wrote nothing for longer).
+
+    The pipe asks when the connection ended by EOF or reset; a reason makes the
+    pipe a dead one (``stats().dead_pipes``, one INFO line), None an ordinary
+    disconnect.
+    """
+
+    def silence_blamed(self) -> str | None:
+        """Why the peer took us for dead, or None."""
+
+
+@runtime_checkable
 class OtherWireProtocol(Protocol):
     """A capability: a transport that speaks another wire protocol than SP (ZMTP).
 

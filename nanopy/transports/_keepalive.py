@@ -9,15 +9,31 @@ pipe with ETIMEDOUT -- which the pipe counts as a dead peer -- once the peer was
 silent for all of it, or for the shorter time the peer asked for (a ZMTP PING's
 TTL). While the pipe is ``busy`` -- it reads nothing because its queue is full,
 or waits to write -- silence proves nothing and is not counted.
+
+Silence that was our own is not the peer's either: when the watch wakes later than
+it asked to by more than :func:`stall_slack` (the process was stopped, a GC pause,
+a C call holding the GIL), what the peer sent meanwhile may still wait unread and
+our PINGs did not go out, so the peer gets a fresh grace period and a PING at once
+(:attr:`PeerWatch.stalls`). Bytes from the peer waiting unread in our kernel are a
+sign of life too (``unread``).
+
+A connection that announced a TTL (ZMTP) also passes ``sent`` (when it last wrote
+to the peer): the watch then PINGs whenever *we* wrote nothing for half the
+timeout, as libzmq does every ``ZMQ_HEARTBEAT_IVL``, so the peer hears from us
+well within the TTL we asked it to keep.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
+import math
 import time
 from collections.abc import Callable
 
 import trio
+
+log = logging.getLogger("nanopy")
 
 #: A peer is closed for a PING flood when our PONG has waited unwritten for
 #: ``PONG_PATIENCE`` seconds (our writer is stuck: the peer leaves what we send
@@ -57,15 +73,35 @@ class PongDebt:
         return self.unanswered > MAX_UNANSWERED_PINGS
 
 
+#: The least lateness of the watch's timer taken for a stall of our own process
+#: (see :func:`stall_slack`).
+STALL_MIN = 0.1
+
+
+def stall_slack(interval: float) -> float:
+    """How much later than asked the timer of a watch that PINGs every ``interval``
+    seconds may fire before the watch takes it that our own process stood still: a
+    tenth of the interval, at least ``STALL_MIN`` (a busy scheduler is later by
+    milliseconds, a stopped process or a long GC pause by much more)."""
+    return max(STALL_MIN, interval / 10)
+
+
 class PeerWatch:
     """One connection's dead-peer check (see the module docstring).
 
     ``heard()`` returns when the peer was last heard (``time.monotonic()``, written
     by whoever reads the connection); ``ping()`` queues a PING (engine thread);
     ``what`` names the traffic in the error (``"WebSocket frame"``).
-    ``ping_while_busy``: keep PINGing every half timeout while the pipe is busy, so
-    a peer that times *us* out (ZMTP's TTL) keeps hearing from a pipe that only
-    stopped reading.
+    ``sent()``: when we last wrote to the peer (``time.monotonic()``); given, the
+    watch also PINGs whenever we wrote nothing for half the timeout (a peer that
+    times *us* out by the TTL we announced keeps hearing from a pipe that only
+    receives, or stopped reading). ``unread()``: whether bytes from the peer wait
+    unread in our kernel (a sign of life our reader has not got to yet).
+
+    Attributes:
+        stalls: how often the watch found our own process had stood still.
+        longest_stall: the longest such stall, in seconds (at least; the watch
+            sees only the part after its timer was due).
     """
 
     def __init__(
@@ -76,17 +112,21 @@ class PeerWatch:
         what: str,
         remote_address: str,
         *,
-        ping_while_busy: bool = False,
+        sent: Callable[[], float] | None = None,
+        unread: Callable[[], bool] | None = None,
     ) -> None:
         self.timeout = timeout
         self._heard = heard
         self._ping = ping
         self._what = what
         self._remote = remote_address
-        self._ping_while_busy = ping_while_busy
+        self._sent = sent
+        self._unread = unread
         self._peer_limit: float | None = None  # the silence the peer asked us to allow at most
         self._token: trio.lowlevel.TrioToken | None = None
         self._wake: trio.Event | None = None
+        self.stalls = 0
+        self.longest_stall = 0.0
 
     def peer_limit(self, seconds: float | None) -> None:
         """The peer asks to be given up on after ``seconds`` of silence (None: no
@@ -105,29 +145,53 @@ class PeerWatch:
         peer = self._peer_limit
         return self.timeout if peer is None else min(self.timeout, peer)
 
+    def _why(self, limit: float) -> str:
+        asked = " (the peer's PING TTL)" if limit < self.timeout else ""
+        return f"no {self._what} from {self._remote} in {limit:g} s{asked} (PINGs unanswered)"
+
+    def _stalled(self, late: float) -> None:
+        self.stalls += 1
+        self.longest_stall = max(self.longest_stall, late)
+        log.debug("dead-peer watch of %s: our process stood still for %.2f s (at least); "
+                  "the peer gets a fresh grace period", self._remote, late)
+
     async def run(self, busy: Callable[[], bool]) -> None:
         """Watch until the peer is dead (raises TimeoutError with ETIMEDOUT)."""
         self._token = trio.lowlevel.current_trio_token()
         quiet = self.timeout / 2
+        slack = stall_slack(quiet)
+        sent = self._sent
         pinged = idle_since = time.monotonic()
+        due = math.inf  # when the timer below was asked to fire
         while True:
             self._wake = wake = trio.Event()  # (before reading the limit: a change wakes this round)
             now = time.monotonic()
+            if now - due > slack:
+                # Our own process stood still, not the peer: what it sent meanwhile
+                # may wait unread, and our PINGs did not go out. A fresh grace
+                # period, and a PING at once (it tells the peer we are back).
+                self._stalled(now - due)
+                idle_since = now
+                pinged = now - quiet
             if busy():
                 idle_since = now
-                if self._ping_while_busy and now - pinged >= quiet:
-                    pinged = now
-                    self._ping()
             limit = self.limit()
             silent = now - max(self._heard(), idle_since)
+            if silent >= limit and self._unread is not None and self._unread():
+                idle_since, silent = now, 0.0  # its bytes wait for our reader: it spoke
             if silent >= limit:
-                raise TimeoutError(errno.ETIMEDOUT, f"no {self._what} from {self._remote} in {limit:g} s "
-                                   "(PINGs unanswered)")
-            if silent >= quiet and now - pinged >= quiet:
+                raise TimeoutError(errno.ETIMEDOUT, self._why(limit))
+            ours = now - max(sent(), pinged) if sent is not None else 0.0
+            if now - pinged >= quiet and (silent >= quiet or ours >= quiet):
                 pinged = now
                 self._ping()
-            # Until the silence reaches half the timeout (the first PING), the next
-            # PING, or the limit, whichever comes first.
-            wait = quiet - silent if silent < quiet else min(pinged + quiet - now, quiet)
-            with trio.move_on_after(max(min(wait, limit - silent), 0.01)):
+                ours = 0.0
+            # Until the next PING is due (the peer's silence or ours reaches half the
+            # timeout, at most one PING per half), or the limit, whichever comes first.
+            ping_at = max(pinged + quiet, now + quiet - max(silent, ours))
+            wait = max(min(ping_at - now, limit - silent), 0.01)
+            due = now + wait
+            with trio.move_on_after(wait):
                 await wake.wait()
+            if wake.is_set():
+                due = math.inf  # (woken early on purpose: not late)

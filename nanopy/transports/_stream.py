@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import logging
+import math
 import socket
 import sys
 import termios
@@ -22,7 +23,7 @@ from typing import Any, Protocol
 import trio
 
 from .._errors import RemoteProtocolError
-from .._wire import HEADER_SIZE, FrameDecoder, encode_frame, encode_frames, encode_header, parse_header
+from .._wire import HEADER_SIZE, FrameDecoder, encode_frame, encode_frames, encode_header, parse_header, zmtp_mismatch
 from ._base import ChannelConnection, Connection, Listener, PipeContext
 
 RECV_SIZE = 64 * 1024  # below glibc's mmap threshold: a bigger buffer costs an mmap per read
@@ -52,6 +53,18 @@ def unacked_bytes(sock: Any) -> int | None:
         buf = fcntl.ioctl(sock.fileno(), outq, b"\0\0\0\0")
     except (OSError, ValueError):
         return None
+    return int.from_bytes(buf, sys.byteorder, signed=True)
+
+
+def unread_bytes(sock: Any) -> int:
+    """Bytes the peer sent that wait unread in ``sock``'s kernel buffer (FIONREAD;
+    0 where the kernel does not say)."""
+    if sock is None:
+        return 0
+    try:
+        buf = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+    except (OSError, ValueError):
+        return 0
     return int.from_bytes(buf, sys.byteorder, signed=True)
 
 
@@ -207,14 +220,15 @@ class FramedConnection(ChannelConnection):
                 chunk = await self._recv_some(HEADER_SIZE - len(header))
             except ConnectionResetError as exc:
                 if header:  # a reset cuts the header as an EOF does
-                    raise RemoteProtocolError(f"connection reset during the SP handshake: {exc}") from None
+                    raise zmtp_mismatch(header, self._ipc) or RemoteProtocolError(
+                        f"connection reset during the SP handshake: {exc}") from None
                 raise
             if not chunk:
                 if not header:  # connected and left (a port probe): not a protocol error
                     raise EOFError("peer closed before the SP handshake")
-                raise RemoteProtocolError("peer closed during the SP handshake")
+                raise zmtp_mismatch(header, self._ipc) or RemoteProtocolError("peer closed during the SP handshake")
             header += chunk
-        parse_header(header, self._ctx.peer_id)
+        parse_header(header, self._ctx.peer_id, self._ipc)
 
     async def receive(self) -> list[bytes]:
         if self._decoder.error is not None:  # found after the frames we returned last
@@ -357,16 +371,44 @@ class StreamListener(Listener):
         close_socket(self._sock)
 
 
-async def connect_socket(sock: socket.socket, address: Any) -> None:
-    """Non-blocking connect on a stdlib socket; raises OSError on failure."""
+#: the longest pause between tries of a Unix-socket connect to a listener whose
+#: backlog is full (the kernel gives no readiness event for room in it)
+BACKLOG_RETRY_MAX = 0.1
+
+
+async def connect_socket(sock: socket.socket, address: Any, timeout: float | None = None,
+                         describe: str | None = None) -> None:
+    """Non-blocking connect on a stdlib socket, waiting at most ``timeout`` seconds
+    for the peer to accept (the ``connect_timeout`` option; None: as long as the
+    kernel tries). Raises OSError on failure, TimeoutError (ETIMEDOUT) when the
+    time is up. ``describe`` names the peer in errors."""
     sock.setblocking(False)
-    try:
-        sock.connect(address)
-    except (BlockingIOError, InterruptedError):
-        await trio.lowlevel.wait_writable(sock)
-        err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-        if err:
-            raise OSError(err, f"connect to {address}: {errno.errorcode.get(err, err)}") from None
+    with trio.move_on_after(math.inf if timeout is None else timeout) as scope:
+        await _connect(sock, address)
+    if scope.cancelled_caught:
+        raise TimeoutError(errno.ETIMEDOUT, f"connect to {describe or address}: no answer in {timeout:g} s "
+                           "(connect_timeout)")
+
+
+async def _connect(sock: socket.socket, address: Any) -> None:
+    pause = 0.005
+    while True:
+        try:
+            sock.connect(address)
+            return
+        except BlockingIOError as exc:
+            if exc.errno != errno.EAGAIN or sock.family != socket.AF_UNIX:
+                break  # in progress (EINPROGRESS)
+            # A Unix listener's backlog is full (its accept is behind): a blocking
+            # connect would wait for room, and so do we, trying again.
+            await trio.sleep(pause)
+            pause = min(pause * 2, BACKLOG_RETRY_MAX)
+        except InterruptedError:
+            break
+    await trio.lowlevel.wait_writable(sock)
+    err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    if err:
+        raise OSError(err, f"connect to {address}: {errno.errorcode.get(err, err)}") from None
 
 
 class SocketChannel(SocketIO):

@@ -30,10 +30,10 @@ from websockets.server import ServerProtocol
 from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
 
-from .._errors import MessageTooLarge, RemoteProtocolError
+from .._errors import RemoteProtocolError, too_large
 from ._base import ChannelConnection, PipeContext
 from ._keepalive import MAX_UNANSWERED_PINGS, PONG_PATIENCE, PeerWatch
-from ._stream import SocketChannel
+from ._stream import SocketChannel, unread_bytes
 from ._ws_proto import (
     FRAGMENT_SIZE,
     FREE_FRAGMENTS,
@@ -49,6 +49,7 @@ from ._ws_proto import (
     _is_bad_length,
     _pick,
     _subprotocol,
+    _ws_size,
     encode_message,
     http_error,
     read_head,
@@ -124,7 +125,8 @@ class WsConnection(ChannelConnection):
         timeout = ctx.options.get("dead_peer_timeout")
         self.keepalive: Callable[[Callable[[], bool]], Awaitable[None]] | None = None
         if timeout is not None:
-            watch = PeerWatch(timeout, lambda: self._heard, self._send_ping, "WebSocket frame", remote_address)
+            watch = PeerWatch(timeout, lambda: self._heard, self._send_ping, "WebSocket frame", remote_address,
+                              unread=lambda: unread_bytes(self.kernel_socket()) > 0)
             self.keepalive = watch.run
         self._heard = 0.0  # when bytes last came from the peer (time.monotonic())
         self._ping: bytes | None = None  # our PING, until the peer is heard again
@@ -393,7 +395,7 @@ class WsConnection(ChannelConnection):
         exc = proto.parser_exc
         if exc is not None and not isinstance(exc, EOFError):
             if isinstance(exc, PayloadTooBig) and not _is_bad_length(exc):
-                return MessageTooLarge(f"peer sent a message over recv_max_size ({self._ctx.recv_max_size}): {exc}")
+                return too_large(_ws_size(exc), self._ctx.recv_max_size)
             return RemoteProtocolError(f"WebSocket protocol error from {self.remote_address}: {exc}")
         if cut:
             return RemoteProtocolError("peer closed in the middle of a message")

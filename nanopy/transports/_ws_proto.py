@@ -103,6 +103,15 @@ def _is_bad_length(exc: BaseException | None) -> bool:
     return isinstance(exc, PayloadTooBig) and (exc.size or 0) > MAX_FRAME_LENGTH
 
 
+def _ws_size(exc: PayloadTooBig) -> int | str:
+    """The size of the message websockets refused (its frame and the fragments
+    before it), or "over <limit>" where it does not say."""
+    size = getattr(exc, "size", None)
+    if size is None:
+        return f"over {getattr(exc, 'max_size', '?')}"
+    return int(size) + int(getattr(exc, "current_size", None) or 0)
+
+
 # -- HTTP heads --------------------------------------------------------------------------
 class HeadTooLarge(RemoteProtocolError):
     """An HTTP head over :data:`MAX_HTTP_HEAD` (a server answers 431)."""

@@ -98,7 +98,7 @@ class IpcTransport(Transport):
         path = ipc_path(url)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            await connect_socket(sock, path)
+            await connect_socket(sock, path, ctx.options.get("connect_timeout"))
         except BaseException:
             sock.close()
             raise

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import ipaddress
-import math
 import socket
 from typing import Any
 
@@ -133,13 +132,6 @@ def bind_tcp_socket(url: str, scheme: str) -> socket.socket:
     return sock
 
 
-#: the longest a TCP connect may wait for the peer's SYN-ACK while dead-peer
-#: detection is on: a dialer whose peer vanished tries again (after its back-off)
-#: instead of waiting out the kernel's SYN retries (about two minutes), so it
-#: finds the peer within ``reconnect_interval_max`` + this of its return.
-CONNECT_TIMEOUT_MAX = 2.0
-
-
 def keepalive_settings(timeout: float) -> tuple[int, int, int, int]:
     """TCP keepalive ``(idle, interval, count)`` in whole seconds and TCP_USER_TIMEOUT
     in milliseconds for ``dead_peer_timeout``.
@@ -180,24 +172,18 @@ def configure_tcp_socket(sock: socket.socket, ctx: PipeContext) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, option, value)
 
 
-def connect_timeout(ctx: PipeContext) -> float | None:
-    timeout = ctx.options.get("dead_peer_timeout")
-    return None if timeout is None else min(timeout, CONNECT_TIMEOUT_MAX)
-
-
 async def dial_tcp_socket(url: str, scheme: str, ctx: PipeContext) -> tuple[socket.socket, str]:
-    """A connected TCP socket for ``url`` and the peer's address as text."""
+    """A connected TCP socket for ``url`` and the peer's address as text (every
+    TCP-based transport dials through here). Each address the host resolves to
+    gets ``connect_timeout`` (docs/partitions.md, "Dialing")."""
     host, port = split_host_port(url, scheme, bind=False)
     last: OSError | None = None
-    limit = connect_timeout(ctx)
+    limit = ctx.options.get("connect_timeout")
     for family, addr in await resolve(host, port):
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             configure_tcp_socket(sock, ctx)
-            with trio.move_on_after(limit if limit is not None else math.inf) as scope:
-                await connect_socket(sock, addr)
-            if scope.cancelled_caught:
-                raise TimeoutError(f"connect to {peer_text(addr)}: no answer in {limit:g} s")
+            await connect_socket(sock, addr, limit, peer_text(addr))
         except OSError as exc:
             sock.close()
             last = exc

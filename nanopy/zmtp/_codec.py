@@ -17,7 +17,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterable
 
-from .._errors import MessageTooLarge, RemoteProtocolError
+from .._errors import MessageTooLarge, RemoteProtocolError, too_large
 from .._wire import fail_after
 
 GREETING_SIZE = 64
@@ -43,12 +43,26 @@ def encode_greeting(mechanism: bytes, as_server: bool, minor: int = 1) -> bytes:
     )
 
 
-def check_signature(data: bytes) -> None:
+def sp_mismatch(data: bytes, ipc: bool = False) -> RemoteProtocolError | None:
+    """The error naming an SP peer when the first bytes of a would-be ZMTP greeting
+    are an SP header's (``\\x00SP\\x00``), else None: what a ZMTP endpoint logs,
+    dialer or listener, even when the SP peer reset the connection after its header
+    (the SP side names it too: nanopy/_wire.py ``zmtp_mismatch``)."""
+    if data[:4] != b"\x00SP\x00":
+        return None
+    scheme = "ipc" if ipc else "tcp"
+    return RemoteProtocolError(
+        f"the peer speaks SP (nanomsg, NNG, mangos, nanopy's {scheme}://), not ZMTP (its header is "
+        f"{data[:8].hex()}); use a {scheme}:// URL for it on this side, in bind or connect "
+        f"(zmtp+{scheme}:// speaks ZMTP)"
+    )
+
+
+def check_signature(data: bytes, ipc: bool = False) -> None:
     """The peer's first 10 octets; raises RemoteProtocolError if they are not ZMTP's."""
-    if data[:4] == b"\x00SP\x00":
-        raise RemoteProtocolError(
-            "the peer speaks SP (nanomsg/NNG/nanopy), not ZMTP: use a tcp:// or ipc:// URL for it"
-        )
+    mismatch = sp_mismatch(data, ipc)
+    if mismatch is not None:
+        raise mismatch
     if data[0] != 0xFF or not data[9] & 0x01:
         raise RemoteProtocolError(f"not a ZMTP peer: greeting starts {data.hex()}")
 
@@ -223,9 +237,7 @@ class ZmtpDecoder:
         if self._msg or flags & MORE:
             self._msg_size += len(body)
             if self.max_size and self._msg_size > self.max_size:
-                raise MessageTooLarge(
-                    f"peer sent a multipart message over {self.max_size} bytes (recv_max_size)"
-                )
+                raise too_large(f"over {self._msg_size}", self.max_size, "multipart message")
         if flags & MORE:
             self._msg.append(body)
             return
@@ -312,7 +324,7 @@ class ZmtpDecoder:
             if flags & 0xF8:
                 raise RemoteProtocolError(f"ZMTP frame with reserved flag bits set (0x{flags:02x})")
             if limit and size > limit and (not flags & COMMAND or size > limit + COMMAND_SLACK):
-                raise MessageTooLarge(f"peer sent a {size}-byte frame; recv_max_size is {limit}")
+                raise too_large(size, limit, "frame")
             stop = start + size
             if stop > end:
                 self._parts = [chunk[start:]]

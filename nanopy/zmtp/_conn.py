@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from .._errors import RemoteProtocolError
 from ..transports._base import PipeContext
 from ..transports._keepalive import PeerWatch, PongDebt
-from ..transports._stream import StreamConnection
+from ..transports._stream import StreamConnection, unread_bytes
 from . import _codec as codec
 from ._curve import Cipher
 from ._mechanisms import Mechanism, make_mechanism
@@ -30,6 +30,23 @@ if TYPE_CHECKING:
     from ..transports._base import WithTopics
 
 log = logging.getLogger("nanopy")
+
+#: Our PINGs ask the peer to give up on us after ``TTL_FACTOR * dead_peer_timeout``
+#: seconds without a word from us (their TTL, RFC 37). We write something (a PING
+#: if nothing else) at least every half timeout, so a stall of our own process
+#: (GC, SIGSTOP, a C call holding the GIL) shorter than the TTL less that interval
+#: -- 1.5 x dead_peer_timeout -- never makes the peer drop us (docs/partitions.md).
+TTL_FACTOR = 2.0
+#: the largest TTL a PING carries (16 bits of deciseconds)
+MAX_TTL = 0xFFFF / 10
+#: A peer that closes the pipe at most this long after we went silent for longer
+#: than the TTL we announced is taken to have closed it for that silence.
+SILENCE_BLAME_WINDOW = 2.0
+
+
+def announced_ttl(timeout: float) -> float:
+    """The TTL (seconds) our PINGs carry for ``dead_peer_timeout`` = ``timeout``."""
+    return min(TTL_FACTOR * timeout, MAX_TTL)
 
 
 class ZmtpConnection(StreamConnection):
@@ -41,6 +58,9 @@ class ZmtpConnection(StreamConnection):
         minor: the peer's ZMTP minor version (0 for a 3.0 peer, 1 for 3.1).
         last_heard: when the peer last sent anything (``time.monotonic()``), the
             sign of life the dead-peer check looks at (see :meth:`send_ping`).
+        last_sent: when we last wrote to the peer (``time.monotonic()``): the
+            peer's view of our liveness.
+        ttl: the TTL our PINGs carry (seconds; :func:`announced_ttl`), or None.
         keepalive: the pipe's dead-peer task (a :class:`PeerWatch` that PINGs a
             silent 3.1 peer), or None when ``dead_peer_timeout`` is None or the
             peer speaks 3.0.
@@ -60,7 +80,9 @@ class ZmtpConnection(StreamConnection):
         self.peer_type = b""
         self.peer_identity = b""
         self.minor = 1
-        self.last_heard = time.monotonic()
+        self.last_heard = self.last_sent = time.monotonic()
+        # Our longest silence toward the peer past ``ttl``, and when it ended (see silence_blamed).
+        self._overdue = (0.0, 0.0)
         #: CURVE's sealer and opener, set by its handshake (None: frames go in the clear)
         self.cipher: Cipher | None = None
         # Dead-peer detection (docs/zmtp.md): PINGs to a silent 3.1 peer, driven by
@@ -68,9 +90,12 @@ class ZmtpConnection(StreamConnection):
         timeout = ctx.options.get("dead_peer_timeout")
         self._watch: PeerWatch | None = None
         self.keepalive: Callable[[Callable[[], bool]], Awaitable[None]] | None = None
+        self.ttl: float | None = None
         if timeout is not None:
+            self.ttl = announced_ttl(timeout)
             self._watch = PeerWatch(timeout, lambda: self.last_heard, self._heartbeat, "ZMTP traffic",
-                                    remote_address, ping_while_busy=True)
+                                    remote_address, sent=lambda: self.last_sent,
+                                    unread=lambda: unread_bytes(self._sock) > 0)
             self.keepalive = self._watch.run
         self._ping_unwritten = False  # our last PING waits in the pipe's control slot
         self._pings_sent = 0
@@ -78,18 +103,28 @@ class ZmtpConnection(StreamConnection):
     # -- handshake (engine thread, under the socket's handshake_timeout) ---------
     async def read_exact(self, n: int, what: str) -> bytes:
         data = b""
+        first = not self._greeted  # (``data`` is what the peer sent first)
         while len(data) < n:
             try:
                 chunk = await self._recv_some(n - len(data))
             except ConnectionResetError as exc:
-                raise RemoteProtocolError(f"connection reset during the ZMTP {what}: {exc}") from None
+                # An SP peer sends its header, reads our greeting and resets: name it.
+                raise self._sp_peer(data, first) or RemoteProtocolError(
+                    f"connection reset during the ZMTP {what}: {exc}") from None
             if not chunk:
                 if not data and what == "greeting" and not self._greeted:
                     raise EOFError("peer closed before the ZMTP greeting")
-                raise RemoteProtocolError(f"peer closed during the ZMTP {what}")
+                raise self._sp_peer(data, first) or RemoteProtocolError(f"peer closed during the ZMTP {what}")
             data += chunk
             self._greeted = True
         return data
+
+    def _sp_peer(self, data: bytes, first: bool) -> RemoteProtocolError | None:
+        """The error naming an SP peer when the peer's first bytes are an SP header."""
+        return codec.sp_mismatch(data, self._ipc_socket()) if first else None
+
+    def _ipc_socket(self) -> bool:
+        return self._sock.family == socket.AF_UNIX
 
     _greeted = False
 
@@ -117,7 +152,8 @@ class ZmtpConnection(StreamConnection):
     async def handshake(self) -> None:
         mech = self.mechanism
         await self._send_all(codec.encode_greeting(mech.name, mech.as_server))
-        codec.check_signature(await self.read_exact(codec.SIGNATURE_SIZE, "greeting"))
+        signature = await self.read_exact(codec.SIGNATURE_SIZE, "greeting")
+        codec.check_signature(signature, self._ipc_socket())
         self.minor = self.role.minor = codec.parse_version(await self.read_exact(2, "greeting"))
         codec.parse_mechanism(await self.read_exact(codec.GREETING_SIZE - 12, "greeting"), mech.name)
         props = await mech.handshake(self, self._metadata())
@@ -184,11 +220,43 @@ class ZmtpConnection(StreamConnection):
     def write_nowait(self, chunk: bytes | memoryview) -> int:
         if not chunk:
             return 0  # (a publisher's batch that matched nothing)
-        return super().write_nowait(chunk)
+        n = super().write_nowait(chunk)
+        if n:
+            self._note_sent()
+        return n
 
     async def write_all(self, chunk: bytes | memoryview) -> None:
         if chunk:
             await self._send_all(chunk)
+            self._note_sent()
+
+    def _note_sent(self) -> None:
+        """We wrote to the peer (any thread): note when, and a silence past our TTL."""
+        now = time.monotonic()
+        ttl = self.ttl
+        if ttl is not None and now - self.last_sent >= ttl:
+            self._overdue = (now - self.last_sent, now)
+        self.last_sent = now
+
+    def silence_blamed(self) -> str | None:
+        """Why the peer ended the pipe (its EOF or reset) when that was for our own
+        silence: we announced a TTL and wrote nothing for longer than it (our
+        process stood still, or our writes could not go out), just before. None
+        when nothing says so: then it is an ordinary disconnect."""
+        ttl, watch = self.ttl, self._watch
+        if ttl is None or watch is None or not self._pings_sent:
+            return None  # no TTL announced: the peer has none of ours to apply
+        now = time.monotonic()
+        silent = now - self.last_sent
+        gap, ended = self._overdue
+        if silent < ttl and now - ended <= SILENCE_BLAME_WINDOW:
+            silent = gap
+        if silent < ttl:
+            return None
+        why = f"it heard nothing from us for {silent:.1f} s, longer than the {ttl:g} s TTL our PINGs announce"
+        if watch.stalls:
+            why += f"; our own process stood still for {watch.longest_stall:.1f} s or more"
+        return why
 
     def attach_control(self, send_control: Callable[..., bool]) -> None:
         self._send_control = send_control
@@ -248,14 +316,14 @@ class ZmtpConnection(StreamConnection):
         self._queue_control(codec.encode_command(b"PING", deciseconds.to_bytes(2, "big")))
 
     def _heartbeat(self) -> None:
-        """The watch's PING (engine thread): one at a time, with our timeout as its
+        """The watch's PING (engine thread): one at a time, with :attr:`ttl` as its
         TTL, so the peer may give up on us too; none while the last is unwritten
         (the writer waits on a full send buffer)."""
-        if self._ping_unwritten or self._watch is None:
+        if self._ping_unwritten or self.ttl is None:
             return
         self._ping_unwritten = True
         self._pings_sent += 1
-        self.send_ping(self._watch.timeout)
+        self.send_ping(self.ttl)
 
     def pipe_started(self, with_topics: WithTopics) -> None:
         """The pipe joined its socket (engine thread): a SUB sends its subscriptions."""
