@@ -188,10 +188,10 @@ OPTION_TABLE: tuple[OptionSpec, ...] = (
                "detection to the kernel's defaults",
                seconds(allow_none=True, positive=True)),
     OptionSpec("connect_timeout", "float | None", 10.0, "seconds", "all",
-               "how long one connect attempt (tcp, ipc, ws, wss, tls+tcp, zmtp+tcp, zmtp+ipc) may wait "
-               "for the peer to accept before the dialer gives up on it and tries again after its "
-               "back-off; also a connect() keyword for one endpoint; None leaves it to the kernel "
-               "(about 2 minutes for TCP)",
+               "how long one connect attempt (every dialing transport) may wait for the peer to "
+               "accept before the dialer gives up on it and tries again after what is left of its "
+               "back-off; also a connect() keyword; None leaves it to the kernel (about 2 minutes "
+               "for TCP); see docs/partitions.md",
                seconds(allow_none=True, positive=True)),
     OptionSpec("tcp_nodelay", "bool", True, "", "all",
                "disable Nagle's algorithm on tcp (and tls+tcp, ws) pipes",

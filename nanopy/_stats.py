@@ -50,8 +50,10 @@ class SocketStats(_Snapshot):
         protocol_errors: peers that broke the wire protocol (their pipe was closed).
         messages_too_large: messages refused for exceeding ``recv_max_size``
             (each also counts in ``protocol_errors`` and in ``drops["too_large"]``).
-        dead_pipes: pipes closed because their peer stopped answering for
-            ``dead_peer_timeout`` (each also counts in ``disconnects``).
+        dead_pipes: pipes ended for silence: their peer stopped answering for
+            ``dead_peer_timeout``, or a ZeroMQ peer closed one after hearing
+            nothing from us for longer than the PING TTL we announce (each also
+            counts in ``disconnects``; docs/partitions.md).
         lost_pipes_unacked: pipes that ended while their kernel still held bytes
             the peer had not acknowledged: messages that may be lost.
         lost_unacked_bytes: those bytes, summed (wire bytes: frames and headers;

@@ -127,6 +127,8 @@ class PeerWatch:
         self._wake: trio.Event | None = None
         self.stalls = 0
         self.longest_stall = 0.0
+        self._due = math.inf  # when the watch's timer is to fire (time.monotonic())
+        self._slack = stall_slack(timeout / 2)
 
     def peer_limit(self, seconds: float | None) -> None:
         """The peer asks to be given up on after ``seconds`` of silence (None: no
@@ -149,6 +151,12 @@ class PeerWatch:
         asked = " (the peer's PING TTL)" if limit < self.timeout else ""
         return f"no {self._what} from {self._remote} in {limit:g} s{asked} (PINGs unanswered)"
 
+    def stalled_for(self) -> float:
+        """The longest stall of our own process seen so far, in seconds (0: none),
+        counting one under way that the watch has not woken up to yet (any thread)."""
+        late = time.monotonic() - self._due
+        return max(self.longest_stall, late if late > self._slack else 0.0)
+
     def _stalled(self, late: float) -> None:
         self.stalls += 1
         self.longest_stall = max(self.longest_stall, late)
@@ -159,7 +167,7 @@ class PeerWatch:
         """Watch until the peer is dead (raises TimeoutError with ETIMEDOUT)."""
         self._token = trio.lowlevel.current_trio_token()
         quiet = self.timeout / 2
-        slack = stall_slack(quiet)
+        slack = self._slack
         sent = self._sent
         pinged = idle_since = time.monotonic()
         due = math.inf  # when the timer below was asked to fire
@@ -190,8 +198,9 @@ class PeerWatch:
             # timeout, at most one PING per half), or the limit, whichever comes first.
             ping_at = max(pinged + quiet, now + quiet - max(silent, ours))
             wait = max(min(ping_at - now, limit - silent), 0.01)
-            due = now + wait
+            due = self._due = now + wait
             with trio.move_on_after(wait):
                 await wake.wait()
             if wake.is_set():
                 due = math.inf  # (woken early on purpose: not late)
+            self._due = math.inf

@@ -254,8 +254,9 @@ class ZmtpConnection(StreamConnection):
         if silent < ttl:
             return None
         why = f"it heard nothing from us for {silent:.1f} s, longer than the {ttl:g} s TTL our PINGs announce"
-        if watch.stalls:
-            why += f"; our own process stood still for {watch.longest_stall:.1f} s or more"
+        stalled = watch.stalled_for()
+        if stalled:
+            why += f"; our own process stood still for {stalled:.1f} s or more"
         return why
 
     def attach_control(self, send_control: Callable[..., bool]) -> None:
