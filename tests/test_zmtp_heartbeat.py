@@ -9,7 +9,9 @@ covers both transports):
 * libzmq answers our PINGs (an idle pipe outlives several timeouts), and with its
   own heartbeats on (ZMQ_HEARTBEAT_IVL/TTL) it keeps a pipe alive through our PONGs;
 * no PINGs when the option is None, nor to a ZMTP 3.0 peer (3.0 has no PING);
-* a paused pipe (full queue) keeps PINGing, so libzmq does not drop it (tcp only).
+* a paused pipe (full queue) keeps PINGing, so libzmq does not drop it (tcp only);
+* so does a pipe that only receives: libzmq times us out by our TTL from our last
+  PING on, whatever it sends itself.
 """
 
 from __future__ import annotations
@@ -265,3 +267,25 @@ def test_paused_pipe_keeps_pinging(make_socket: MakeSocket, zctx: Any) -> None:
     assert conn._pings_sent >= 2  # (none before: libzmq's PINGs kept the pipe from silence)
     assert [int(pull.recv(timeout=5)[:6]) for _ in range(sent)] == list(range(sent))
     assert pull.stats().disconnects == pull.stats().dead_pipes == 0
+
+
+def test_a_pipe_that_only_receives_keeps_our_ttl(make_socket: MakeSocket, zctx: Any) -> None:
+    """libzmq keeps our TTL from our last PING until any other frame of ours comes;
+    a nanopy PULL writes nothing else, so it PINGs every half timeout although the
+    PUSH never falls silent: libzmq (no heartbeats of its own) does not drop it."""
+    zpush = zctx.socket(zmq.PUSH)
+    zpush.linger = 0
+    url = f"zmtp+tcp://127.0.0.1:{zpush.bind_to_random_port('tcp://127.0.0.1')}"
+    monitor = zpush.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+    pull = make_socket("pull", dead_peer_timeout=0.4, recv_timeout=5)  # (our TTL: 0.8 s)
+    pull.connect(url)
+    wait_pipes(pull)
+    conn = connections(pull)[0]
+    wait_until(lambda: conn._pings_sent >= 1, what="our first PING (the PUSH is silent so far)")
+    for i in range(40):  # 2 s of traffic, never silent for a PING's worth
+        zpush.send(b"%d" % i)
+        assert pull.recv() == b"%d" % i
+        time.sleep(0.05)  # (the traffic's pace)
+    assert conn._pings_sent >= 4
+    assert not monitor.poll(0), "libzmq dropped a pipe that only receives"
+    assert pull.stats().disconnects == 0
