@@ -12,7 +12,8 @@ longer than the TTL less that half (docs/partitions.md, "Stalls"):
   taking us for dead, then redial;
 * our own watch never ends a pipe for silence that was our stall: frozen (SIGSTOP,
   or the engine thread stuck behind a C call holding the GIL) for several times
-  ``dead_peer_timeout`` while libzmq PINGs us, the pipe stays.
+  ``dead_peer_timeout`` while libzmq PINGs us, the pipe stays; so does a ws or tcp
+  pipe to a quiet nanopy peer.
 
 The nanopy side that is frozen runs in a child process (tests/stall_peer.py). The
 ``time.sleep`` calls here are the stalls under test, not waits for a condition.
@@ -241,3 +242,22 @@ def test_engine_stuck_behind_the_gil_keeps_the_pipe(zctx: Any) -> None:
         assert rep.stats().dead_pipes == rep.stats().disconnects == 0
         watch = next(rep._driver.pipe_drivers()).conn._watch  # type: ignore[attr-defined]
         assert watch.stalled_for() > 1.0  # (seen, or under way when the watch has not woken yet)
+
+
+@pytest.mark.parametrize("scheme", ["ws", "tcp"])
+def test_our_stall_keeps_a_quiet_pipe_over_other_transports(
+    make_socket: Any, stalled: Any, scheme: str
+) -> None:
+    """The same over ws (our PINGs) and tcp (the kernel's keepalive, which runs on
+    while we are stopped): the frozen side, whose timeout is a third of its stall,
+    finds its quiet peer alive when it wakes."""
+    if scheme == "ws":
+        pytest.importorskip("websockets")
+    req = make_socket("req", dead_peer_timeout=None, recv_timeout=5)  # (quiet: no PINGs)
+    url = req.bind(f"{scheme}://127.0.0.1:0" + ("/stall" if scheme == "ws" else "")).url
+    child = stalled(url, 1.0)
+    assert req.request(b"before") == b"echo:before"
+    child.freeze(3.0)
+    assert req.request(b"after") == b"echo:after"
+    stats = child.stats()
+    assert stats["disconnects"] == stats["dead_pipes"] == 0

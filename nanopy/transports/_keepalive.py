@@ -174,13 +174,13 @@ class PeerWatch:
         while True:
             self._wake = wake = trio.Event()  # (before reading the limit: a change wakes this round)
             now = time.monotonic()
-            if now - due > slack:
+            stalled = now - due > slack
+            if stalled:
                 # Our own process stood still, not the peer: what it sent meanwhile
                 # may wait unread, and our PINGs did not go out. A fresh grace
                 # period, and a PING at once (it tells the peer we are back).
                 self._stalled(now - due)
                 idle_since = now
-                pinged = now - quiet
             if busy():
                 idle_since = now
             limit = self.limit()
@@ -190,7 +190,7 @@ class PeerWatch:
             if silent >= limit:
                 raise TimeoutError(errno.ETIMEDOUT, self._why(limit))
             ours = now - max(sent(), pinged) if sent is not None else 0.0
-            if now - pinged >= quiet and (silent >= quiet or ours >= quiet):
+            if stalled or (now - pinged >= quiet and (silent >= quiet or ours >= quiet)):
                 pinged = now
                 self._ping()
                 ours = 0.0
