@@ -28,16 +28,26 @@ def encode_header(protocol_id: int) -> bytes:
     return _HEADER.pack(_MAGIC, protocol_id, b"\x00\x00")
 
 
-def zmtp_mismatch(data: bytes, ipc: bool = False) -> RemoteProtocolError | None:
-    """The error naming a ZeroMQ peer when the first bytes of a would-be SP header
-    are a ZMTP greeting's (its signature starts with 0xFF), else None. Both ends of
-    such a mismatch log it (the ZMTP side: nanopy/zmtp/_codec.py ``sp_mismatch``)."""
-    if data[:1] != b"\xff":
+#: what each wire protocol's first bytes start with, and how a log names it
+_FIRST_BYTES = {"SP": b"\x00SP\x00", "ZMTP": b"\xff"}
+_SPEAKERS = {"SP": "SP (nanomsg, NNG, mangos, nanopy's {base}://)", "ZMTP": "ZeroMQ (ZMTP)"}
+
+
+def other_wire(data: bytes, ours: str, ipc: bool = False) -> RemoteProtocolError | None:
+    """The error naming the other wire protocol when a peer's first bytes are its --
+    a ZMTP signature (0xFF ...) where ``ours`` is "SP", an SP header (``\\x00SP\\x00``)
+    where it is "ZMTP" -- with the URL scheme to use for that peer; else None. Both
+    ends of such a mismatch log it, dialer and listener alike, also when the peer
+    closed or reset the connection right after its first bytes."""
+    theirs = "ZMTP" if ours == "SP" else "SP"
+    if not data or not data.startswith(_FIRST_BYTES[theirs]):
         return None
-    scheme = "zmtp+ipc" if ipc else "zmtp+tcp"
+    base = "ipc" if ipc else "tcp"
+    schemes = {"SP": base, "ZMTP": f"zmtp+{base}"}
     return RemoteProtocolError(
-        f"not an SP peer but a ZeroMQ (ZMTP) one (its greeting starts {data.hex()}); "
-        f"use a {scheme}:// URL for it on this side, in bind or connect ({scheme[5:]}:// speaks SP)"
+        f"the peer speaks {_SPEAKERS[theirs].format(base=base)}, not {ours} (its first bytes are "
+        f"{data[:8].hex()}); use a {schemes[theirs]}:// URL for it on this side, in bind or connect "
+        f"({schemes[ours]}:// speaks {ours})"
     )
 
 
@@ -53,7 +63,7 @@ def parse_header(data: bytes, peer_id: int, ipc: bool = False) -> int:
         raise RemoteProtocolError(f"short SP header ({len(data)} bytes)")
     magic, proto, reserved = _HEADER.unpack(data)
     if magic != _MAGIC:
-        raise zmtp_mismatch(data, ipc) or RemoteProtocolError(f"not an SP peer: header {data.hex()}")
+        raise other_wire(data, "SP", ipc) or RemoteProtocolError(f"not an SP peer: header {data.hex()}")
     if reserved != b"\x00\x00":
         raise RemoteProtocolError(f"SP header has reserved bytes set: {data.hex()}")
     if proto != peer_id:

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import tempfile
@@ -38,8 +39,14 @@ def warnings_of(caplog: pytest.LogCaptureFixture, name: str) -> str:
                      if r.levelno == logging.WARNING and r.getMessage().startswith(f"{name}:"))
 
 
-SP_SIDE = ("ZeroMQ (ZMTP)", "use a zmtp+{base}:// URL for it")
-ZMTP_SIDE = ("speaks SP", "use a {base}:// URL for it")
+SP_SIDE = ("speaks ZeroMQ (ZMTP), not SP", "use a zmtp+{base}:// URL for it")
+ZMTP_SIDE = ("speaks SP", "not ZMTP", "use a {base}:// URL for it")
+
+
+def named(caplog: pytest.LogCaptureFixture, side: str, parts: tuple[str, ...], base: str = "tcp") -> bool:
+    """Whether ``side``'s WARNINGs name the other protocol and the scheme to use."""
+    logged = warnings_of(caplog, side)
+    return all(part.format(base=base) in logged for part in parts)
 
 
 @pytest.mark.parametrize("base", ["tcp", "ipc"])
@@ -57,13 +64,8 @@ def test_both_ends_of_an_sp_zmtp_mismatch_name_it(
         url = zmtp.bind(url_for(f"zmtp+{base}")).url
         sp.connect(url.removeprefix("zmtp+"))
 
-    def named() -> bool:
-        return all(
-            all(part.format(base=base) in warnings_of(caplog, side) for part in parts)
-            for side, parts in (("sp-side", SP_SIDE), ("zmtp-side", ZMTP_SIDE))
-        )
-
-    wait_until(named, what=f"both ends naming the mismatch; logged: {caplog.text}")
+    wait_until(lambda: named(caplog, "sp-side", SP_SIDE, base) and named(caplog, "zmtp-side", ZMTP_SIDE, base),
+               what="both ends naming the mismatch")
     assert sp.stats().protocol_errors >= 1 and zmtp.stats().protocol_errors >= 1
 
 
@@ -75,22 +77,38 @@ def zctx() -> Iterator[Any]:
     ctx.destroy(linger=0)
 
 
-@pytest.mark.parametrize("nanopy_binds", [True, False], ids=["nanopy-listener", "nanopy-dialer"])
-def test_an_sp_url_names_a_libzmq_peer(
-    make_socket: MakeSocket, caplog: pytest.LogCaptureFixture, zctx: Any, nanopy_binds: bool
+def test_an_sp_dialer_names_a_libzmq_listener(
+    make_socket: MakeSocket, caplog: pytest.LogCaptureFixture, zctx: Any
 ) -> None:
     import zmq
 
     caplog.set_level(logging.WARNING, logger="nanopy")
-    pull = make_socket("pull", name="sp-side", reconnect_interval=5)
+    pull = make_socket("pull", name="sp-side", reconnect_interval=0.05)
     push = zctx.socket(zmq.PUSH)
     push.linger = 0
-    if nanopy_binds:
-        push.connect(pull.bind("tcp://127.0.0.1:0").url)
-    else:
-        pull.connect(f"tcp://127.0.0.1:{push.bind_to_random_port('tcp://127.0.0.1')}")
-    wait_until(lambda: all(p.format(base="tcp") in warnings_of(caplog, "sp-side") for p in SP_SIDE),
-               what=f"the SP side naming ZeroMQ; logged: {caplog.text}")
+    pull.connect(f"tcp://127.0.0.1:{push.bind_to_random_port('tcp://127.0.0.1')}")
+    wait_until(lambda: named(caplog, "sp-side", SP_SIDE), what="the SP side naming ZeroMQ")
+
+
+def test_an_sp_listener_names_a_libzmq_dialer(
+    make_socket: MakeSocket, caplog: pytest.LogCaptureFixture, zctx: Any
+) -> None:
+    """libzmq may read our SP header before it sends its signature, and then close
+    without a byte (a protocol error: it does not redial): nothing names it then, as
+    for any peer that leaves before the handshake. Fresh libzmq dialers come until
+    one sends its signature first, which the SP side names."""
+    import zmq
+
+    caplog.set_level(logging.WARNING, logger="nanopy")
+    url = make_socket("pull", name="sp-side").bind("tcp://127.0.0.1:0").url
+    for _ in range(50):
+        push = zctx.socket(zmq.PUSH)
+        push.linger = 0
+        push.connect(url)
+        with contextlib.suppress(pytest.fail.Exception):
+            wait_until(lambda: named(caplog, "sp-side", SP_SIDE), timeout=0.5)
+            return
+    pytest.fail("no libzmq dialer was named in 50 tries")
 
 
 SIZE_SCHEMES = ("tcp", "ipc", "ws", "wss", "tls+tcp", "zmtp+tcp", "zmtp+ipc")
@@ -114,10 +132,10 @@ def test_the_size_log_names_the_option(make_socket: MakeSocket, caplog: pytest.L
     push = make_socket("push")
     push.connect(pull.bind(url_for(scheme), **tls_options(scheme, True)).url, **tls_options(scheme, False))
     push.send(b"x" * 2000)
-    wait_until(lambda: pull.stats().messages_too_large == 1, what="the message refused")
-    logged = warnings_of(caplog, "small")
-    assert "peer sent a 2000-byte" in logged
-    assert "recv_max_size is 1000 (set the socket's recv_max_size higher, or to 0 for no limit" in logged
+    wait_until(lambda: "peer sent a 2000-byte" in warnings_of(caplog, "small"), what="the message refused, logged")
+    assert "recv_max_size is 1000 (set the socket's recv_max_size higher, or to 0 for no limit" \
+        in warnings_of(caplog, "small")
+    assert pull.stats().messages_too_large == 1
 
 
 def test_a_pyzmq_users_2_mib_message(make_socket: MakeSocket, caplog: pytest.LogCaptureFixture, zctx: Any) -> None:
@@ -131,9 +149,9 @@ def test_a_pyzmq_users_2_mib_message(make_socket: MakeSocket, caplog: pytest.Log
     push.connect(pull.bind("zmtp+tcp://127.0.0.1:0").url.removeprefix("zmtp+"))
     big = b"z" * (2 << 20)
     push.send(big)
-    wait_until(lambda: pull.stats().messages_too_large == 1, what="the 2 MiB message refused")
-    assert "peer sent a 2097152-byte frame; recv_max_size is 1048576 (set the socket's recv_max_size" \
-        in warnings_of(caplog, "zpull")
+    wait_until(lambda: "peer sent a 2097152-byte frame; recv_max_size is 1048576 (set the socket's "
+               "recv_max_size" in warnings_of(caplog, "zpull"), what="the 2 MiB message refused, logged")
+    assert pull.stats().messages_too_large == 1
     pull.recv_max_size = 4 << 20
     push.send(big)  # (libzmq reconnects; the new pipe takes the new limit)
     assert pull.recv() == big

@@ -257,7 +257,7 @@ def test_a_zeromq_greeting_on_an_sp_url_is_named() -> None:
     """(libzmq may close before its greeting is read, so this is checked on the parser.)"""
     from nanopy._wire import parse_header
 
-    with pytest.raises(RemoteProtocolError, match=r"a ZeroMQ \(ZMTP\) one.*use a zmtp\+tcp://"):
+    with pytest.raises(RemoteProtocolError, match=r"speaks ZeroMQ \(ZMTP\), not SP.*use a zmtp\+tcp://"):
         parse_header(greeting()[:8], 0x51)
 
 

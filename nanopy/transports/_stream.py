@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import trio
 
 from .._errors import RemoteProtocolError
-from .._wire import HEADER_SIZE, FrameDecoder, encode_frame, encode_frames, encode_header, parse_header, zmtp_mismatch
+from .._wire import HEADER_SIZE, FrameDecoder, encode_frame, encode_frames, encode_header, other_wire, parse_header
 from ._base import ChannelConnection, Connection, Listener, PipeContext
 
 RECV_SIZE = 64 * 1024  # below glibc's mmap threshold: a bigger buffer costs an mmap per read
@@ -220,13 +220,13 @@ class FramedConnection(ChannelConnection):
                 chunk = await self._recv_some(HEADER_SIZE - len(header))
             except ConnectionResetError as exc:
                 if header:  # a reset cuts the header as an EOF does
-                    raise zmtp_mismatch(header, self._ipc) or RemoteProtocolError(
+                    raise other_wire(header, "SP", self._ipc) or RemoteProtocolError(
                         f"connection reset during the SP handshake: {exc}") from None
                 raise
             if not chunk:
                 if not header:  # connected and left (a port probe): not a protocol error
                     raise EOFError("peer closed before the SP handshake")
-                raise zmtp_mismatch(header, self._ipc) or RemoteProtocolError("peer closed during the SP handshake")
+                raise other_wire(header, "SP", self._ipc) or RemoteProtocolError("peer closed during the SP handshake")
             header += chunk
         parse_header(header, self._ctx.peer_id, self._ipc)
 

@@ -18,7 +18,7 @@ import struct
 from collections.abc import Callable, Iterable
 
 from .._errors import MessageTooLarge, RemoteProtocolError, too_large
-from .._wire import fail_after
+from .._wire import fail_after, other_wire
 
 GREETING_SIZE = 64
 SIGNATURE_SIZE = 10
@@ -43,24 +43,9 @@ def encode_greeting(mechanism: bytes, as_server: bool, minor: int = 1) -> bytes:
     )
 
 
-def sp_mismatch(data: bytes, ipc: bool = False) -> RemoteProtocolError | None:
-    """The error naming an SP peer when the first bytes of a would-be ZMTP greeting
-    are an SP header's (``\\x00SP\\x00``), else None: what a ZMTP endpoint logs,
-    dialer or listener, even when the SP peer reset the connection after its header
-    (the SP side names it too: nanopy/_wire.py ``zmtp_mismatch``)."""
-    if data[:4] != b"\x00SP\x00":
-        return None
-    scheme = "ipc" if ipc else "tcp"
-    return RemoteProtocolError(
-        f"the peer speaks SP (nanomsg, NNG, mangos, nanopy's {scheme}://), not ZMTP (its header is "
-        f"{data[:8].hex()}); use a {scheme}:// URL for it on this side, in bind or connect "
-        f"(zmtp+{scheme}:// speaks ZMTP)"
-    )
-
-
 def check_signature(data: bytes, ipc: bool = False) -> None:
     """The peer's first 10 octets; raises RemoteProtocolError if they are not ZMTP's."""
-    mismatch = sp_mismatch(data, ipc)
+    mismatch = other_wire(data, "ZMTP", ipc)
     if mismatch is not None:
         raise mismatch
     if data[0] != 0xFF or not data[9] & 0x01:

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from .._errors import RemoteProtocolError
+from .._wire import other_wire
 from ..transports._base import PipeContext
 from ..transports._keepalive import PeerWatch, PongDebt
 from ..transports._stream import StreamConnection, unread_bytes
@@ -121,7 +122,7 @@ class ZmtpConnection(StreamConnection):
 
     def _sp_peer(self, data: bytes, first: bool) -> RemoteProtocolError | None:
         """The error naming an SP peer when the peer's first bytes are an SP header."""
-        return codec.sp_mismatch(data, self._ipc_socket()) if first else None
+        return other_wire(data, "ZMTP", self._ipc_socket()) if first else None
 
     def _ipc_socket(self) -> bool:
         return self._sock.family == socket.AF_UNIX
