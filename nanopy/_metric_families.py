@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from ._series import Series, counts_of
+from ._series import Series
 from ._stats import GAUGE_FIELDS, SocketStats
 
 #: field -> (Prometheus name, OpenTelemetry name): names from before the rule
@@ -34,6 +34,8 @@ NAMES = {
     "bytes_received": ("nanopy_bytes_received", "nanopy.bytes.received"),
     "drops": ("nanopy_messages_dropped", "nanopy.messages.dropped"),
 }
+#: HELP lines better said than the field's docstring line
+HELP = {"drops": "Messages the socket discarded, by reason (docs/metrics.md lists the reasons)."}
 #: fields exported as one family with a label: field -> (Prometheus name, OpenTelemetry name, labels, help)
 JOINED = {
     "queued_in": ("nanopy_queued_messages", "nanopy.queued", {"direction": "in"},
@@ -44,7 +46,9 @@ JOINED = {
 #: ``reconnect_attempts`` of ``dial_failures`` and the dialer's ``handshake_failures``
 NOT_EXPORTED = frozenset({"messages_dropped", "dropped", "reconnect_attempts"})
 
-_DEFAULTS = counts_of(SocketStats())  # every counter and every reason, at zero
+#: one field a family reads: (field, labels that tell its samples apart, the reasons
+#: a Mapping field always has -- None for a number)
+Part = tuple[str, tuple[tuple[str, str], ...], tuple[str, ...] | None]
 
 
 @dataclass(frozen=True)
@@ -57,8 +61,8 @@ class Family:
         kind: ``"counter"`` or ``"gauge"``.
         unit: its UCUM unit, as OpenTelemetry wants it.
         help: one line on what it counts.
-        parts: the SocketStats fields it reads, each with the labels that tell its
-            samples apart (``direction``); a Mapping field adds ``reason``.
+        parts: the SocketStats fields it reads (:data:`Part`); a Mapping field adds
+            the label ``reason``.
     """
 
     name: str
@@ -66,28 +70,25 @@ class Family:
     kind: str
     unit: str
     help: str
-    parts: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
+    parts: tuple[Part, ...]
 
     def values(self, series: Series) -> Iterator[tuple[dict[str, str], int]]:
         """The family's samples in one series: (labels beyond socket and protocol, value)."""
-        for field, labels in self.parts:
+        counters = series.counters
+        for field, labels, reasons in self.parts:
             if self.kind == "gauge":
                 yield dict(labels), series.gauges.get(field, 0)
-            elif field in _BY_REASON:
-                counters = series.counters
-                reasons = dict.fromkeys([r for f, r in _DEFAULTS if f == field] + [r for f, r in counters if f == field])
-                for reason in reasons:
+            elif reasons is not None:
+                # every reason, zeros included, then any other the sockets counted
+                for reason in dict.fromkeys([*reasons, *(r for f, r in counters if f == field)]):
                     yield {**dict(labels), "reason": reason}, counters.get((field, reason), 0)
             else:
-                yield dict(labels), series.counters.get((field, ""), 0)
+                yield dict(labels), counters.get((field, ""), 0)
 
 
-_BY_REASON = frozenset(f for f, reason in _DEFAULTS if reason)
-
-
-def field_help() -> dict[str, str]:
-    """Each field's line in SocketStats' docstring ("Attributes:"), continuation lines joined."""
-    section = inspect.cleandoc(SocketStats.__doc__ or "").partition("Attributes:")[2]
+def field_help(cls: type[SocketStats] = SocketStats) -> dict[str, str]:
+    """Each field's line in the class docstring ("Attributes:"), continuation lines joined."""
+    section = inspect.cleandoc(cls.__doc__ or "").partition("Attributes:")[2]
     found: dict[str, str] = {}
     field = None
     for line in section.splitlines():
@@ -112,11 +113,13 @@ def _unit(field: str) -> str:
     return "{event}"
 
 
-def _families() -> tuple[Family, ...]:
-    docs = field_help()
-    joined: dict[str, list[tuple[str, tuple[tuple[str, str], ...]]]] = {}
+def families_of(cls: type[SocketStats]) -> tuple[Family, ...]:
+    """The families the rule makes of ``cls``'s fields (SocketStats, or a subclass in a test)."""
+    docs = field_help(cls)
+    blank = cls()
+    joined: dict[str, list[Part]] = {}
     families: list[Family | str] = []  # (a joined family's name marks its place)
-    for f in dataclasses.fields(SocketStats):
+    for f in dataclasses.fields(cls):
         field = f.name
         if field in NOT_EXPORTED:
             continue
@@ -126,14 +129,15 @@ def _families() -> tuple[Family, ...]:
             if name not in joined:
                 joined[name] = []
                 families.append(name)
-            joined[name].append((field, tuple(JOINED[field][2].items())))
+            joined[name].append((field, tuple(JOINED[field][2].items()), None))
             continue
-        default = getattr(SocketStats(), field)
+        default = getattr(blank, field)
         if not isinstance(default, (int, Mapping)) or isinstance(default, bool):
             continue  # (not a number: nothing to export)
         name, otel = NAMES.get(field, (f"nanopy_{field}", f"nanopy.{field}"))
-        text = (docs.get(field) or f"SocketStats.{field}.").replace("``", "")
-        families.append(Family(name, otel, kind, _unit(field), text[:1].upper() + text[1:], ((field, ()),)))
+        text = (HELP.get(field) or docs.get(field) or f"SocketStats.{field}.").replace("``", "")
+        reasons = tuple(default) if isinstance(default, Mapping) else None
+        families.append(Family(name, otel, kind, _unit(field), text[:1].upper() + text[1:], ((field, (), reasons),)))
     out = []
     for item in families:
         if isinstance(item, str):
@@ -147,4 +151,4 @@ def _families() -> tuple[Family, ...]:
 
 
 #: every exported family, in the order of the SocketStats fields
-FAMILIES = _families()
+FAMILIES = families_of(SocketStats)

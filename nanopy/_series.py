@@ -45,13 +45,17 @@ SeriesKey = tuple[str, str]
 #: counters by (SocketStats field, reason); the reason is "" for a plain number
 Counts = dict[tuple[str, str], int]
 
-_COUNTER_FIELDS = tuple(f.name for f in dataclasses.fields(SocketStats) if f.name not in GAUGE_FIELDS)
+_counter_fields: dict[type, tuple[str, ...]] = {}  # per snapshot class (a test may subclass it)
 
 
 def counts_of(stats: SocketStats) -> Counts:
     """Every counter of a snapshot: each number, and each Mapping by reason."""
     out: Counts = {}
-    for name in _COUNTER_FIELDS:
+    cls = type(stats)
+    names = _counter_fields.get(cls)
+    if names is None:
+        names = _counter_fields[cls] = tuple(f.name for f in dataclasses.fields(stats) if f.name not in GAUGE_FIELDS)
+    for name in names:
         value = getattr(stats, name)
         if isinstance(value, Mapping):
             for reason, n in value.items():
