@@ -45,22 +45,33 @@ SeriesKey = tuple[str, str]
 #: counters by (SocketStats field, reason); the reason is "" for a plain number
 Counts = dict[tuple[str, str], int]
 
-_counter_fields: dict[type, tuple[str, ...]] = {}  # per snapshot class (a test may subclass it)
+# per snapshot class (a test may subclass it): its counter fields, each with whether
+# it counts by reason (a Mapping), found once from a blank snapshot
+_counter_fields: dict[type, tuple[tuple[str, bool], ...]] = {}
+
+
+def _fields_of(cls: type[SocketStats]) -> tuple[tuple[str, bool], ...]:
+    blank = cls()
+    found = tuple(
+        (f.name, isinstance(getattr(blank, f.name), Mapping))
+        for f in dataclasses.fields(cls)
+        if f.name not in GAUGE_FIELDS and isinstance(getattr(blank, f.name), (int, Mapping))
+        and not isinstance(getattr(blank, f.name), bool)
+    )
+    _counter_fields[cls] = found
+    return found
 
 
 def counts_of(stats: SocketStats) -> Counts:
     """Every counter of a snapshot: each number, and each Mapping by reason."""
     out: Counts = {}
-    cls = type(stats)
-    names = _counter_fields.get(cls)
-    if names is None:
-        names = _counter_fields[cls] = tuple(f.name for f in dataclasses.fields(stats) if f.name not in GAUGE_FIELDS)
-    for name in names:
+    fields = _counter_fields.get(stats.__class__) or _fields_of(stats.__class__)
+    for name, by_reason in fields:
         value = getattr(stats, name)
-        if isinstance(value, Mapping):
+        if by_reason:
             for reason, n in value.items():
                 out[(name, reason)] = n
-        elif isinstance(value, int) and not isinstance(value, bool):
+        else:
             out[(name, "")] = value
     return out
 
@@ -103,7 +114,8 @@ class _Member:
         """Add what this member counts in its series (``counts`` less ``base``) to ``into``."""
         base = self.base
         for key, n in counts.items():
-            into[key] = into.get(key, 0) + n - base.get(key, 0)
+            if n:  # (most counters of most sockets are 0: nothing to add)
+                into[key] = into.get(key, 0) + n - base.get(key, 0)
 
 
 class SeriesRegistry:
