@@ -28,7 +28,6 @@ import http.server
 import os
 import socket
 import threading
-import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -191,30 +190,31 @@ def register_prometheus(registry: Any = None) -> Any:
 _otel_lock = threading.Lock()
 _otel_instruments: dict[int, tuple[Any, list[Any]]] = {}  # id(provider) -> (provider, instruments)
 # An OpenTelemetry collection calls every instrument's callback in turn: they share
-# one read of the sockets (a newer one each time, so counters still only go up).
-_RECENT_SECONDS = 0.05
+# one read of the sockets. A callback asking again (its instrument's next collection)
+# reads them anew, so no callback ever sees an older read than it saw before.
 _recent_lock = threading.Lock()
-_recent: tuple[float, list[Series]] = (-1.0, [])
+_recent: list[Series] | None = None
+_recent_served: set[str] = set()  # the families given _recent
+
+
+def _recent_series(family: str) -> list[Series]:
+    global _recent
+    with _recent_lock:
+        if _recent is None or family in _recent_served:
+            _recent = _series.collect()
+            _recent_served.clear()
+        _recent_served.add(family)
+        return _recent
 
 
 def _forget_recent() -> None:
     global _recent, _recent_lock
     _recent_lock = threading.Lock()  # (a child of fork: whoever held it is not here)
-    _recent = (-1.0, [])
+    _recent = None
+    _recent_served.clear()
 
 
 os.register_at_fork(after_in_child=_forget_recent)
-
-
-def _recent_series() -> list[Series]:
-    global _recent
-    with _recent_lock:
-        at, found = _recent
-        now = time.monotonic()
-        if at < 0 or now - at > _RECENT_SECONDS:
-            found = _series.collect()
-            _recent = (now, found)
-        return found
 
 
 def instrument(meter_provider: Any = None) -> list[Any]:
@@ -253,7 +253,7 @@ def instrument(meter_provider: Any = None) -> list[Any]:
 
         def callback(family: Family) -> Any:
             def observe(options: Any) -> list[Any]:
-                return [Observation(value, labels) for labels, value in _samples(family, _recent_series())]
+                return [Observation(value, labels) for labels, value in _samples(family, _recent_series(family.name))]
 
             return observe
 
