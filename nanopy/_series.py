@@ -122,22 +122,30 @@ class SeriesRegistry:
     """Every socket's series, and what left each series (one per process)."""
 
     def __init__(self) -> None:
+        self._pid = os.getpid()
         self._lock = threading.Lock()
         self._members: dict[int, _Member] = {}  # by socket serial: creation order
         self._left: dict[SeriesKey, Counts] = {}  # every series ever, in the order it appeared
         self._gone: list[int] = []  # serials of sockets collected unclosed (weakref callbacks)
+
+    def _here(self) -> threading.Lock:
+        """The lock, after making sure the registry is this process's (a forked child
+        may call in before its at-fork handler has run: the parent's lock may be held)."""
+        if self._pid != os.getpid():
+            self.forked()
+        return self._lock
 
     def join(self, sock: Socket) -> None:
         serial = sock._serial
         gone = self._gone
         ref = weakref.ref(sock, lambda _: gone.append(serial))  # (list.append: safe in any thread, any lock)
         key = series_key(sock)
-        with self._lock:
+        with self._here():
             self._members[serial] = _Member(ref, key)
             self._left.setdefault(key, {})
 
     def renamed(self, sock: Socket) -> None:
-        with self._lock:
+        with self._here():
             member = self._members.get(sock._serial)
             if member is None:
                 return  # (named in its constructor: it joins under that name)
@@ -153,7 +161,7 @@ class SeriesRegistry:
     def leave(self, sock: Socket) -> None:
         if sock._driver.fork_closed:
             return  # inherited across a fork: the child's registry starts afresh
-        with self._lock:
+        with self._here():
             member = self._members.pop(sock._serial, None)
             if member is not None:
                 member.add_counted(self._left[member.key], counts_of(sock.stats()))
@@ -193,6 +201,7 @@ class SeriesRegistry:
 
     def forked(self) -> None:
         """In a child process: a new process, with series of its own."""
+        self._pid = os.getpid()
         self._lock = threading.Lock()
         self._members.clear()
         self._left.clear()
