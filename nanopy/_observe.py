@@ -94,4 +94,8 @@ def socket_stats(sock: Socket) -> SocketStats:
         queued_out=driver.queued_out(),
         messages_requeued=driver.requeued,
         **sock._losses.as_dict(),
+        dial_failures=sock._dial_failures,
+        handshake_failures=sock._handshake_failures,
+        auth_failures=sock._auth_failures,
+        reconnects=sock._reconnected,
     )

@@ -24,14 +24,20 @@ from . import _engine
 from ._core import PipeInfo
 from ._drops import TOO_LARGE
 from ._endpoint import Endpoint
-from ._errors import AddressError, MessageTooLarge
+from ._errors import AddressError, AuthenticationFailed, MessageTooLarge
 from ._message import Pipe
 from ._multipart import receive_multipart
 from ._options import validate_priority
 from ._pipe import PipeDriver
 from ._registry import transports as _transports
 from ._stats import PipeLosses
-from .transports._base import Connection, OtherWireProtocol, PipeContext, SubscriptionForwarding
+from .transports._base import (
+    Connection,
+    DiscardsMessages,
+    OtherWireProtocol,
+    PipeContext,
+    SubscriptionForwarding,
+)
 
 if TYPE_CHECKING:
     from ._driver import SocketDriver
@@ -67,6 +73,10 @@ class PipeHosting:
     _reconnects: int
     _protocol_errors: int
     _too_large: int
+    _dial_failures: int
+    _handshake_failures: int
+    _auth_failures: int
+    _reconnected: int
     _losses: PipeLosses
 
     if TYPE_CHECKING:
@@ -220,6 +230,8 @@ class PipeHosting:
                 driver.close_soon()  # Endpoint.close() swept its pipes before this one was added
             if isinstance(conn, SubscriptionForwarding):
                 conn.pipe_started(self._with_topics)  # a ZMTP SUB pipe tells its peer the subscriptions
+            if isinstance(conn, DiscardsMessages):
+                conn.count_drops_with(self._drop_counter(pipe.id))
             self._connects += 1
             self._notify_pipes_changed()
             try:
@@ -262,6 +274,31 @@ class PipeHosting:
 
     def _count_reconnect(self) -> None:
         self._reconnects += 1
+
+    def _count_dial_failure(self) -> None:
+        self._dial_failures += 1
+        self._reconnects += 1  # (reconnect_attempts: failed dials and a dialer's failed handshakes)
+
+    def _count_handshake(self, ep: Endpoint, failure: BaseException | None) -> None:
+        """A handshake on ``ep`` ended (engine thread): ``failure`` is None if it succeeded."""
+        if failure is None:
+            if ep.dialer and ep._handshakes:
+                self._reconnected += 1
+            ep._handshakes += 1
+            return
+        self._handshake_failures += 1
+        if isinstance(failure, AuthenticationFailed):
+            self._auth_failures += 1
+
+    def _drop_counter(self, pid: int) -> Callable[[str, int], Any]:
+        """What a pipe that discards messages itself counts them with (any thread,
+        any lock held: the count is made on the engine thread, soon)."""
+        engine, count = self._engine, self._driver.count_drop
+
+        def counted(reason: str, n: int) -> None:
+            engine.call_soon(count, reason, n, pid)
+
+        return counted
 
     def on_pipe_added(self, callback: Callable[[Pipe], Any]) -> None:
         """Call ``callback(pipe)`` on the engine thread for each new pipe.

@@ -46,7 +46,8 @@ class SocketStats(_Snapshot):
         pipes: pipes connected now.
         connects: pipes made since the socket was created.
         disconnects: pipes lost since the socket was created.
-        reconnect_attempts: failed dials and handshakes.
+        reconnect_attempts: failed dials and a dialer's failed handshakes (the sum of
+            ``dial_failures`` and the dialer's part of ``handshake_failures``).
         protocol_errors: peers that broke the wire protocol (their pipe was closed).
         messages_too_large: messages refused for exceeding ``recv_max_size``
             (each also counts in ``protocol_errors`` and in ``drops["too_large"]``).
@@ -54,8 +55,8 @@ class SocketStats(_Snapshot):
             ``dead_peer_timeout`` (each also counts in ``disconnects``).
         lost_pipes_unacked: pipes that ended while their kernel still held bytes
             the peer had not acknowledged: messages that may be lost.
-        lost_unacked_bytes: those bytes, summed (wire bytes: frames and headers;
-            Linux's count, so 0 where the kernel does not tell).
+        lost_unacked_bytes: the bytes those pipes' kernels held unacknowledged, summed
+            (wire bytes: frames and headers; Linux's count, so 0 where the kernel does not tell).
         messages_requeued: messages a dying pipe had not written yet that went back
             to the socket and on to its other pipes (load-balancing senders).
         dropped: messages discarded, for any reason: ``sum(drops.values())``.
@@ -63,6 +64,15 @@ class SocketStats(_Snapshot):
             ("queue_full", "no_peer", "too_large", ...), zeros included.
         queued_in: messages received and not yet taken by the user.
         queued_out: messages sent and not yet written to a connection.
+        dial_failures: dials that made no connection (refused, unreachable, timed out).
+        handshake_failures: connections, dialed or accepted, that ended before their
+            handshake completed (a wrong protocol, a refused upgrade, a timeout, a
+            peer that left, ``auth_failures`` included).
+        auth_failures: peers this socket refused in the handshake for their
+            credentials: a CURVE key not in ``curve_clients`` or a box that does not
+            open, PLAIN credentials refused, a TLS certificate that failed verification.
+        reconnects: connections a dialer made again after its first (a pipe lost
+            or refused, then made anew).
     """
 
     messages_sent: int = 0
@@ -85,6 +95,16 @@ class SocketStats(_Snapshot):
     drops: Mapping[str, int] = field(default_factory=new_drop_counts)
     queued_in: int = 0
     queued_out: int = 0
+    dial_failures: int = 0
+    handshake_failures: int = 0
+    auth_failures: int = 0
+    reconnects: int = 0
+
+
+#: the SocketStats fields that say how things are now (they go up and down); every
+#: other number counts since the socket was created, and a Mapping counts by reason:
+#: nanopy.metrics exports a new field by this rule (docs/metrics.md, "A new counter")
+GAUGE_FIELDS = frozenset({"pipes", "queued_in", "queued_out"})
 
 
 class PipeLosses:

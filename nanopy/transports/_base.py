@@ -266,6 +266,17 @@ class CountsUnwritten(Protocol):
         """Bytes of the failed chunk not written (None: unknown)."""
 
 
+@runtime_checkable
+class DiscardsMessages(Protocol):
+    """A capability: a connection that may discard a message itself, as its wire
+    protocol's peers would (a ZMTP REQ pipe drops a reply without its delimiter).
+    The socket hands it a counter, so every such drop counts in ``stats().drops``."""
+
+    def count_drops_with(self, count: Callable[[str, int], Any]) -> None:
+        """From now on, count ``n`` messages discarded for ``reason`` (a name of
+        nanopy._drops) with ``count(reason, n)`` (callable from any thread)."""
+
+
 class Listener(abc.ABC):
     """A bound listening endpoint."""
 

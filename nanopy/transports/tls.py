@@ -24,7 +24,7 @@ from typing import Any
 
 import trio
 
-from .._errors import AddressError, RemoteProtocolError
+from .._errors import AddressError, AuthenticationFailed, RemoteProtocolError
 from ._base import Connection, Listener, PipeContext
 from ._stream import FramedConnection, SocketChannel
 from .tcp import TcpListener, TcpTransport, bind_tcp_socket, bound_url, dial_tcp_socket, split_host_port
@@ -41,6 +41,12 @@ def _tls_failure(exc: trio.BrokenResourceError) -> ssl.SSLError | None:
     if isinstance(cause, ssl.SSLError) and not isinstance(cause, (ssl.SSLEOFError, ssl.SSLZeroReturnError)):
         return cause
     return None
+
+
+def _refused_certificate(failure: ssl.SSLError) -> bool:
+    """This side refused the peer's certificate (or its lack of one): an
+    authentication failure, not a broken peer."""
+    return isinstance(failure, ssl.SSLCertVerificationError) or failure.reason == "PEER_DID_NOT_RETURN_A_CERTIFICATE"
 
 
 class StreamChannel:
@@ -81,7 +87,8 @@ class StreamChannel:
                 raise RemoteProtocolError(f"{self._describe} left in the middle of the TLS handshake") from None
             if self._server_side:
                 await self._send_alert()
-            raise RemoteProtocolError(f"TLS handshake with {self._describe} failed: {failure}") from None
+            refused = AuthenticationFailed if _refused_certificate(failure) else RemoteProtocolError
+            raise refused(f"TLS handshake with {self._describe} failed: {failure}") from None
 
     async def _wait_first_byte(self) -> None:
         """EOFError for a client that connects and leaves without a byte (a probe)."""

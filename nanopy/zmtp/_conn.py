@@ -15,7 +15,7 @@ import logging
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._errors import RemoteProtocolError
 from ..transports._base import PipeContext
@@ -189,6 +189,10 @@ class ZmtpConnection(StreamConnection):
     async def write_all(self, chunk: bytes | memoryview) -> None:
         if chunk:
             await self._send_all(chunk)
+
+    def count_drops_with(self, count: Callable[[str, int], Any]) -> None:
+        """Where the role counts the messages it discards (the socket's drops)."""
+        self.role.count_drop = count
 
     def attach_control(self, send_control: Callable[..., bool]) -> None:
         self._send_control = send_control
