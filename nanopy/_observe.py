@@ -93,5 +93,6 @@ def socket_stats(sock: Socket) -> SocketStats:
         queued_in=queued_in,
         queued_out=driver.queued_out(),
         messages_requeued=driver.requeued,
+        messages_resent=driver.resent,
         **sock._losses.as_dict(),
     )

@@ -63,6 +63,14 @@ class SocketStats(_Snapshot):
             ("queue_full", "no_peer", "too_large", ...), zeros included.
         queued_in: messages received and not yet taken by the user.
         queued_out: messages sent and not yet written to a connection.
+        messages_resent: messages a dying pipe had handed to its kernel whose bytes
+            the peer had not all acknowledged, sent again on the other pipes
+            (``resend_unacked``; PUSH, raw REQ): each may arrive twice -- the peer
+            may have had it and only its acknowledgement was lost.
+        lost_unacked_messages: the same messages when ``resend_unacked`` is off:
+            lost with their pipe, unless only the acknowledgement was (also
+            counted as ``dead_pipe`` drops; PUSH, raw REQ over tcp, tls+tcp, ws,
+            wss, zmtp+tcp on Linux).
     """
 
     messages_sent: int = 0
@@ -85,26 +93,31 @@ class SocketStats(_Snapshot):
     drops: Mapping[str, int] = field(default_factory=new_drop_counts)
     queued_in: int = 0
     queued_out: int = 0
+    messages_resent: int = 0
+    lost_unacked_messages: int = 0
 
 
 class PipeLosses:
     """What a socket lost with its pipes -- the one place these counts are kept
     (docs/partitions.md). Updated on the engine thread as each pipe ends. (What
-    went back to the socket instead, ``messages_requeued``, is counted where it
-    goes back: ``SocketDriver.requeued``, nanopy/_pipe_ending.py.)"""
+    went back to the socket instead, ``messages_requeued`` and ``messages_resent``,
+    is counted where it goes back: ``SocketDriver.requeued``/``resent``,
+    nanopy/_pipe_ending.py.)"""
 
-    __slots__ = ("dead_pipes", "lost_pipes_unacked", "lost_unacked_bytes")
+    __slots__ = ("dead_pipes", "lost_pipes_unacked", "lost_unacked_bytes", "lost_unacked_messages")
 
     def __init__(self) -> None:
-        self.dead_pipes = self.lost_pipes_unacked = self.lost_unacked_bytes = 0
+        self.dead_pipes = self.lost_pipes_unacked = self.lost_unacked_bytes = self.lost_unacked_messages = 0
 
     def pipe_ended(self, pipe: Any) -> None:
-        """Count how ``pipe`` (a PipeDriver that stopped) ended."""
+        """Count how ``pipe`` (a PipeDriver that stopped) ended. Bytes sent again
+        (``resend_unacked``) are no loss."""
         if pipe.dead:
             self.dead_pipes += 1
-        if pipe.unacked:
+        if pipe.unacked and not pipe.unacked_resent:
             self.lost_pipes_unacked += 1
             self.lost_unacked_bytes += pipe.unacked
+        self.lost_unacked_messages += pipe.lost_messages
 
     def as_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in self.__slots__}
