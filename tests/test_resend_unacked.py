@@ -1,0 +1,310 @@
+"""``resend_unacked``: what a dying pipe's kernel held unacknowledged is sent again
+(PUSH, raw REQ), or counted lost by number (issue 32, docs/partitions.md).
+
+* the sent log (nanopy/_sent_log.py), Sans-I/O: the kernel's unacknowledged byte
+  count maps to exactly the messages whose frames end in those bytes, against a
+  byte-by-byte model, through partial writes, control frames, failed writes and
+  TLS slack; and it keeps about what the kernel holds, never more than its limit;
+* on tcp loopback, for each protocol that takes the option: a peer that reads
+  nothing and then resets holds some messages in its receive buffer (it peeks
+  them: those it has) while the rest waits in our kernel and queue. With the
+  option, every message reaches the peer or the other one, in order; without it,
+  exactly the missing ones are counted in ``lost_unacked_messages`` and as
+  ``dead_pipe`` drops;
+* the option is refused, with a nanopy error that says why, where it has no meaning.
+
+The random partition nemesis across hosts is in tests/test_multihost_resend.py.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import struct
+from collections.abc import Callable
+
+import pytest
+from test_dead_peer import _sp_handshake, _stuck_listener
+
+import nanopy
+from nanopy._sent_log import TRIM_BYTES, SentLog, frame_sizes
+from nanopy.testing import wait_pipes
+
+pytestmark = pytest.mark.timeout(60)
+
+PREFIX = 8  # SP over tcp: a u64 length before each payload
+
+
+def sizes(batch: list[bytes]) -> list[int]:
+    return [len(p) + PREFIX for p in batch]
+
+
+class Model:
+    """The byte stream a pipe wrote, byte by byte: which message each byte belongs to."""
+
+    def __init__(self) -> None:
+        self.owner: list[bytes | None] = []  # per stream byte: its message (None: a control frame)
+
+    def chunk(self, batch: list[bytes]) -> None:
+        for p in batch:
+            self.owner += [p] * (len(p) + PREFIX)
+
+    def control(self, n: int) -> None:
+        self.owner += [None] * n
+
+    def expected(self, taken: int, unacked: int) -> list[bytes]:
+        """The messages whose last byte the peer did not acknowledge and whose
+        first byte the kernel took, in order."""
+        acked = taken - unacked
+        out: list[bytes] = []
+        seen: set[int] = set()
+        ends: dict[int, int] = {}
+        starts: dict[int, int] = {}
+        for i, p in enumerate(self.owner):
+            if p is not None:
+                starts.setdefault(id(p), i)
+                ends[id(p)] = i
+        for i, p in enumerate(self.owner):
+            if p is None or id(p) in seen:
+                continue
+            seen.add(id(p))
+            if ends[id(p)] >= acked and starts[id(p)] < taken:
+                out.append(p)
+        return out
+
+
+def _no_kernel() -> int | None:
+    return None
+
+
+def _messages(rng: random.Random, n: int) -> list[bytes]:
+    return [b"%d:" % rng.randrange(1 << 30) + b"x" * rng.choice((0, 1, 7, 100, 1500, 9000)) for _ in range(n)]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_unacked_bytes_map_to_exactly_the_messages_they_end(seed: int) -> None:
+    rng = random.Random(seed)
+    log = SentLog(_no_kernel, limit=1 << 40)
+    model = Model()
+    left = 0  # a chunk's rest not yet taken
+    for _ in range(rng.randrange(1, 30)):
+        if left:  # a chunk's rest goes before anything else
+            log.advance(left)
+            left = 0
+        if rng.random() < 0.2:
+            n = rng.randrange(2, 40)  # a control frame (a WebSocket PONG, a ZMTP PING)
+            log.advance(n)
+            model.control(n)
+            continue
+        batch = _messages(rng, rng.randrange(1, 12))
+        length = sum(sizes(batch))
+        taken = length if rng.random() < 0.7 else rng.randrange(length + 1)
+        log.wrote(batch, length, taken)
+        model.chunk(batch)
+        left = length - taken
+    taken_total = log.taken
+    assert taken_total == len(model.owner) - left
+    for unacked in {0, 1, PREFIX, rng.randrange(taken_total + 1), taken_total, taken_total + 50}:
+        copy = SentLog(_no_kernel, limit=1 << 40)
+        copy.writes.extend(log.writes)
+        copy.taken = log.taken
+        got = copy.unacked(unacked, sizes)
+        assert got == model.expected(taken_total, unacked), (unacked, taken_total)
+
+
+def test_a_partly_taken_chunk_leaves_its_untaken_messages_to_the_pipe() -> None:
+    log = SentLog(_no_kernel, limit=1 << 20)
+    batch = [b"a" * 92, b"b" * 92, b"c" * 92]  # frames of 100 bytes
+    log.wrote(batch, 300, 150)  # the kernel took a, half of b; c waits in the pipe
+    assert log.unacked(0, sizes) == [b"b" * 92]  # b's end never reached the peer; c is the pipe's
+    log = SentLog(_no_kernel, limit=1 << 20)
+    log.wrote(batch, 300, 150)
+    assert log.unacked(120, sizes) == [b"a" * 92, b"b" * 92]
+
+
+def test_a_failed_write_of_unknown_length_is_sent_again_whole() -> None:
+    log = SentLog(_no_kernel, limit=1 << 20)
+    first, second = [b"a" * 92], [b"b" * 92, b"c" * 92]
+    log.wrote(first, 100, 100)
+    log.wrote(second, 200, 200)  # a TLS write that failed: how much went is unknown
+    log.doubt(200)
+    assert log.unacked(0, sizes) == second  # the kernel holds nothing, yet they may never have gone
+
+
+def test_tls_slack_covers_a_record_the_peer_got_part_of() -> None:
+    log = SentLog(_no_kernel, limit=1 << 20, slack=16 * 1024)
+    batch = [b"m" * 1000 for _ in range(40)]  # 40 frames of 1008 bytes
+    log.wrote(batch, 40 * 1008, 40 * 1008)
+    got = log.unacked(1, sizes)  # one byte unacknowledged: a record of up to 16 KiB is lost
+    assert len(got) == 17 and got == batch[-17:]
+
+
+def test_without_the_kernel_count_everything_kept_goes() -> None:
+    log = SentLog(_no_kernel, limit=1 << 20)
+    log.wrote([b"a", b"b"], 18, 18)
+    log.wrote([b"c"], 9, 4)
+    assert log.unacked(None, sizes) == [b"a", b"b", b"c"]
+
+
+def test_a_batch_framed_otherwise_than_message_by_message_goes_whole() -> None:
+    log = SentLog(_no_kernel, limit=1 << 20)
+    log.wrote([b"a" * 10, b"b" * 10], 100, 100)  # 100 bytes: not 18 + 18
+    assert log.unacked(1, sizes) == [b"a" * 10, b"b" * 10]
+
+
+def test_frame_sizes_frame_each_payload_where_framing_varies() -> None:
+    class Channel:
+        def frame(self, payloads: list[bytes]) -> bytes:
+            return b"".join(bytes([min(len(p), 126)]) * (2 if len(p) < 126 else 4) + p for p in payloads)
+
+    assert frame_sizes(Channel(), -1)([b"x", b"y" * 200]) == [3, 204]
+    assert frame_sizes(Channel(), 8)([b"x", b"y" * 200]) == [9, 208]
+
+
+def test_the_log_keeps_about_what_the_kernel_holds() -> None:
+    in_kernel = [0]
+    log = SentLog(lambda: in_kernel[0], limit=1 << 30)
+    batch = [b"p" * 992]  # 1000-byte frames
+    for i in range(5000):  # 5 MB through a kernel that holds 300 kB unacknowledged
+        log.wrote(batch, 1000, 1000)
+        in_kernel[0] = min(300_000, (i + 1) * 1000)
+        assert log.held_bytes() <= 300_000 + TRIM_BYTES + 1000
+    assert len(log.unacked(in_kernel[0], sizes)) == 300  # what it forgot was acknowledged
+
+
+def test_without_a_kernel_answer_the_log_keeps_its_limit() -> None:
+    log = SentLog(_no_kernel, limit=200_000)
+    for _ in range(3000):
+        log.wrote([b"p" * 992], 1000, 1000)
+        assert log.held_bytes() <= 200_000 + TRIM_BYTES + 1000
+
+
+# -- the option --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("protocol", "raw"), [("push", False), ("req", True)])
+def test_the_option_is_off_by_default_and_taken_where_it_means_something(protocol: str, raw: bool) -> None:
+    with nanopy.Socket(protocol, raw=raw) as sock:
+        assert sock.resend_unacked is False
+        sock.resend_unacked = True
+        assert sock.resend_unacked is True
+        with pytest.raises(TypeError, match="resend_unacked"):
+            sock.resend_unacked = 1  # type: ignore[assignment]
+    with nanopy.Socket(protocol, raw=raw, resend_unacked=True) as sock:
+        assert sock.resend_unacked
+
+
+@pytest.mark.parametrize(("protocol", "raw", "why"), [
+    ("req", False, "already sends every request again"),
+    ("pub", False, "only PUSH and raw REQ"),
+    ("pair", False, "only PUSH and raw REQ"),
+    ("rep", True, "only PUSH and raw REQ"),
+    ("surveyor", False, "only PUSH and raw REQ"),
+])
+def test_the_option_is_refused_where_it_means_nothing(protocol: str, raw: bool, why: str) -> None:
+    with pytest.raises(nanopy.ProtocolError, match=why):
+        nanopy.Socket(protocol, raw=raw, resend_unacked=True)
+    with nanopy.Socket(protocol, raw=raw) as sock:
+        sock.resend_unacked = False  # (off is always fine)
+        with pytest.raises(nanopy.ProtocolError, match="resend_unacked"):
+            sock.resend_unacked = True
+        assert sock.resend_unacked is False
+
+
+# -- tcp loopback: a peer that read nothing resets -------------------------------------------------
+
+
+def _body(n: int) -> bytes:
+    return b"%06d" % n + b"x" * (200 + n * 7919 % 4000)  # sizes vary: the mapping is per message
+
+
+def _peek_frames(conn: socket.socket, header: int) -> list[int]:
+    """The sequence numbers of the whole messages in ``conn``'s receive buffer
+    (peeked: the window stays closed, nothing more arrives)."""
+    data = conn.recv(32 << 20, socket.MSG_PEEK)
+    seqs, i = [], 0
+    while i + 8 <= len(data):
+        size = int.from_bytes(data[i:i + 8], "big")
+        if i + 8 + size > len(data):
+            break  # the message its kernel has only part of
+        seqs.append(int(data[i + 8 + header:i + 14 + header]))
+        i += 8 + size
+    return seqs
+
+
+SendFn = Callable[[nanopy.Socket, int], None]
+
+
+def _push_send(sock: nanopy.Socket, n: int) -> None:
+    sock.send(_body(n))
+
+
+def _raw_req_send(sock: nanopy.Socket, n: int) -> None:
+    sock.send_msg(nanopy.Message(_body(n), header=struct.pack("!I", 0x80000000 | n)))
+
+
+CASES = {  # protocol: (socket kwargs, the peer's protocol id, the good peer, send, request header bytes)
+    "push": ({"protocol": "push"}, 0x51, ("pull", False), _push_send, 0),
+    "raw req": ({"protocol": "req", "raw": True}, 0x31, ("rep", True), _raw_req_send, 4),
+}
+
+
+@pytest.mark.parametrize("resend", [True, False], ids=["resend", "count"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_tcp_peer_reset_with_unread_data(case: str, resend: bool) -> None:
+    kwargs, peer_id, (good_protocol, good_raw), send, header = CASES[case]
+    server, stuck_url = _stuck_listener("tcp")
+    with nanopy.Socket(**kwargs, send_buffer=50, send_timeout=0.5, resend_unacked=resend) as sender, \
+            nanopy.Socket(good_protocol, raw=good_raw) as good:
+        good.bind("tcp://127.0.0.1:0")
+        sender.connect(stuck_url, priority=1)
+        conn, _ = server.accept()
+        _sp_handshake(conn, peer_id)
+        wait_pipes(sender)
+        count = 0
+        while True:  # into the stuck peer's receive buffer, our kernel, then our queue
+            try:
+                send(sender, count + 1)
+            except nanopy.Timeout:
+                break
+            count += 1
+        sender.connect(good.endpoints[0].url, priority=2)
+        wait_pipes(sender, 2)
+        has = _peek_frames(conn, header)  # what the reset peer got whole
+        assert has == list(range(1, len(has) + 1))
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()  # RST: its receive buffer goes, our kernel's part was never acknowledged
+        got: list[int] = []
+        while not got or got[-1] < count:
+            got.append(int(good.recv_msg(timeout=10).body[:6]))
+        stats = sender.stats()
+    server.close()
+    assert got == sorted(set(got)), f"out of order or twice: {got[:20]}"
+    missing = sorted(set(range(1, count + 1)) - set(has) - set(got))
+    twice = set(has) & set(got)
+    print(f"{case} resend={resend}: sent {count}, the peer had {len(has)}, resent {stats.messages_resent}, "
+          f"requeued {stats.messages_requeued}, lost {len(missing)} (counted {stats.lost_unacked_messages}), "
+          f"twice {len(twice)}")
+    assert stats.messages_requeued > 0 and count > len(has) + stats.messages_requeued
+    if resend:
+        assert missing == [] and len(twice) <= stats.messages_resent
+        assert stats.messages_resent + stats.messages_requeued == count - len(has) + len(twice)
+        assert stats.lost_unacked_messages == stats.drops["dead_pipe"] == 0
+        assert stats.lost_unacked_bytes == stats.lost_pipes_unacked == 0  # (sent again: no loss)
+    else:
+        assert twice == set() and stats.messages_resent == 0
+        assert missing == list(range(len(has) + 1, missing[-1] + 1))  # one run, right after the peer's
+        assert len(missing) == stats.lost_unacked_messages == stats.drops["dead_pipe"] == stats.dropped
+        assert stats.lost_pipes_unacked == 1 and stats.lost_unacked_bytes > 0
+
+
+def test_ipc_keeps_no_log() -> None:
+    """Over ipc a message the kernel took is in the peer's receive queue: nothing is
+    ever unacknowledged, so the option changes nothing and costs nothing."""
+    from nanopy.testing import connect_pair, ipc_url
+
+    with nanopy.Socket("push", resend_unacked=True) as push, nanopy.Socket("pull") as pull:
+        connect_pair(pull, push, ipc_url("resend"))
+        push.send(b"m")
+        assert pull.recv(timeout=5) == b"m"
+        assert [d.sent_log for d in push._driver.pipe_drivers()] == [None]  # type: ignore[attr-defined]
