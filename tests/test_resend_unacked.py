@@ -5,12 +5,12 @@
   count maps to exactly the messages whose frames end in those bytes, against a
   byte-by-byte model, through partial writes, control frames, failed writes and
   TLS slack; and it keeps about what the kernel holds, never more than its limit;
-* on tcp loopback, for each protocol that takes the option: a peer that reads
-  nothing and then resets holds some messages in its receive buffer (it peeks
-  them: those it has) while the rest waits in our kernel and queue. With the
-  option, every message reaches the peer or the other one, in order; without it,
-  exactly the missing ones are counted in ``lost_unacked_messages`` and as
-  ``dead_pipe`` drops;
+* on loopback, for each protocol that takes the option (PUSH over tcp and ws,
+  raw REQ over tcp): a peer that reads nothing and then resets holds some
+  messages in its receive buffer (it peeks them: those it has) while the rest
+  waits in our kernel and queue. With the option, every message reaches the peer
+  or the other one, in order; without it, exactly the missing ones are counted in
+  ``lost_unacked_messages`` and as ``dead_pipe`` drops;
 * the option is refused, with a nanopy error that says why, where it has no meaning.
 
 The random partition nemesis across hosts is in tests/test_multihost_resend.py.
@@ -18,9 +18,12 @@ The random partition nemesis across hosts is in tests/test_multihost_resend.py.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import random
 import socket
 import struct
+import time
 from collections.abc import Callable
 
 import pytest
@@ -64,7 +67,7 @@ class Model:
             if p is not None:
                 starts.setdefault(id(p), i)
                 ends[id(p)] = i
-        for i, p in enumerate(self.owner):
+        for p in self.owner:
             if p is None or id(p) in seen:
                 continue
             seen.add(id(p))
@@ -232,6 +235,39 @@ def _peek_frames(conn: socket.socket, header: int) -> list[int]:
     return seqs
 
 
+def _ws_accept(conn: socket.socket, subprotocol: bytes) -> None:
+    """Answer the WebSocket upgrade on ``conn`` (the dialer sends nothing before)."""
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += conn.recv(4096)
+    key = next(line.split(b":", 1)[1].strip() for line in head.split(b"\r\n")
+               if line.lower().startswith(b"sec-websocket-key"))
+    accept = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+    conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                 b"Sec-WebSocket-Accept: " + accept + b"\r\nSec-WebSocket-Protocol: " + subprotocol + b"\r\n\r\n")
+
+
+def _peek_ws_frames(conn: socket.socket, header: int) -> list[int]:
+    """As _peek_frames, for a client's masked WebSocket data frames (PINGs skipped)."""
+    data = conn.recv(32 << 20, socket.MSG_PEEK)
+    seqs, i = [], 0
+    while i + 2 <= len(data):
+        opcode, size = data[i] & 0x0F, data[i + 1] & 0x7F
+        at = i + 2
+        if size >= 126:
+            width = 2 if size == 126 else 8
+            if at + width > len(data):
+                break
+            size, at = int.from_bytes(data[at:at + width], "big"), at + width
+        if at + 4 + size > len(data):
+            break  # the message its kernel has only part of
+        mask, body = data[at:at + 4], data[at + 4:at + 4 + size]
+        if opcode == 0x2:
+            seqs.append(int(bytes(b ^ mask[k % 4] for k, b in enumerate(body[header:header + 6]))))
+        i = at + 4 + size
+    return seqs
+
+
 SendFn = Callable[[nanopy.Socket, int], None]
 
 
@@ -243,23 +279,47 @@ def _raw_req_send(sock: nanopy.Socket, n: int) -> None:
     sock.send_msg(nanopy.Message(_body(n), header=struct.pack("!I", 0x80000000 | n)))
 
 
-CASES = {  # protocol: (socket kwargs, the peer's protocol id, the good peer, send, request header bytes)
-    "push": ({"protocol": "push"}, 0x51, ("pull", False), _push_send, 0),
-    "raw req": ({"protocol": "req", "raw": True}, 0x31, ("rep", True), _raw_req_send, 4),
+CASES = {  # (protocol, transport): (socket kwargs, the peer's protocol id, the good peer, send, header bytes)
+    ("push", "tcp"): ({"protocol": "push"}, 0x51, ("pull", False), _push_send, 0),
+    ("raw req", "tcp"): ({"protocol": "req", "raw": True}, 0x31, ("rep", True), _raw_req_send, 4),
+    ("push", "ws"): ({"protocol": "push"}, 0x51, ("pull", False), _push_send, 0),  # (frames sized one by one)
 }
 
 
+def _until_accounted(sender: nanopy.Socket, good: nanopy.Socket, count: int, has: list[int]) -> list[int]:
+    """What ``good`` receives until every message is there or counted lost with
+    the dead pipe (gone from ``sender``), or 15 s passed (the asserts then say what)."""
+    got: list[int] = []
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            got.append(int(good.recv_msg(timeout=0.2).body[:6]))
+        except nanopy.Timeout:
+            pass
+        stats = sender.stats()
+        if stats.pipes == 1 and len(set(has) | set(got)) + stats.lost_unacked_messages >= count:
+            break
+    return got
+
+
 @pytest.mark.parametrize("resend", [True, False], ids=["resend", "count"])
-@pytest.mark.parametrize("case", list(CASES))
-def test_tcp_peer_reset_with_unread_data(case: str, resend: bool) -> None:
+@pytest.mark.parametrize("case", list(CASES), ids=[f"{p}-{t}" for p, t in CASES])
+def test_peer_reset_with_unread_data(case: tuple[str, str], resend: bool) -> None:
     kwargs, peer_id, (good_protocol, good_raw), send, header = CASES[case]
+    transport = case[1]
     server, stuck_url = _stuck_listener("tcp")
+    if transport == "ws":
+        stuck_url = stuck_url.replace("tcp://", "ws://") + "/"
+    peek = _peek_ws_frames if transport == "ws" else _peek_frames
     with nanopy.Socket(**kwargs, send_buffer=50, send_timeout=0.5, resend_unacked=resend) as sender, \
             nanopy.Socket(good_protocol, raw=good_raw) as good:
         good.bind("tcp://127.0.0.1:0")
         sender.connect(stuck_url, priority=1)
         conn, _ = server.accept()
-        _sp_handshake(conn, peer_id)
+        if transport == "ws":
+            _ws_accept(conn, b"pull.sp.nanomsg.org")
+        else:
+            _sp_handshake(conn, peer_id)
         wait_pipes(sender)
         count = 0
         while True:  # into the stuck peer's receive buffer, our kernel, then our queue
@@ -270,22 +330,20 @@ def test_tcp_peer_reset_with_unread_data(case: str, resend: bool) -> None:
             count += 1
         sender.connect(good.endpoints[0].url, priority=2)
         wait_pipes(sender, 2)
-        has = _peek_frames(conn, header)  # what the reset peer got whole
+        has = peek(conn, header)  # what the reset peer got whole
         assert has == list(range(1, len(has) + 1))
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         conn.close()  # RST: its receive buffer goes, our kernel's part was never acknowledged
-        got: list[int] = []
-        while not got or got[-1] < count:
-            got.append(int(good.recv_msg(timeout=10).body[:6]))
+        got = _until_accounted(sender, good, count, has)
         stats = sender.stats()
     server.close()
     assert got == sorted(set(got)), f"out of order or twice: {got[:20]}"
     missing = sorted(set(range(1, count + 1)) - set(has) - set(got))
     twice = set(has) & set(got)
-    print(f"{case} resend={resend}: sent {count}, the peer had {len(has)}, resent {stats.messages_resent}, "
-          f"requeued {stats.messages_requeued}, lost {len(missing)} (counted {stats.lost_unacked_messages}), "
-          f"twice {len(twice)}")
-    assert stats.messages_requeued > 0 and count > len(has) + stats.messages_requeued
+    print(f"{case[0]}/{transport} resend={resend}: sent {count}, the peer had {len(has)}, "
+          f"resent {stats.messages_resent}, requeued {stats.messages_requeued}, lost {len(missing)} "
+          f"(counted {stats.lost_unacked_messages}), twice {len(twice)}")
+    assert count > len(has) + stats.messages_requeued  # (some in the peer, more in our kernel)
     if resend:
         assert missing == [] and len(twice) <= stats.messages_resent
         assert stats.messages_resent + stats.messages_requeued == count - len(has) + len(twice)
