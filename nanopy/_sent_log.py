@@ -25,8 +25,8 @@ that reach into them.
 Bounds (memory): every ``TRIM_BYTES`` taken, the log asks the kernel how much is
 still unacknowledged and forgets the writes wholly before it. So it holds about
 what the kernel's send buffer holds unacknowledged, plus ``TRIM_BYTES``, plus
-one write; never more than ``limit`` bytes of stream (the largest send buffer
-the kernel may grow to, plus a write) when the kernel does not answer.
+one write; at most ``limit`` bytes of stream (the largest send buffer the kernel
+may grow to, plus 512 KiB: more than it can hold unacknowledged) plus those.
 
 Sans-I/O: it calls only the ``kernel_unacked`` function it is given.
 """
@@ -89,9 +89,10 @@ class SentLog:
 
     def trim(self) -> None:
         """Forget the writes the peer has certainly acknowledged (the kernel says
-        how much it still holds; without an answer, keep ``limit`` bytes)."""
+        how much it still holds, never more than ``limit``; without an answer,
+        keep ``limit`` bytes)."""
         unacked = self._kernel_unacked()
-        keep = self.limit if unacked is None else unacked + self.unsure
+        keep = self.limit if unacked is None else min(unacked + self.unsure, self.limit)
         cut = self.taken - keep
         writes = self.writes
         while writes and writes[0][1] <= cut:
