@@ -51,17 +51,19 @@ class SentLog:
     writer -- whoever holds its channel -- calls ``wrote``/``advance``/``doubt``;
     ``unacked`` runs once the pipe writes no more."""
 
-    __slots__ = ("writes", "taken", "unsure", "check_at", "limit", "_kernel_unacked")
+    __slots__ = ("writes", "taken", "unsure", "slack", "check_at", "limit", "_kernel_unacked")
 
     def __init__(self, kernel_unacked: Callable[[], int | None], limit: int, slack: int = 0) -> None:
         #: ``(start, end, batch)`` per write, oldest first, in stream offsets
         self.writes: deque[tuple[int, int, list[bytes]]] = deque()
         #: stream bytes the kernel took
         self.taken = 0
-        #: bytes the kernel's unacknowledged count may not show: counted as taken
-        #: though perhaps never written (a failed write of unknown length), or
-        #: hidden by the connection (a TLS record)
-        self.unsure = slack
+        #: bytes counted as taken though perhaps never written (a failed write of
+        #: unknown length): the kernel's count cannot show them
+        self.unsure = 0
+        #: what the connection may hide behind any unacknowledged byte (TLS: the
+        #: rest of a record the peer got part of); nothing when all is acknowledged
+        self.slack = slack
         self.check_at = TRIM_BYTES
         self.limit = limit
         self._kernel_unacked = kernel_unacked
@@ -92,12 +94,17 @@ class SentLog:
         how much it still holds, never more than ``limit``; without an answer,
         keep ``limit`` bytes)."""
         unacked = self._kernel_unacked()
-        keep = self.limit if unacked is None else min(unacked + self.unsure, self.limit)
+        keep = self.limit if unacked is None else min(self._behind(unacked), self.limit)
         cut = self.taken - keep
         writes = self.writes
         while writes and writes[0][1] <= cut:
             writes.popleft()
         self.check_at = self.taken + TRIM_BYTES
+
+    def _behind(self, unacked: int) -> int:
+        """How far behind ``taken`` the peer may be when the kernel counts
+        ``unacked`` bytes unacknowledged."""
+        return unacked + self.unsure + (self.slack if unacked > 0 else 0)
 
     def held_bytes(self) -> int:
         """Stream bytes the kept writes span (what the bound is about)."""
@@ -111,7 +118,7 @@ class SentLog:
         and began in what it took: the rest of a chunk it never took is the
         pipe's to hand back (``take_unwritten``), not this log's."""
         taken = self.taken
-        acked = -1 if unacked is None else taken - unacked - self.unsure
+        acked = -1 if unacked is None else taken - self._behind(unacked)
         reaching: list[tuple[int, int, list[bytes]]] = []
         for entry in reversed(self.writes):
             if entry[1] <= acked:

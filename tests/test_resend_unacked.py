@@ -31,7 +31,7 @@ from test_dead_peer import _sp_handshake, _stuck_listener
 
 import nanopy
 from nanopy._sent_log import TRIM_BYTES, SentLog, frame_sizes
-from nanopy.testing import wait_pipes
+from nanopy.testing import wait_no_pipes, wait_pipes
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -135,11 +135,11 @@ def test_a_failed_write_of_unknown_length_is_sent_again_whole() -> None:
 
 
 def test_tls_slack_covers_a_record_the_peer_got_part_of() -> None:
-    log = SentLog(_no_kernel, limit=1 << 20, slack=16 * 1024)
     batch = [b"m" * 1000 for _ in range(40)]  # 40 frames of 1008 bytes
-    log.wrote(batch, 40 * 1008, 40 * 1008)
-    got = log.unacked(1, sizes)  # one byte unacknowledged: a record of up to 16 KiB is lost
-    assert len(got) == 17 and got == batch[-17:]
+    for unacked, lost in ((1, 17), (0, 0)):  # one byte unacknowledged: a record of up to 16 KiB is
+        log = SentLog(_no_kernel, limit=1 << 20, slack=16 * 1024)  # lost; none: every record arrived
+        log.wrote(batch, 40 * 1008, 40 * 1008)
+        assert log.unacked(unacked, sizes) == batch[len(batch) - lost:]
 
 
 def test_without_the_kernel_count_everything_kept_goes() -> None:
@@ -307,6 +307,8 @@ def _until_accounted(sender: nanopy.Socket, good: nanopy.Socket, count: int, has
 def test_peer_reset_with_unread_data(case: tuple[str, str], resend: bool) -> None:
     kwargs, peer_id, (good_protocol, good_raw), send, header = CASES[case]
     transport = case[1]
+    if transport == "ws":
+        pytest.importorskip("websockets")
     server, stuck_url = _stuck_listener("tcp")
     if transport == "ws":
         stuck_url = stuck_url.replace("tcp://", "ws://") + "/"
@@ -354,6 +356,34 @@ def test_peer_reset_with_unread_data(case: tuple[str, str], resend: bool) -> Non
         assert missing == list(range(len(has) + 1, missing[-1] + 1))  # one run, right after the peer's
         assert len(missing) == stats.lost_unacked_messages == stats.drops["dead_pipe"] == stats.dropped
         assert stats.lost_pipes_unacked == 1 and stats.lost_unacked_bytes > 0
+
+
+@pytest.mark.parametrize("scheme", ["tcp", "ws", "tls+tcp", "wss", "zmtp+tcp"])
+def test_a_peer_that_got_everything_and_left_gets_nothing_again(scheme: str) -> None:
+    """Every stream transport over TCP keeps a log (TLS with a record's slack), and a
+    pipe whose peer acknowledged everything before it closed sends nothing again."""
+    if scheme in ("ws", "wss"):
+        pytest.importorskip("websockets")
+    secure = scheme in ("tls+tcp", "wss")
+    bind, dial = {}, {}
+    if secure:
+        from tls_certs import tls_files
+
+        bind, dial = {"ssl_context": tls_files().server_ctx}, {"ssl_context": tls_files().client_ctx}
+    with nanopy.Socket("push", resend_unacked=True) as push, nanopy.Socket("pull") as pull:
+        url = pull.bind(f"{scheme}://127.0.0.1:0" + ("/resend" if scheme in ("ws", "wss") else ""), **bind).url
+        push.connect(url, **dial)
+        wait_pipes(push)
+        for n in range(1, 301):
+            push.send(_body(n))
+        assert [int(pull.recv(timeout=10)[:6]) for _ in range(300)] == list(range(1, 301))
+        (log,) = [d.sent_log for d in push._driver.pipe_drivers()]  # type: ignore[attr-defined]
+        assert log is not None and log.taken > sum(map(len, map(_body, range(1, 301))))
+        assert log.slack == (16 * 1024 if secure else 0)
+        pull.close()
+        wait_no_pipes(push)
+        stats = push.stats()
+        assert stats.messages_resent == stats.lost_unacked_messages == stats.lost_unacked_bytes == 0
 
 
 def test_ipc_keeps_no_log() -> None:
