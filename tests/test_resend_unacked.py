@@ -18,8 +18,6 @@ The random partition nemesis across hosts is in tests/test_multihost_resend.py.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import random
 import socket
 import struct
@@ -27,7 +25,7 @@ import time
 from collections.abc import Callable
 
 import pytest
-from test_dead_peer import _sp_handshake, _stuck_listener
+from test_dead_peer import _sp_handshake, _stuck_listener, _ws_accept
 
 import nanopy
 from nanopy._sent_log import TRIM_BYTES, SentLog, frame_sizes
@@ -233,18 +231,6 @@ def _peek_frames(conn: socket.socket, header: int) -> list[int]:
         seqs.append(int(data[i + 8 + header:i + 14 + header]))
         i += 8 + size
     return seqs
-
-
-def _ws_accept(conn: socket.socket, subprotocol: bytes) -> None:
-    """Answer the WebSocket upgrade on ``conn`` (the dialer sends nothing before)."""
-    head = b""
-    while b"\r\n\r\n" not in head:
-        head += conn.recv(4096)
-    key = next(line.split(b":", 1)[1].strip() for line in head.split(b"\r\n")
-               if line.lower().startswith(b"sec-websocket-key"))
-    accept = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
-    conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                 b"Sec-WebSocket-Accept: " + accept + b"\r\nSec-WebSocket-Protocol: " + subprotocol + b"\r\n\r\n")
 
 
 def _peek_ws_frames(conn: socket.socket, header: int) -> list[int]:
