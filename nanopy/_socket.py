@@ -87,7 +87,9 @@ class Socket(Messaging, PipeHosting, RequestMethods, MultipartMixin, Pollable, O
         if not isinstance(protocol, str):
             raise TypeError(f"protocol must be a name such as 'req', not {type(protocol).__name__}")
         core_cls = _protocols.get(protocol)
-        self._core_cls = core_cls  # options check protocol-specific values against it (overflow)
+        # Options check protocol-specific values against it (overflow): the raw form
+        # of REQ, REP, SURVEYOR and RESPONDENT is a core of its own.
+        self._core_cls = vars(core_cls).get("raw_class", core_cls) if raw else core_cls
         self._options = new_options(protocol)
         self._engine_obj: _engine.Engine | None = None
         self._endpoints: list[Endpoint] = []

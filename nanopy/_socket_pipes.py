@@ -29,6 +29,7 @@ from ._message import Pipe
 from ._multipart import receive_multipart
 from ._options import validate_priority
 from ._pipe import PipeDriver
+from ._pipe_resend import sent_log_for
 from ._registry import transports as _transports
 from ._stats import PipeLosses
 from .transports._base import (
@@ -212,6 +213,8 @@ class PipeHosting:
         """Run one pipe until it ends (a task of the socket's pipes nursery)."""
         pipe = Pipe(_new_pipe_id(), conn.remote_address, ep)
         driver = PipeDriver(self._driver, self.name, conn, pipe, self._engine, self._note_protocol_error)
+        if getattr(self._driver.core, "requeues", False):  # (PUSH, raw REQ: nanopy/_pipe_resend.py)
+            driver.sent_log = sent_log_for(conn)
         try:
             if ep.closed:
                 return  # its endpoint was closed during the handshake
@@ -238,7 +241,7 @@ class PipeHosting:
                 await driver.run()
             finally:
                 self._disconnects += 1
-                self._driver.remove_pipe(pipe.id, driver.orphans)
+                self._driver.remove_pipe(pipe.id, driver.orphans, driver.resent_late, driver.lost_messages)
                 self._losses.pipe_ended(driver)
                 self._notify_pipes_changed()
                 self._call_pipe_callbacks(self._removed_callbacks, pipe, accept=False)

@@ -73,6 +73,14 @@ class SocketStats(_Snapshot):
             open, PLAIN credentials refused, a TLS certificate that failed verification.
         reconnects: connections a dialer made again after its first (a pipe lost
             or refused, then made anew).
+        messages_resent: messages a dying pipe had handed to its kernel whose bytes
+            the peer had not all acknowledged, sent again on the other pipes
+            (``resend_unacked``; PUSH, raw REQ): each may arrive twice -- the peer
+            may have had it and only its acknowledgement was lost.
+        lost_unacked_messages: the same messages when ``resend_unacked`` is off:
+            lost with their pipe, unless only the acknowledgement was (also
+            counted as ``dead_pipe`` drops; PUSH, raw REQ over tcp, tls+tcp, ws,
+            wss, zmtp+tcp on Linux).
     """
 
     messages_sent: int = 0
@@ -99,6 +107,8 @@ class SocketStats(_Snapshot):
     handshake_failures: int = 0
     auth_failures: int = 0
     reconnects: int = 0
+    messages_resent: int = 0
+    lost_unacked_messages: int = 0
 
 
 #: the SocketStats fields that say how things are now (they go up and down); every
@@ -110,21 +120,24 @@ GAUGE_FIELDS = frozenset({"pipes", "queued_in", "queued_out"})
 class PipeLosses:
     """What a socket lost with its pipes -- the one place these counts are kept
     (docs/partitions.md). Updated on the engine thread as each pipe ends. (What
-    went back to the socket instead, ``messages_requeued``, is counted where it
-    goes back: ``SocketDriver.requeued``, nanopy/_pipe_ending.py.)"""
+    went back to the socket instead, ``messages_requeued`` and ``messages_resent``,
+    is counted where it goes back: ``SocketDriver.requeued``/``resent``,
+    nanopy/_pipe_ending.py.)"""
 
-    __slots__ = ("dead_pipes", "lost_pipes_unacked", "lost_unacked_bytes")
+    __slots__ = ("dead_pipes", "lost_pipes_unacked", "lost_unacked_bytes", "lost_unacked_messages")
 
     def __init__(self) -> None:
-        self.dead_pipes = self.lost_pipes_unacked = self.lost_unacked_bytes = 0
+        self.dead_pipes = self.lost_pipes_unacked = self.lost_unacked_bytes = self.lost_unacked_messages = 0
 
     def pipe_ended(self, pipe: Any) -> None:
-        """Count how ``pipe`` (a PipeDriver that stopped) ended."""
+        """Count how ``pipe`` (a PipeDriver that stopped) ended. Bytes sent again
+        (``resend_unacked``) are no loss."""
         if pipe.dead:
             self.dead_pipes += 1
-        if pipe.unacked:
+        if pipe.unacked and not pipe.unacked_resent:
             self.lost_pipes_unacked += 1
             self.lost_unacked_bytes += pipe.unacked
+        self.lost_unacked_messages += pipe.lost_messages
 
     def as_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in self.__slots__}

@@ -114,6 +114,11 @@ class ChannelConnection(Connection):
     #: such pipes (a PUB's fan-out) frames it once for all of them.
     framing: Hashable | None = None
 
+    #: bytes a write may have in flight that the kernel socket's unacknowledged
+    #: count does not show as the channel's own (TLS: a record the peer got only
+    #: part of is lost whole, so up to one record's plaintext); nanopy/_sent_log.py
+    unacked_slack: int = 0
+
     def frame(self, payloads: list[bytes]) -> Any:
         """The wire data for ``payloads`` (a ``bytes``-like chunk or a list)."""
         return payloads

@@ -31,6 +31,8 @@ from .tcp import TcpListener, TcpTransport, bind_tcp_socket, bound_url, dial_tcp
 
 # How long aclose() waits to say goodbye (TLS close_notify, WebSocket CLOSE).
 CLOSE_TIMEOUT = 0.5
+#: the most plaintext one TLS record carries (ChannelConnection.unacked_slack)
+TLS_RECORD_PLAINTEXT = 16 * 1024
 
 
 # -- the TLS byte channel ----------------------------------------------------------
@@ -227,6 +229,8 @@ def tls_server(sock: socket.socket, ctx: ssl.SSLContext, describe: str) -> Strea
 # -- tls+tcp ------------------------------------------------------------------------
 class TlsConnection(FramedConnection):
     """SP over TCP framing (8-byte header, u64 lengths) inside a TLS session."""
+
+    unacked_slack = TLS_RECORD_PLAINTEXT
 
     def __init__(self, channel: StreamChannel, ctx: PipeContext, remote_address: str) -> None:
         super().__init__(ctx, False, remote_address)
