@@ -485,3 +485,284 @@ def test_coordinator_refuses_a_zmtp_bind_up_front() -> None:
 
     with pytest.raises(nanopy.AddressError, match="tasks speaking single-frame SP messages"):
         Coordinator(range(3), bind="zmtp+tcp://127.0.0.1:0", progress=False)
+
+
+# -- Spark: rows from frames, without a session (fast) --------------------------------------
+def test_rows_keep_frames_and_kafka_takes_first_and_last() -> None:
+    pa = pytest.importorskip("pyarrow")
+    from nanopy.spark._rows import PARTS_TYPE, full_rows, make_batch, to_kafka
+
+    schema = pa.schema([("payload", pa.binary()), ("topic", pa.string()),
+                        ("received", pa.timestamp("us", tz="UTC")), ("seq", pa.int64()),
+                        ("parts", PARTS_TYPE)])
+    bodies = [b"one", Multipart([b"k", b"v"]), Multipart([b"a", b"", b"c"]), b"", Multipart([b"t", b"u"])]
+    stored = make_batch(10, bodies, 1.5e9, [b"a", b"k"], schema)
+    # The spool keeps a multipart message's frames once: payload null there.
+    assert stored.column("payload").to_pylist() == [b"one", None, None, b"", None]
+    for batch in (stored, stored.slice(1)):  # (a spool read cuts batches by position)
+        first = 5 - batch.num_rows
+        rows = full_rows(batch).to_pylist()
+        assert [r["payload"] for r in rows] == [bytes(b) for b in bodies][first:]
+        assert [r["parts"] for r in rows] == [list(b.parts) if isinstance(b, Multipart) else None
+                                              for b in bodies][first:]
+        assert [r["seq"] for r in rows] == list(range(11 + first, 16))
+        # Subscriptions match a multipart message's bytes, as the SUB socket does.
+        assert [r["topic"] for r in rows] == [None, "k", "a", None, None][first:]
+        kafka = to_kafka(batch).to_pylist()
+        assert [(r["key"], r["value"]) for r in kafka] == [
+            (None, b"one"), (b"k", b"v"), (b"a", b"c"), (None, b""), (b"t", b"u")][first:]
+        assert [r["offset"] for r in kafka] == list(range(11 + first, 16))
+    # No zmtp+ URL: the messages are not inspected, and nothing is multipart.
+    plain = make_batch(0, [b"x", b"y"], 1.5e9, [], schema, multipart=False)
+    assert plain.column("parts").null_count == 2 and full_rows(plain) is plain
+
+
+def test_a_message_no_row_can_hold_is_dropped_counted_and_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    pa = pytest.importorskip("pyarrow")
+    from nanopy.spark._rows import OVERSIZED, UNREPRESENTABLE, DropLog, build_or_drop
+
+    drops = DropLog("zmtp+tcp://feed:1", interval=3600)
+    caplog.set_level("WARNING", "nanopy.spark")
+    # (an int stands for whatever Arrow cannot make a binary value of)
+    kept, made = build_or_drop([b"ok", 5, b"ok2"], lambda group: pa.array(group, pa.binary()), drops)
+    assert kept == [b"ok", b"ok2"] and made.to_pylist() == kept
+    assert drops.keep([b"a" * 10, Multipart([b"b" * 6, b"c" * 6]), b"d"], 11) == [b"a" * 10, b"d"]
+    assert drops.keep([b"e" * 50], 11) == []
+    assert drops.snapshot() == {UNREPRESENTABLE: 1, OVERSIZED: 2}
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2  # once per reason within the interval, whatever the count
+    assert "(oversized)" in lines[1] and "recvMaxSize=11" in lines[1] and "zmtp+tcp://feed:1" in lines[1]
+
+
+def test_spool_files_without_parts_still_read(tmp_path: Any) -> None:
+    """A spool written before the parts column existed is read with parts null."""
+    pa = pytest.importorskip("pyarrow")
+    from nanopy.spark._rows import PARTS_TYPE, make_batch
+    from nanopy.spark._spool import Spool
+
+    old = pa.schema([("payload", pa.binary()), ("topic", pa.string()),
+                     ("received", pa.timestamp("us", tz="UTC")), ("seq", pa.int64())])
+    spool = Spool(str(tmp_path / "spool"))
+    spool.prepare()
+    spool.write(0, 2, make_batch(0, [b"a", b"b"], 1.5e9, [], old))
+    (got,) = spool.read(0, 2, old.append(pa.field("parts", PARTS_TYPE)))
+    assert got.column("payload").to_pylist() == [b"a", b"b"] and got.column("parts").null_count == 2
+
+
+def test_receiver_spools_zmtp_frames_and_checks_zmtp_urls(tmp_path: Any, zctx: Any) -> None:
+    """The source's receiver behind a libzmq PUSH: every message with its frames, a
+    multipart message first in line included; an oversized one dropped and counted."""
+    pa = pytest.importorskip("pyarrow")
+    pytest.importorskip("pyspark")
+    from nanopy.spark import _options as opt
+    from nanopy.spark._receiver import Limits, Receiver
+    from nanopy.spark._rows import full_rows
+    from nanopy.spark._source import _source_schema, arrow_schema
+    from nanopy.spark._spool import Spool
+
+    for url, error in (("zmtp+tcp://127.0.0.1", "has no valid port"), ("zmtp+tcp://127.0.0.1:0", "port 0 is out"),
+                       ("zmtp+tcp://*:5555", "needs the producer's host name"),
+                       ("zmtp+tcp://no-such-host.invalid:5555", "cannot resolve host"),
+                       ("zmtp+ipc://", "ipc needs a path")):
+        with pytest.raises(opt.SourceOptionError, match=error):
+            opt.check_addresses([url], "connect", "source")
+    zpush = zsocket(zctx, zmq.PUSH)
+    port = zpush.bind_to_random_port("tcp://127.0.0.1")
+    options = {"url": f"zmtp+tcp://127.0.0.1:{port}", "recvmaxsize": "1000"}
+    schema = arrow_schema(_source_schema())
+    spool = Spool(str(tmp_path / "spool"))
+    rx = Receiver(options, 0, spool, schema, Limits(options))
+    try:
+        zpush.send_multipart([b"first", b"multi"])  # the first message of the first batch
+        zpush.send_multipart([b"too", b"big" * 400])  # over recvMaxSize: dropped, counted
+        for frames in MIXED[:4]:
+            zpush.send_multipart(frames)
+        assert rx.wait_past(4, 20) == 5
+        rows = pa.Table.from_batches([full_rows(b) for b in spool.read(0, 5, schema)]).to_pylist()
+        wanted = [[b"first", b"multi"], *MIXED[:4]]
+        assert [r["parts"] or [r["payload"]] for r in rows] == wanted
+        assert [r["payload"] for r in rows] == [b"".join(f) for f in wanted]
+        metrics = rx.metrics()
+        assert metrics["multipart"] == 3 and metrics["droppedByReason"] == {"oversized": 1}
+        assert metrics["oversized"] == 1 and metrics["received"] == 5
+    finally:
+        rx.close()
+
+
+# -- Spark: source, batch read and sink with a real session -------------------------------------
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    import shutil
+
+    pytest.importorskip("pyspark")
+    pytest.importorskip("pyarrow")
+    if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
+        pytest.skip("Spark needs Java (17) on PATH or JAVA_HOME")
+    import nanopy.spark
+
+    session = nanopy.spark.local_session("local[2,3]", "nanopy-tests")  # (test_spark.py's, if it runs too)
+    yield session
+    session.stop()
+
+
+def zmtp_messages(n: int, tag: bytes = b"z") -> list[Frames]:
+    """One in three single-frame; the others of two or three frames, an empty one among them."""
+    return [[tag + b"%05d" % i] if i % 3 == 0 else [tag + b"%05d" % i, b"", b"v%d" % i] if i % 3 == 1
+            else [tag + b"%05d" % i, b"w" * (i % 50)] for i in range(n)]
+
+
+def as_body(frames: Frames) -> bytes:
+    return frames[0] if len(frames) == 1 else Multipart(frames)
+
+
+def sender(send: Callable[[Frames], Any], messages: list[Frames]) -> threading.Thread:
+    """Send ``messages`` in a thread (a producer's send waits until the source connects)."""
+    thread = threading.Thread(target=lambda: [send(m) for m in messages], daemon=True)
+    thread.start()
+    return thread
+
+
+class RowCollector:
+    """A foreachBatch sink (runs in this process) keeping every row's columns."""
+
+    def __init__(self, goal: int) -> None:
+        self.goal = goal
+        self.rows: list[dict[str, Any]] = []
+        self.reached = threading.Event()
+        self.lock = threading.Lock()
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        rows = [r.asDict() for r in df.collect()]
+        with self.lock:
+            self.rows.extend(rows)
+            if len(self.rows) >= self.goal:
+                self.reached.set()
+
+
+def latest_offsets(query: Any) -> list[dict[str, Any]]:
+    import json
+
+    out = []
+    for p in query.recentProgress:
+        raw = p["sources"][0].get("latestOffset")
+        if raw:
+            out.append(json.loads(raw) if isinstance(raw, str) else raw)
+    return out
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+def test_spark_source_maps_frames_to_columns_from_zmtp_and_sp_peers(spark: Any, tmp_path: Any, zctx: Any) -> None:
+    """One query on a libzmq PUSH (zmtp+tcp) and an NNG PUSH (tcp): single-frame rows
+    have parts null, multipart rows every frame (payload: the frames joined); an
+    oversized multipart message is dropped and counted by reason; the stream goes on."""
+    from peers import free_tcp_url
+
+    n = 600
+    zpush = zsocket(zctx, zmq.PUSH)
+    zpush.sndtimeo = 120_000
+    zurl = f"zmtp+tcp://127.0.0.1:{zpush.bind_to_random_port('tcp://127.0.0.1')}"
+    zmtp = zmtp_messages(n)
+    zmtp.insert(n // 2, [b"zbig", b"x" * 5000])  # over recvMaxSize=4096: dropped, counted
+    sp_url = free_tcp_url()
+    sp = [[b"s%05d" % i] for i in range(n)]
+    sink = RowCollector(2 * n)
+    with pynng_socket("Push0", listen=sp_url, send_timeout=120_000) as push:
+        query = (spark.readStream.format("nanopy").option("urls", f"{zurl},{sp_url}")
+                 .option("recvMaxSize", "4096").load()
+                 .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ck"))
+                 .trigger(processingTime="0 seconds").start())
+        try:
+            threads = [sender(zpush.send_multipart, zmtp), sender(lambda f: push.send(f[0]), sp)]
+            assert sink.reached.wait(180), f"{len(sink.rows)} of {2 * n} rows"
+            for thread in threads:
+                thread.join(30)
+            wait_until(lambda: any(m.get("received") == 2 * n for m in latest_offsets(query)), 60,
+                       "a progress report with every message")
+            metrics = next(m for m in latest_offsets(query) if m.get("received") == 2 * n)
+        finally:
+            query.stop()
+    assert sorted(r["seq"] for r in sink.rows) == list(range(1, 2 * n + 1))
+    got = {bytes(r["payload"][:6]): r for r in sink.rows}
+    for frames in [m for m in zmtp if m[0] != b"zbig"] + sp:
+        row = got[frames[0][:6]]
+        assert bytes(row["payload"]) == b"".join(frames)
+        assert (None if len(frames) == 1 else [bytes(p) for p in row["parts"]]) == (
+            None if len(frames) == 1 else frames)
+        if len(frames) == 1:
+            assert row["parts"] is None
+    assert metrics["multipart"] == sum(len(m) > 1 for m in zmtp) - 1
+    assert metrics["droppedByReason"] == {"oversized": 1} and metrics["oversized"] == 1
+
+
+@pytest.mark.spark
+def test_spark_batch_read_kafka_schema_takes_first_and_last_frame(spark: Any, zctx: Any) -> None:
+    zpush = zsocket(zctx, zmq.PUSH)
+    zpush.sndtimeo = 120_000
+    url = f"zmtp+tcp://127.0.0.1:{zpush.bind_to_random_port('tcp://127.0.0.1')}"
+    messages = zmtp_messages(300)
+    thread = sender(zpush.send_multipart, messages)
+    rows = (spark.read.format("nanopy").option("url", url).option("schema", "kafka")
+            .option("count", "300").load().collect())
+    thread.join(30)
+    got = sorted((bytes(r.value if r.key is None else r.key), r.key is None, bytes(r.value)) for r in rows)
+    assert got == sorted((m[0], len(m) == 1, m[-1]) for m in messages)
+    assert sorted(r.offset for r in rows) == list(range(1, 301))
+
+
+@pytest.mark.spark
+def test_spark_sink_sends_frames_to_zmtp_and_refuses_them_for_sp_up_front(spark: Any, zctx: Any) -> None:
+    from nanopy.spark import split_tag
+
+    zpull = zsocket(zctx, zmq.PULL)
+    url = f"zmtp+tcp://127.0.0.1:{zpull.bind_to_random_port('tcp://127.0.0.1')}"
+    df = spark.createDataFrame(
+        [(b"single", None), (b"ignored", [b"a", b"b"]), (None, [b"c", b"", b"d"]), (b"empty", [])],
+        "payload binary, parts array<binary>").coalesce(1)
+    df.write.format("nanopy").option("url", url).mode("append").save()
+    got = [split_tag(as_body(zpull.recv_multipart()))[0] for _ in range(4)]
+    assert [frames_of(b) for b in got] == [[b"single"], [b"a", b"b"], [b"c", b"", b"d"], [b"empty"]]
+    # Explicitly one column: its bytes, as single frames (a multipart row's payload as given).
+    df.write.format("nanopy").option("url", url).option("column", "payload").option("tag", "false") \
+        .mode("append").save()
+    assert [zpull.recv_multipart() for _ in range(3)] == [[b"single"], [b"ignored"], [b"empty"]]
+    with nanopy.Socket("pull", bind="tcp://127.0.0.1:0") as pull:
+        sp_url = pull.endpoints[0].url
+        for options, text in (({}, "the DataFrame's 'parts' column (ZeroMQ frames"),
+                              ({"column": "parts"}, '.option("column", \'parts\') sends multipart')):
+            with pytest.raises(Exception) as excinfo:
+                df.write.format("nanopy").option("url", sp_url).options(**options).mode("append").save()
+            assert any(text in line and "carries one frame per message" in line
+                       for line in str(excinfo.value).splitlines()), str(excinfo.value)[:2000]
+        assert pull.stats().messages_received == 0
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+def test_spark_source_to_sink_keeps_frames_end_to_end(spark: Any, tmp_path: Any, zctx: Any) -> None:
+    """libzmq PUSH -> source (zmtp+tcp) -> sink (zmtp+tcp) -> libzmq PULL: every
+    message arrives with its frames (the sink's tag after them)."""
+    from nanopy.spark import Deduplicator
+
+    n = 400
+    zpush, zpull = zsocket(zctx, zmq.PUSH), zsocket(zctx, zmq.PULL)
+    zpush.sndtimeo = 120_000
+    zpull.rcvtimeo = 120_000
+    src = f"zmtp+tcp://127.0.0.1:{zpush.bind_to_random_port('tcp://127.0.0.1')}"
+    dst = f"zmtp+tcp://127.0.0.1:{zpull.bind_to_random_port('tcp://127.0.0.1')}"
+    messages = zmtp_messages(n)
+    query = (spark.readStream.format("nanopy").option("url", src).load()
+             .writeStream.format("nanopy").option("url", dst)
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(processingTime="0 seconds").start())
+    try:
+        thread = sender(zpush.send_multipart, messages)
+        dedup = Deduplicator()
+        got: list[Frames] = []
+        while len(got) < n:
+            body = dedup.accept(as_body(zpull.recv_multipart()))
+            if body is not None:
+                got.append(frames_of(body))
+        thread.join(30)
+    finally:
+        query.stop()
+    assert sorted(got) == sorted(messages)

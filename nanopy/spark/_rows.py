@@ -145,7 +145,8 @@ def build_or_drop(payloads: list[bytes], build: Any, drops: DropLog) -> tuple[li
         try:
             build([p])
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
-            drops.note(UNREPRESENTABLE, 1, f"a row could not be built from a {len(p)}-byte message ({exc})")
+            size = len(p) if isinstance(p, (bytes, bytearray)) else "?"
+            drops.note(UNREPRESENTABLE, 1, f"no row could be built from a message of {size} bytes ({exc})")
         else:
             kept.append(p)
     return kept, (build(kept) if kept else None)
