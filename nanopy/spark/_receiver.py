@@ -29,7 +29,7 @@ from typing import Any
 import pyarrow as pa
 
 from . import _options as opt
-from ._rows import DropLog, build_or_drop, file_slices, is_multipart, make_batch
+from ._rows import DropLog, build_or_drop, file_slices, is_multipart, make_batch, spool_form
 from ._spool import Segment, Spool
 
 log = logging.getLogger("nanopy.spark")
@@ -214,6 +214,7 @@ class Receiver:
         kept, batch = build_or_drop(payloads, build, self.drops)
         if batch is None:
             return
+        batch = spool_form(batch)
         if kept is not payloads:
             size = sum(map(len, kept))
         payloads = kept

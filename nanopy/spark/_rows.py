@@ -5,7 +5,9 @@ null for a message of one frame, every frame for a ZeroMQ multipart message (a
 :class:`~nanopy.zmtp.Multipart`, from ``zmtp+`` URLs), whose ``payload`` is then
 the frames joined, as the ``Multipart`` itself is. The spool stores a multipart
 message's frames only (``payload`` null there, so its bytes are not written
-twice); :func:`full_rows` joins them again when an executor reads the rows.
+twice), and a file without multipart messages has no ``parts`` column at all
+(:func:`spool_form`); :func:`full_rows` joins them again when an executor reads
+the rows.
 
 With ``schema=kafka`` (:func:`to_kafka`) a single-frame message is the ``value``
 (``key`` null) and a multipart message gives its first frame as the ``key`` and
@@ -81,6 +83,14 @@ def make_batch(after: int, payloads: list[bytes], stamp: float, subscriptions: l
     columns = {"payload": payload, "topic": topic_column(payloads, subscriptions), "received": received,
                "seq": pa.array(range(after + 1, after + n + 1), pa.int64()), "parts": parts}
     return pa.RecordBatch.from_arrays([columns[name] for name in names], schema=schema)
+
+
+def spool_form(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` as a spool file stores it: without ``parts`` when no row has frames
+    (an SP stream's files are as before; reading fills the column with nulls)."""
+    if "parts" in batch.schema.names and batch.column("parts").null_count == batch.num_rows:
+        return batch.drop_columns(["parts"])
+    return batch
 
 
 def full_rows(batch: pa.RecordBatch) -> pa.RecordBatch:
