@@ -11,6 +11,7 @@ import os
 import subprocess
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -108,19 +109,27 @@ class Collector:
         self.sock.close(linger=0)
 
 
+@contextmanager
+def driver_run(cluster: Cluster, *args: str, log_name: str) -> Iterator[Lines]:
+    """A driver subprocess's lines; it must exit 0 after the block, and is killed if the block fails."""
+    proc = cluster.driver(*args, log_name=log_name)
+    try:
+        yield Lines(proc)
+        assert proc.wait(120) == 0, cluster.log(log_name)
+    finally:
+        if proc.poll() is None:
+            kill_group(proc)
+
+
 def test_coordinator_and_sink_on_the_cluster(cluster: Cluster) -> None:
     collector = Collector()
     port = free_port()
     cluster.env["NANOPY_TEST_COORD_PORT"] = str(port)
-    proc = cluster.driver("basics", collector.url, log_name="basics.log")
     try:
-        lines = Lines(proc)
-        coord = lines.wait("coordinator", 240)
-        sink = lines.wait("sink", 240)
-        assert proc.wait(120) == 0, cluster.log("basics.log")
+        with driver_run(cluster, "basics", collector.url, log_name="basics.log") as lines:
+            coord = lines.wait("coordinator", 240)
+            sink = lines.wait("sink", 240)
     finally:
-        if proc.poll() is None:
-            kill_group(proc)
         collector.close()
     host = coord["driver_host"]
     manual, fixed = coord["manual"], coord["fixed"]
@@ -328,17 +337,14 @@ def test_pyzmq_multipart_messages_reach_the_source_with_their_frames(cluster: Cl
     zpush = ctx.socket(zmq.PUSH)
     zpush.linger = 0
     port = zpush.bind_to_random_port("tcp://127.0.0.1")
-    proc = cluster.driver("frames", str(tmp_path), f"zmtp+tcp://127.0.0.1:{port}", str(n), log_name="frames.log")
     try:
-        lines = Lines(proc)
-        lines.wait("started", 240)
-        for frames in messages:  # (queued by libzmq until the source connects)
-            zpush.send_multipart(frames)
-        result = lines.wait("frames", 300)
-        assert proc.wait(120) == 0, cluster.log("frames.log")
+        with driver_run(cluster, "frames", str(tmp_path), f"zmtp+tcp://127.0.0.1:{port}", str(n),
+                        log_name="frames.log") as lines:
+            lines.wait("started", 240)
+            for frames in messages:  # (a send waits until the source connects)
+                zpush.send_multipart(frames)
+            result = lines.wait("frames", 300)
     finally:
-        if proc.poll() is None:
-            kill_group(proc)
         zpush.close()
         ctx.term()
     assert result["error"] is None, result["error"]
