@@ -49,14 +49,6 @@ def _is_frames(kind: DataType) -> bool:
     return isinstance(kind, ArrayType) and _is_bytes(kind.elementType)
 
 
-def _payload_column(schema: StructType, column: str | None) -> str:
-    """The column to send: named by ``column``, else payload/value/data, else the first
-    binary or string column."""
-    found = _columns(schema, column, [])[0]
-    assert found is not None  # (only a frames column may be missing, and ``column`` names none here)
-    return found
-
-
 def _columns(schema: StructType, column: str | None, urls: list[str]) -> tuple[str | None, str | None]:
     """``(payload column, frames column)`` to send (see docs/spark.md, "Sink").
 
