@@ -79,6 +79,9 @@ class PipeHosting:
     _auth_failures: int
     _reconnected: int
     _losses: PipeLosses
+    #: called with (socket, url) before an endpoint is made; a running device's guard
+    #: refuses one that would lose frames (nanopy/_device.py)
+    _endpoint_checks: tuple[Callable[[Any, str], None], ...] = ()
 
     if TYPE_CHECKING:
 
@@ -109,6 +112,9 @@ class PipeHosting:
             transport.check_url(url)
         if isinstance(transport, OtherWireProtocol):  # (zmtp+tcp, zmtp+ipc)
             transport.check_protocol(self._driver.core.name, self.raw, options)
+        for check in self._endpoint_checks:
+            check(self, url)
+        if isinstance(transport, OtherWireProtocol):
             receive_multipart(self)  # from now on recv() looks for multipart messages
         priority = validate_priority("priority", options.pop("priority", 8))
         recv_priority = validate_priority("recv_priority", options.pop("recv_priority", 8))

@@ -322,13 +322,17 @@ ROLES: dict[str, type[Role]] = {
 }
 
 
+#: raw sockets (devices) whose messages have no header, so a ZMTP pipe carries them as they are
+RAW_ROLES = ("pair", "push", "pull", "pub", "sub")
+
+
 def check_protocol(scheme: str, name: str, raw: bool) -> None:
     """Refuse a socket that has no ZeroMQ counterpart (bind/connect, at once)."""
-    if name not in ROLES or raw:
+    if name not in ROLES or (raw and name not in RAW_ROLES):
         kind = f"raw {name}" if raw else name
         raise AddressError(
             f"{scheme}:// speaks ZeroMQ's ZMTP, which has no counterpart of a {kind} socket; "
-            f"it works with cooked {', '.join(ROLES)} sockets"
+            f"it works with cooked {', '.join(ROLES)} sockets and raw {', '.join(RAW_ROLES)} ones"
         )
 
 
