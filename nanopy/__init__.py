@@ -15,6 +15,7 @@ from ._device import device as device
 from ._endpoint import Endpoint as Endpoint
 from ._errors import AddressError as AddressError
 from ._errors import AddressInUse as AddressInUse
+from ._errors import AuthenticationFailed as AuthenticationFailed
 from ._errors import Closed as Closed
 from ._errors import MessageTooLarge as MessageTooLarge
 from ._errors import NanopyError as NanopyError
@@ -51,7 +52,7 @@ POLLIN = _POLLIN  #: Poller flag: a ``recv(timeout=0)`` on the socket would succ
 POLLOUT = _POLLOUT  #: Poller flag: a ``send(timeout=0)`` on the socket would succeed now.
 
 __all__ = [
-    "AddressError", "AddressInUse", "BUS", "Closed", "Endpoint", "Message", "MessageTooLarge",
+    "AddressError", "AddressInUse", "AuthenticationFailed", "BUS", "Closed", "Endpoint", "Message", "MessageTooLarge",
     "NanopyError", "PAIR", "PAIR1", "POLLIN", "POLLOUT", "PUB", "PULL", "PUSH", "Pipe", "PipeStats", "Poller",
     "ProtocolError", "REP", "REQ", "RESPONDENT", "RemoteProtocolError", "SUB", "SURVEYOR", "Socket",
     "SocketStats", "Timeout", "adevice", "device", "poll",

@@ -7,6 +7,13 @@ raw REP/RESPONDENT push the incoming pipe id onto the backtrace and pop it on th
 way back, raw PAIR1 adds a hop, raw BUS skips the pipe a message came from.
 Loops are broken by ``max_ttl`` (REQ/REP, SURVEY, PAIR1), never by the device.
 
+ZeroMQ peers: raw PAIR, PUSH, PULL, PUB and SUB sockets may have ``zmtp+``
+endpoints, and a multipart message crosses the device with its frames. An SP
+pipe carries one frame per message, so a pump from a socket with a ``zmtp+``
+endpoint into a socket with an SP endpoint could only join frames or fail on
+the first multipart message: the device refuses that when it is built, and,
+while it runs, a ``bind``/``connect`` that would make it so is refused too.
+
 The pumps are tasks: ``adevice`` runs them in the caller's trio or asyncio loop;
 ``device`` runs them in nanopy's engine loop and blocks the calling thread. Beside
 the pumps, one watcher per socket waits for that socket to close: a pump blocked
@@ -23,7 +30,7 @@ from typing import Any
 
 import trio
 
-from ._errors import Closed
+from ._errors import AddressError, Closed, ProtocolError
 from ._socket import Socket
 
 
@@ -42,13 +49,66 @@ def _check(a: Socket, b: Socket) -> list[tuple[Socket, Socket]]:
             f"(e.g. raw rep with raw req, raw bus with raw bus)"
         )
     if a is b:
-        return [(a, a)]
-    pumps = []
-    if ca.receives and cb.sends:
-        pumps.append((a, b))
-    if cb.receives and ca.sends:
-        pumps.append((b, a))
+        pumps = [(a, a)]
+    else:
+        pumps = []
+        if ca.receives and cb.sends:
+            pumps.append((a, b))
+        if cb.receives and ca.sends:
+            pumps.append((b, a))
+    problem = _frames_lost(pumps)
+    if problem:
+        raise ProtocolError(f"device(): {problem}")
     return pumps
+
+
+def _is_zmtp(url: str) -> bool:
+    return url.startswith("zmtp+")
+
+
+def _frames_lost(pumps: list[tuple[Socket, Socket]], adding: tuple[Socket, str] | None = None) -> str:
+    """Why a pump would meet multipart messages it cannot send ('' if none would),
+    counting ``adding`` (a socket and the URL it is about to bind or connect)."""
+
+    def urls(sock: Socket) -> list[str]:
+        found = [ep.url for ep in sock._endpoints]
+        if adding is not None and adding[0] is sock:
+            found.append(adding[1])
+        return found
+
+    for src, dst in pumps:
+        zmtp_in = next((u for u in urls(src) if _is_zmtp(u)), None)
+        sp_out = next((u for u in urls(dst) if not _is_zmtp(u)), None)
+        if zmtp_in is not None and sp_out is not None:
+            return (
+                f"{src.name!r} receives ZeroMQ multipart messages on {zmtp_in} and {dst.name!r} "
+                f"would forward them to {sp_out}, an SP pipe that carries one frame per message "
+                "(frames would be lost); give the device zmtp+ endpoints on both sides, or SP "
+                "endpoints only"
+            )
+    return ""
+
+
+class _EndpointGuard:
+    """While a device runs, refuses a bind/connect of its sockets that would make
+    a pump lose frames (see the module docstring)."""
+
+    def __init__(self, pumps: list[tuple[Socket, Socket]]) -> None:
+        self.pumps = pumps
+        self.sockets = list({id(s): s for pair in pumps for s in pair}.values())
+
+    def check(self, sock: Socket, url: str) -> None:
+        problem = _frames_lost(self.pumps, (sock, url))
+        if problem:
+            raise AddressError(f"{url} would break a running device: {problem}")
+
+    def __enter__(self) -> None:
+        for sock in self.sockets:
+            sock._endpoint_checks = (*sock._endpoint_checks, self.check)
+
+    def __exit__(self, *exc: object) -> None:
+        for sock in self.sockets:
+            sock._endpoint_checks = tuple(c for c in sock._endpoint_checks if c != self.check)
 
 
 async def _pump(src: Socket, dst: Socket) -> None:
@@ -113,14 +173,17 @@ async def adevice(a: Socket, b: Socket) -> None:
 
     Raises:
         ValueError: a socket is not raw, or the two protocols are not peers.
+        ProtocolError: a pump would take multipart messages from a ``zmtp+``
+            endpoint to an SP endpoint (see the module docstring).
     """
     pumps = _check(a, b)
     import sniffio
 
-    if sniffio.current_async_library() == "trio":
-        await _run_trio(pumps)
-    else:
-        await _run_asyncio(pumps)
+    with _EndpointGuard(pumps):
+        if sniffio.current_async_library() == "trio":
+            await _run_trio(pumps)
+        else:
+            await _run_asyncio(pumps)
 
 
 def device(a: Socket, b: Socket) -> None:
@@ -141,6 +204,8 @@ def device(a: Socket, b: Socket) -> None:
 
     Raises:
         ValueError: a socket is not raw, or the two protocols are not peers.
+        ProtocolError: a pump would take multipart messages from a ``zmtp+``
+            endpoint to an SP endpoint (see the module docstring).
     """
     pumps = _check(a, b)
     engine = a._engine
@@ -159,12 +224,13 @@ def device(a: Socket, b: Socket) -> None:
         finally:
             finished.set()
 
-    engine.spawn(runner)
-    try:
-        finished.wait()
-    except BaseException:
-        engine.call_soon(scope.cancel)
-        raise
+    with _EndpointGuard(pumps):
+        engine.spawn(runner)
+        try:
+            finished.wait()
+        except BaseException:
+            engine.call_soon(scope.cancel)
+            raise
     if failure:
         raise failure[0]
 

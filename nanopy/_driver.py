@@ -133,7 +133,7 @@ class SocketDriver(PipeEndings, ReceiveRuns, Waiting, PerIds):
         self._flush_due = 0.0  # when the armed round's oldest payload has waited MAX_HOLD
         # counters (stats); drops are counted by reason in ``core.drops``, under the lock
         self.sent = self.received = self.bytes_sent = self.bytes_received = 0
-        self.requeued = 0
+        self.requeued = self.resent = 0
 
     # -- engine inputs ---------------------------------------------------------------
     def add_pipe(self, driver: PipeDriver, info: PipeInfo, credit: int) -> bool:
@@ -151,18 +151,22 @@ class SocketDriver(PipeEndings, ReceiveRuns, Waiting, PerIds):
             self.execute(actions)
         return True
 
-    def remove_pipe(self, pid: int, orphans: list[bytes] | None = None) -> int:
+    def remove_pipe(self, pid: int, orphans: list[bytes] | None = None, resent: int = 0, lost: int = 0) -> int:
         """Pipe ``pid`` is gone (``pipe_ending`` came first); ``orphans``: payloads
         it never wrote that its end did not hand back yet (a write was under way
         then), which a core that can (``Core.requeue``) sends on its other pipes,
         ahead of what waited for them; the rest count as ``dead_pipe`` drops (but
-        a REQ's, which it resends itself). Returns how many it took."""
+        a REQ's, which it resends itself). The first ``resent`` orphans had reached
+        its kernel unacknowledged (nanopy/_pipe_resend.py); ``lost`` more did and
+        are not sent again: ``dead_pipe`` drops. Returns how many it took."""
 
         def remove() -> int:
             if (self.lane is not None and self.lane.pid == pid) or self._fan_pipes:
                 self._revoke_lane()
             del self.pipes[pid]
             core = self.core
+            if lost:
+                core.count_drop(DEAD_PIPE, lost, pid)
             core.remove_pipe(pid)  # credit still due to it is ignored by the core
             if self.recv_q.waiters:
                 self.recv_q.wake_all()  # a thread reading this pipe directly looks again
@@ -172,7 +176,7 @@ class SocketDriver(PipeEndings, ReceiveRuns, Waiting, PerIds):
                 return 0
             # (what it does not take, it counts as dropped; with none, a core that
             # held sends for this pipe's rest lets them go)
-            return self._take_back(orphans or [], pid)
+            return self._take_back(orphans or [], pid, resent)
 
         return self.feed(remove, check_open=False)
 

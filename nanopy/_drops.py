@@ -31,10 +31,15 @@ CANCELLED = "cancelled"
 #: from a peer that broke the protocol (a malformed header, data sent to PUSH):
 #: discarded with the rest of what it sent, and its pipe closed
 PROTOCOL_ERROR = "protocol_error"
+#: a ZeroMQ message without the envelope its socket type needs (a REQ's reply or a
+#: REP's request without the empty delimiter frame): discarded as libzmq discards
+#: it, and the pipe goes on
+MALFORMED = "malformed"
 
 #: every reason, in the order tables list them
 DROP_REASONS: tuple[str, ...] = (
     QUEUE_FULL, NO_PEER, TOO_LARGE, TTL_EXCEEDED, UNROUTABLE, UNSUBSCRIBED, DEAD_PIPE, CANCELLED, PROTOCOL_ERROR,
+    MALFORMED,
 )
 
 

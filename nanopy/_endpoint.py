@@ -94,6 +94,7 @@ class Endpoint:
         self._closed = False
         self._listener: Listener | None = None
         self._warnings = RepeatLimiter()
+        self._handshakes = 0  # handshakes completed (a dialer's after its first are reconnects)
 
     def __repr__(self) -> str:
         kind = "connect" if self.dialer else "bind"
@@ -171,7 +172,7 @@ class Endpoint:
                     conn = await self.transport.dial(self.url, self._context())
                 except (OSError, RemoteProtocolError) as exc:
                     log.debug("%s: connect %s failed: %s", self.socket.name, self.url, exc)
-                    self.socket._count_reconnect()
+                    self.socket._count_dial_failure()
                     waited = now() - started
                 else:
                     ran = await self._handshake_and_run(conn)
@@ -191,20 +192,24 @@ class Endpoint:
         except trio.TooSlowError:
             error = RemoteProtocolError(f"handshake with {conn.remote_address or 'peer'} timed out")
             sock._note_protocol_error(None, error, self)
+            sock._count_handshake(self, error)
             await conn.aclose()
             return False
         except (RemoteProtocolError, MessageTooLarge) as exc:
             sock._note_protocol_error(None, exc, self)
+            sock._count_handshake(self, exc)
             await conn.aclose()
             return False
         except (OSError, EOFError) as exc:
             log.debug("%s: handshake with %s failed: %s", sock.name, self.url, exc)
+            sock._count_handshake(self, exc)
             await conn.aclose()
             return False
         except BaseException:
             with trio.CancelScope(shield=True):
                 await conn.aclose()
             raise
+        sock._count_handshake(self, None)
         # The pipe runs in the socket's pipes nursery: stopping this endpoint at
         # close does not cut it off before its queued messages are written. A
         # dialer waits for it to end before dialing again; a listener does not.

@@ -48,3 +48,13 @@ class WouldBlock(Exception):
 
 class RemoteProtocolError(NanopyError):
     """A peer broke the wire protocol; only that peer's pipe is closed."""
+
+
+class AuthenticationFailed(RemoteProtocolError):
+    """A handshake's security check refused the peer: a CURVE key not in
+    ``curve_clients`` or a box that does not open, PLAIN credentials ``plain_auth``
+    refused, a TLS certificate that failed verification.
+
+    Raised inside the engine (a plug-in transport raises it too): the connection is
+    closed, logged as a protocol error and counted in ``stats().auth_failures``.
+    """

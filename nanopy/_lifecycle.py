@@ -79,6 +79,8 @@ class SocketTasks:
         self._deadline = 0.0  # time.monotonic() by which the linger flush ends
         self._finished = False
         self._finish_waiters: list[Any] = []
+        #: called once the tree has ended, before a waiting close() returns (any thread)
+        self.on_finished: Callable[[], None] | None = None
         # engine thread only
         self._main_started = False
         self._main_ended = False
@@ -173,6 +175,11 @@ class SocketTasks:
         return False
 
     def _finish(self) -> None:
+        if self.on_finished is not None:
+            try:
+                self.on_finished()
+            except Exception:  # pragma: no cover - closing must finish whatever a hook does
+                log.exception("%s: error at the end of close", self._name())
         with self._lock:
             self._finished = True
             waiters, self._finish_waiters = self._finish_waiters, []

@@ -5,7 +5,9 @@ A multipart message travels through the protocol cores as a :class:`Multipart`:
 ZMTP pipes write it as frames; an SP pipe carries one frame per message, so a
 socket with SP endpoints refuses to send one rather than join it silently. A
 plain ``recv()`` that meets one raises and leaves it first in line for
-``recv_multipart()`` or ``recv_msg()``.
+``recv_multipart()``, ``recv_msg()`` or ``recv_batch()``; every other receive
+(``recv_msg``, ``recv_multipart``, ``recv_batch``, their async forms, ``request``)
+returns it with its frames.
 
 Only a socket with a ZMTP endpoint can receive one, so only such a socket pays
 for the check: its first ``zmtp+`` bind or connect moves it to a subclass whose
@@ -147,7 +149,7 @@ class MultipartMixin:
         driver.run.appendleft(body)
         raise ProtocolError(
             f"the next message has {len(body.parts)} frames (ZeroMQ multipart); it is still "
-            "queued: receive it with recv_multipart() or recv_msg() (Message.parts)"
+            "queued: receive it with recv_multipart(), recv_msg() (Message.parts) or recv_batch()"
         )
 
 

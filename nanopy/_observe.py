@@ -93,5 +93,10 @@ def socket_stats(sock: Socket) -> SocketStats:
         queued_in=queued_in,
         queued_out=driver.queued_out(),
         messages_requeued=driver.requeued,
+        messages_resent=driver.resent,
         **sock._losses.as_dict(),
+        dial_failures=sock._dial_failures,
+        handshake_failures=sock._handshake_failures,
+        auth_failures=sock._auth_failures,
+        reconnects=sock._reconnected,
     )

@@ -125,6 +125,8 @@ OVERFLOW_MODES = ("drop", "drop-newest", "block")
 
 def check_for_protocol(core_cls: Any, name: str, value: Any) -> None:
     """Refuse a valid value the socket's protocol cannot honour (e.g. overflow="block" on PUSH)."""
+    if name == "resend_unacked" and value and core_cls is not None and not getattr(core_cls, "requeues", False):
+        _refuse_resend(core_cls)
     if name == "overflow" and core_cls is not None:
         modes = getattr(core_cls, "overflow_modes", ("drop",))
         if value not in modes:
@@ -133,6 +135,22 @@ def check_for_protocol(core_cls: Any, name: str, value: Any) -> None:
                 f"they accept {', '.join(map(repr, modes))} (PUB: 'drop', 'block'; "
                 "SUB: 'drop', 'drop-newest', 'block')"
             )
+
+
+def _refuse_resend(core_cls: Any) -> None:
+    from ._errors import ProtocolError
+
+    name = core_cls.name.upper()
+    if getattr(core_cls, "raw_class", None) is not None and getattr(core_cls.raw_class, "requeues", False):
+        raise ProtocolError(
+            f"resend_unacked is for raw {name} sockets (devices): a cooked {name} already sends every "
+            "request again, whole, when its pipe dies (docs/partitions.md); leave it off, or use raw=True"
+        )
+    raise ProtocolError(
+        f"resend_unacked is not available on {name} sockets: it sends a dead pipe's unacknowledged "
+        "messages to another peer, which only PUSH and raw REQ may do (any of their peers takes any "
+        "message); see docs/partitions.md"
+    )
 
 
 # -- the table ------------------------------------------------------------------------
@@ -193,6 +211,11 @@ OPTION_TABLE: tuple[OptionSpec, ...] = (
                "back-off; also a connect() keyword; None leaves it to the kernel (about 2 minutes "
                "for TCP); see docs/partitions.md",
                seconds(allow_none=True, positive=True)),
+    OptionSpec("resend_unacked", "bool", False, "", "push, raw req",
+               "when a pipe ends, send again on the other pipes the messages whose bytes its peer's kernel "
+               "never acknowledged (tcp, tls+tcp, ws, wss, zmtp+tcp on Linux): at-least-once, a message may "
+               "arrive twice (stats().messages_resent); off, they are counted lost (see docs/partitions.md)",
+               boolean),
     OptionSpec("tcp_nodelay", "bool", True, "", "all",
                "disable Nagle's algorithm on tcp (and tls+tcp, ws) pipes",
                boolean),
@@ -284,6 +307,7 @@ class OptionAttributes:
     handshake_timeout: float
     dead_peer_timeout: float | None
     connect_timeout: float | None
+    resend_unacked: bool
     tcp_nodelay: bool
     overflow: str
     name: str

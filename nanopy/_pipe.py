@@ -62,6 +62,7 @@ from ._fanout import MAX_HOLD, FanOutQueueing, wait_out_burst
 from ._outbox import UNCUT, Outbox
 from ._pipe_liveness import PipeLiveness, kernel_unacked, silence_blamed, unwritten, write_shortfall
 from ._pipe_read import PipeReading
+from ._pipe_resend import PipeResend
 from .transports._base import ChannelConnection, DirectReadable, PeerWatching, ReportsWriteWait, SinkAttachable
 
 if TYPE_CHECKING:
@@ -116,7 +117,7 @@ class SendAdapter:
         return frame
 
 
-class PipeDriver(PipeReading, PipeLiveness, FanOutQueueing, Outbox):
+class PipeDriver(PipeReading, PipeLiveness, PipeResend, FanOutQueueing, Outbox):
     def __init__(
         self,
         sock: PipeHost,
@@ -366,8 +367,14 @@ class PipeDriver(PipeReading, PipeLiveness, FanOutQueueing, Outbox):
                 if counted:
                     self.tx_msgs -= len(batch)
                     self.tx_bytes -= size
+                    if self.sent_log is not None:  # (how much went is unknown: in doubt)
+                        self.sent_log.wrote(batch, len(chunk), len(chunk))
+                        self.sent_log.doubt(len(chunk))
             self.close_soon()
             raise
+        sent_log = self.sent_log
+        if sent_log is not None:  # (still the channel's only writer)
+            sent_log.wrote(batch, len(chunk), n)
         lock = self.lock
         lock.acquire()
         try:
@@ -455,13 +462,15 @@ class PipeDriver(PipeReading, PipeLiveness, FanOutQueueing, Outbox):
             with self.lock:
                 claimed = self.writing
         with self.lock:  # (after any write: the rest it left is unwritten too)
-            self.orphans = self.take_unwritten()
+            orphans = self.take_unwritten()
         if wake_fd >= 0:
             try:
                 os.eventfd_write(wake_fd, 1)  # the role holder stops polling this pipe
             except OSError:
                 pass
         self.unacked = kernel_unacked(self.conn)  # (before the connection is closed)
+        with self.lock:
+            self.orphans = self.settle_unacked(orphans, self.unacked)
         self._notify_idle()
 
     async def _until_failure(self, loop: Any, scope: trio.CancelScope) -> None:
@@ -527,6 +536,8 @@ class PipeDriver(PipeReading, PipeLiveness, FanOutQueueing, Outbox):
                 lingering = True
                 continue
             stage = 0
+            piece: Any = tail  # what is being written (for the sent log, if it fails)
+            sent_log = self.sent_log
             self._in_write = True
             event = self._guard_event
             if event is not None:
@@ -538,18 +549,27 @@ class PipeDriver(PipeReading, PipeLiveness, FanOutQueueing, Outbox):
                 if tail is not None:
                     await channel.write_all(tail)
                     self.wrote(credit, tail_bytes)
-                stage = 1
+                    if sent_log is not None:
+                        sent_log.advance(len(tail))
+                stage, piece = 1, None
                 if control is not None:
-                    await channel.write_all(channel.control_chunk(control))
-                stage = 2
+                    piece = channel.control_chunk(control)
+                    await channel.write_all(piece)
+                    if sent_log is not None:
+                        sent_log.advance(len(piece))
+                stage, piece = 2, None
                 if batch:
-                    chunk = channel.frame(batch)
+                    piece = chunk = channel.frame(batch)
                     size = _payload_bytes(batch, chunk, self.frame_prefix)
                     self.note_write(len(batch), size)
                     self.framed(size)
                     await channel.write_all(chunk)
                     self.wrote(len(batch), size)
+                    if sent_log is not None:
+                        sent_log.wrote(batch, len(chunk), len(chunk))
             except BaseException:
+                if sent_log is not None:
+                    self.note_failed_write(piece, batch if stage == 2 else None)
                 # The connection failed under the write: what never reached the
                 # kernel may still go out on another pipe (Socket._run_pipe).
                 if tail is not None and stage == 0:

@@ -15,7 +15,10 @@ watch fired, or it is being closed -- one round (under the socket lock):
    (``hand_back``), behind what the pipe held;
 3. takes what it never wrote -- what a failed write left, the whole messages of
    a chunk's unwritten rest, its queue -- and gives it to the core
-   (``Core.requeue(payloads, pid)``), in order, ahead of anything sent later.
+   (``Core.requeue(payloads, pid)``), in order, ahead of anything sent later;
+   with ``resend_unacked``, the messages its kernel held that the peer never
+   acknowledged go first (nanopy/_pipe_resend.py; ``resent``:
+   ``stats().messages_resent``).
 
 If a write is under way at that moment (the writer task inside ``write_all``,
 a thread's non-blocking write), what it will leave is not known yet: the core
@@ -29,7 +32,8 @@ first. This drain replaces the usual one only until the core holds nothing, so
 the usual paths pay nothing per message.
 
 May call: the core's ``withdraw_pipe``/``requeue`` inside a round, the pipe
-drivers' ``lock``/``take_unwritten``/``queue_batch``, the lanes' ``_revoke_lane``.
+drivers' ``lock``/``take_unwritten``/``take_unacked_now``/``queue_batch``, the
+lanes' ``_revoke_lane``.
 """
 
 from __future__ import annotations
@@ -47,7 +51,8 @@ if TYPE_CHECKING:
 class PipeEndings(SendLanes):
     """Ending pipes and requeueing (see the module docstring)."""
 
-    requeued: int  # messages the core took back from ending pipes
+    requeued: int  # messages the core took back from ending pipes (never written)
+    resent: int  # ... and those it took back that the peer's kernel had not acknowledged
 
     def pipe_ending(self, pipe: PipeDriver) -> None:
         """``pipe`` is dead or closing (any thread, holding neither the socket's
@@ -69,14 +74,21 @@ class PipeEndings(SendLanes):
         pipe.withdrawn = True
         if self.lane is pipe or self._fan_pipes:
             self._revoke_lane()  # (its lane credit back into the core first)
+        core = self.core
+        resend = core.options.resend_unacked and pipe.sent_log is not None
+        resent: list[bytes] = []
         with pipe.lock:
             pipe.closed = True
             pending = pipe.writing  # a write under way: its rest comes at removal
             orphans = None if pending else pipe.take_unwritten()
-        core = self.core
+            if resend:
+                if pending:
+                    pipe.resend_due = True
+                else:
+                    resent = pipe.take_unacked_now()
         core.withdraw_pipe(pipe.pid, pending)
         if orphans is not None:
-            self._take_back(orphans, pipe.pid)
+            self._take_back(resent + orphans, pipe.pid, len(resent))
         else:
             self._moving(0)  # (nothing yet: the core holds sends meanwhile)
 
@@ -86,11 +98,14 @@ class PipeEndings(SendLanes):
         wrote. A core that does not requeue counts them as ``dead_pipe`` drops."""
         self.feed(self._take_back, payloads, None, check_open=False)
 
-    def _take_back(self, payloads: list[bytes], pid: int | None) -> int:
-        """Give ``payloads`` (of pipe ``pid``, or handed back) to the core (lock
-        held); returns how many it took."""
+    def _take_back(self, payloads: list[bytes], pid: int | None, resent: int = 0) -> int:
+        """Give ``payloads`` (of pipe ``pid``, or handed back; the first ``resent``
+        of them had reached its kernel) to the core (lock held); returns how many
+        it took."""
         taken = self.core.requeue(payloads, pid)
-        self.requeued += taken
+        resent = min(resent, taken)
+        self.resent += resent
+        self.requeued += taken - resent
         self._moving(taken)
         return taken
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import trio
 
-from . import _engine
+from . import _engine, _series
 from ._core import Core
 from ._driver import SocketDriver, checkpoint_after, checkpoint_before
 from ._endpoint import Endpoint
@@ -87,7 +87,9 @@ class Socket(Messaging, PipeHosting, RequestMethods, MultipartMixin, Pollable, O
         if not isinstance(protocol, str):
             raise TypeError(f"protocol must be a name such as 'req', not {type(protocol).__name__}")
         core_cls = _protocols.get(protocol)
-        self._core_cls = core_cls  # options check protocol-specific values against it (overflow)
+        # Options check protocol-specific values against it (overflow): the raw form
+        # of REQ, REP, SURVEYOR and RESPONDENT is a core of its own.
+        self._core_cls = vars(core_cls).get("raw_class", core_cls) if raw else core_cls
         self._options = new_options(protocol)
         self._engine_obj: _engine.Engine | None = None
         self._endpoints: list[Endpoint] = []
@@ -98,7 +100,8 @@ class Socket(Messaging, PipeHosting, RequestMethods, MultipartMixin, Pollable, O
         self._connects = self._disconnects = 0
         self._losses = PipeLosses()
         self._reconnects = self._protocol_errors = self._too_large = 0
-        # Metrics label a socket by its name, or by this stable id while it has none.
+        self._dial_failures = self._handshake_failures = self._auth_failures = self._reconnected = 0
+        # Metrics: a socket's series is its name (nanopy/_series.py); the serial keys it there.
         self._serial = next(_socket_serials)
         self._named = False
         for key, value in options.items():
@@ -111,9 +114,11 @@ class Socket(Messaging, PipeHosting, RequestMethods, MultipartMixin, Pollable, O
         # Every engine task of this socket runs in this tree (nanopy/_lifecycle.py).
         self._tasks = SocketTasks(self._get_name, lambda: self._engine, lambda: list(self._driver.pipe_drivers()))
         self._driver.spawn_task = self._tasks.start_task
+        self._tasks.on_finished = lambda: _series.leave(self)  # (its counts stay in its series)
         self.raw = raw
         self._closing_q: WaitQueue | None = None  # made by the first _await_closed
         _engine.track_socket(self)
+        _series.join(self)
         try:
             for url in _as_list(bind):
                 self.bind(url)
@@ -162,11 +167,6 @@ class Socket(Messaging, PipeHosting, RequestMethods, MultipartMixin, Pollable, O
         """
         return PipeList(d.pipe for d in list(self._pipes.values()))
 
-    @property
-    def _metrics_label(self) -> str:
-        """The ``socket`` label of this socket's metrics (nanopy.metrics)."""
-        return str(self.name) if self._named else f"{self._core.name}-{self._serial}"
-
     def __repr__(self) -> str:
         state = "closed" if self._driver.closed else f"{len(self._pipes)} pipes"
         return f"<nanopy.Socket {self.name!r} ({self._core.name}{' raw' if self.raw else ''}), {state}>"
@@ -184,6 +184,7 @@ class Socket(Messaging, PipeHosting, RequestMethods, MultipartMixin, Pollable, O
         """Hook for options that must reach running parts."""
         if name == "name":
             self._named = True
+            _series.renamed(self)
         if name in ("recv_max_size", "tcp_nodelay", "handshake_timeout", "dead_peer_timeout"):
             # Listeners made their context at bind time; pipes accepted from now
             # on must see the new value (dialers build a context per dial).

@@ -120,7 +120,10 @@ class Messaging:
         Raises:
             Timeout: nothing arrived in time.
             Closed: the socket is closed.
-            ProtocolError: the protocol cannot receive (PUB, PUSH) or not now.
+            ProtocolError: the protocol cannot receive (PUB, PUSH) or not now; or
+                the next message has several frames (ZeroMQ multipart, ``zmtp+``
+                pipes), which stays first in line for :meth:`recv_multipart`,
+                :meth:`recv_msg` or :meth:`recv_batch`.
         """
         if timeout is not _DEFAULT:
             self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
@@ -169,13 +172,18 @@ class Messaging:
         already queued, up to ``max_messages`` in all, under one lock round and
         without waiting again. Use it to drain a busy socket cheaply.
 
+        A ZeroMQ multipart message (``zmtp+`` pipes) comes back as a
+        :class:`~nanopy.zmtp.Multipart`, first in the batch or not: its frames are
+        in ``.parts``, never joined away and never refused (unlike :meth:`recv`).
+
         Args:
             max_messages: the most bodies to return (at least 1).
             timeout: seconds to wait for the first message; ``None`` waits forever,
                 ``0`` never waits. Defaults to the socket's ``recv_timeout`` option.
 
         Returns:
-            One to ``max_messages`` message bodies, in arrival order.
+            One to ``max_messages`` message bodies, in arrival order: ``bytes``, or a
+            ``Multipart`` (a ``bytes`` subclass) for a message of several frames.
 
         Raises:
             ValueError: ``max_messages`` < 1.
@@ -185,7 +193,9 @@ class Messaging:
         """
         if max_messages < 1:
             raise ValueError(f"recv_batch: max_messages must be >= 1, got {max_messages}")
-        out = [self.recv(timeout=timeout)]
+        # The plain receive, not self.recv: a ZMTP socket's recv refuses a multipart
+        # message (nanopy/_multipart.py), and a batch takes it as it is.
+        out = [Messaging.recv(self, timeout=timeout)]
         if max_messages > 1:
             self._recv_ready(out, max_messages - 1)
         return out
@@ -194,11 +204,12 @@ class Messaging:
     async def arecv_batch(self, max_messages: int, *, timeout: float | None = _DEFAULT) -> list[bytes]:
         """Receive up to ``max_messages`` bodies in one call, from trio or asyncio.
 
-        The async form of :meth:`recv_batch`; it is a checkpoint.
+        The async form of :meth:`recv_batch`; it is a checkpoint. A multipart
+        message comes back as a ``Multipart``, as there.
         """
         if max_messages < 1:
             raise ValueError(f"arecv_batch: max_messages must be >= 1, got {max_messages}")
-        out = [await self.arecv(timeout=timeout)]
+        out = [await Messaging.arecv(self, timeout=timeout)]  # (the plain one: see recv_batch)
         if max_messages > 1:
             self._recv_ready(out, max_messages - 1)
         return out

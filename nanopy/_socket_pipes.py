@@ -24,14 +24,21 @@ from . import _engine
 from ._core import PipeInfo
 from ._drops import TOO_LARGE
 from ._endpoint import Endpoint
-from ._errors import AddressError, MessageTooLarge
+from ._errors import AddressError, AuthenticationFailed, MessageTooLarge
 from ._message import Pipe
 from ._multipart import receive_multipart
 from ._options import OPTIONS_BY_NAME, validate_priority
 from ._pipe import PipeDriver
+from ._pipe_resend import sent_log_for
 from ._registry import transports as _transports
 from ._stats import PipeLosses
-from .transports._base import Connection, OtherWireProtocol, PipeContext, SubscriptionForwarding
+from .transports._base import (
+    Connection,
+    DiscardsMessages,
+    OtherWireProtocol,
+    PipeContext,
+    SubscriptionForwarding,
+)
 
 if TYPE_CHECKING:
     from ._driver import SocketDriver
@@ -67,7 +74,14 @@ class PipeHosting:
     _reconnects: int
     _protocol_errors: int
     _too_large: int
+    _dial_failures: int
+    _handshake_failures: int
+    _auth_failures: int
+    _reconnected: int
     _losses: PipeLosses
+    #: called with (socket, url) before an endpoint is made; a running device's guard
+    #: refuses one that would lose frames (nanopy/_device.py)
+    _endpoint_checks: tuple[Callable[[Any, str], None], ...] = ()
 
     if TYPE_CHECKING:
 
@@ -98,6 +112,9 @@ class PipeHosting:
             transport.check_url(url)
         if isinstance(transport, OtherWireProtocol):  # (zmtp+tcp, zmtp+ipc)
             transport.check_protocol(self._driver.core.name, self.raw, options)
+        for check in self._endpoint_checks:
+            check(self, url)
+        if isinstance(transport, OtherWireProtocol):
             receive_multipart(self)  # from now on recv() looks for multipart messages
         priority = validate_priority("priority", options.pop("priority", 8))
         recv_priority = validate_priority("recv_priority", options.pop("recv_priority", 8))
@@ -208,6 +225,8 @@ class PipeHosting:
         """Run one pipe until it ends (a task of the socket's pipes nursery)."""
         pipe = Pipe(_new_pipe_id(), conn.remote_address, ep)
         driver = PipeDriver(self._driver, self.name, conn, pipe, self._engine, self._note_protocol_error)
+        if getattr(self._driver.core, "requeues", False):  # (PUSH, raw REQ: nanopy/_pipe_resend.py)
+            driver.sent_log = sent_log_for(conn)
         try:
             if ep.closed:
                 return  # its endpoint was closed during the handshake
@@ -226,13 +245,15 @@ class PipeHosting:
                 driver.close_soon()  # Endpoint.close() swept its pipes before this one was added
             if isinstance(conn, SubscriptionForwarding):
                 conn.pipe_started(self._with_topics)  # a ZMTP SUB pipe tells its peer the subscriptions
+            if isinstance(conn, DiscardsMessages):
+                conn.count_drops_with(self._drop_counter(pipe.id))
             self._connects += 1
             self._notify_pipes_changed()
             try:
                 await driver.run()
             finally:
                 self._disconnects += 1
-                self._driver.remove_pipe(pipe.id, driver.orphans)
+                self._driver.remove_pipe(pipe.id, driver.orphans, driver.resent_late, driver.lost_messages)
                 self._losses.pipe_ended(driver)
                 self._notify_pipes_changed()
                 self._call_pipe_callbacks(self._removed_callbacks, pipe, accept=False)
@@ -268,6 +289,31 @@ class PipeHosting:
 
     def _count_reconnect(self) -> None:
         self._reconnects += 1
+
+    def _count_dial_failure(self) -> None:
+        self._dial_failures += 1
+        self._reconnects += 1  # (reconnect_attempts: failed dials and a dialer's failed handshakes)
+
+    def _count_handshake(self, ep: Endpoint, failure: BaseException | None) -> None:
+        """A handshake on ``ep`` ended (engine thread): ``failure`` is None if it succeeded."""
+        if failure is None:
+            if ep.dialer and ep._handshakes:
+                self._reconnected += 1
+            ep._handshakes += 1
+            return
+        self._handshake_failures += 1
+        if isinstance(failure, AuthenticationFailed):
+            self._auth_failures += 1
+
+    def _drop_counter(self, pid: int) -> Callable[[str, int], Any]:
+        """What a pipe that discards messages itself counts them with (any thread,
+        any lock held: the count is made on the engine thread, soon)."""
+        engine, count = self._engine, self._driver.count_drop
+
+        def counted(reason: str, n: int) -> None:
+            engine.call_soon(count, reason, n, pid)
+
+        return counted
 
     def on_pipe_added(self, callback: Callable[[Pipe], Any]) -> None:
         """Call ``callback(pipe)`` on the engine thread for each new pipe.

@@ -46,7 +46,8 @@ class SocketStats(_Snapshot):
         pipes: pipes connected now.
         connects: pipes made since the socket was created.
         disconnects: pipes lost since the socket was created.
-        reconnect_attempts: failed dials and handshakes.
+        reconnect_attempts: failed dials and a dialer's failed handshakes (the sum of
+            ``dial_failures`` and the dialer's part of ``handshake_failures``).
         protocol_errors: peers that broke the wire protocol (their pipe was closed).
         messages_too_large: messages refused for exceeding ``recv_max_size``
             (each also counts in ``protocol_errors`` and in ``drops["too_large"]``).
@@ -56,8 +57,8 @@ class SocketStats(_Snapshot):
             counts in ``disconnects``; docs/partitions.md).
         lost_pipes_unacked: pipes that ended while their kernel still held bytes
             the peer had not acknowledged: messages that may be lost.
-        lost_unacked_bytes: those bytes, summed (wire bytes: frames and headers;
-            Linux's count, so 0 where the kernel does not tell).
+        lost_unacked_bytes: the bytes those pipes' kernels held unacknowledged, summed
+            (wire bytes: frames and headers; Linux's count, so 0 where the kernel does not tell).
         messages_requeued: messages a dying pipe had not written yet that went back
             to the socket and on to its other pipes (load-balancing senders).
         dropped: messages discarded, for any reason: ``sum(drops.values())``.
@@ -65,6 +66,23 @@ class SocketStats(_Snapshot):
             ("queue_full", "no_peer", "too_large", ...), zeros included.
         queued_in: messages received and not yet taken by the user.
         queued_out: messages sent and not yet written to a connection.
+        dial_failures: dials that made no connection (refused, unreachable, timed out).
+        handshake_failures: connections, dialed or accepted, that ended before their
+            handshake completed (a wrong protocol, a refused upgrade, a timeout, a
+            peer that left, ``auth_failures`` included).
+        auth_failures: peers this socket refused in the handshake for their
+            credentials: a CURVE key not in ``curve_clients`` or a box that does not
+            open, PLAIN credentials refused, a TLS certificate that failed verification.
+        reconnects: connections a dialer made again after its first (a pipe lost
+            or refused, then made anew).
+        messages_resent: messages a dying pipe had handed to its kernel whose bytes
+            the peer had not all acknowledged, sent again on the other pipes
+            (``resend_unacked``; PUSH, raw REQ): each may arrive twice -- the peer
+            may have had it and only its acknowledgement was lost.
+        lost_unacked_messages: the same messages when ``resend_unacked`` is off:
+            lost with their pipe, unless only the acknowledgement was (also
+            counted as ``dead_pipe`` drops; PUSH, raw REQ over tcp, tls+tcp, ws,
+            wss, zmtp+tcp on Linux).
     """
 
     messages_sent: int = 0
@@ -87,26 +105,41 @@ class SocketStats(_Snapshot):
     drops: Mapping[str, int] = field(default_factory=new_drop_counts)
     queued_in: int = 0
     queued_out: int = 0
+    dial_failures: int = 0
+    handshake_failures: int = 0
+    auth_failures: int = 0
+    reconnects: int = 0
+    messages_resent: int = 0
+    lost_unacked_messages: int = 0
+
+
+#: the SocketStats fields that say how things are now (they go up and down); every
+#: other number counts since the socket was created, and a Mapping counts by reason:
+#: nanopy.metrics exports a new field by this rule (docs/metrics.md, "A new counter")
+GAUGE_FIELDS = frozenset({"pipes", "queued_in", "queued_out"})
 
 
 class PipeLosses:
     """What a socket lost with its pipes -- the one place these counts are kept
     (docs/partitions.md). Updated on the engine thread as each pipe ends. (What
-    went back to the socket instead, ``messages_requeued``, is counted where it
-    goes back: ``SocketDriver.requeued``, nanopy/_pipe_ending.py.)"""
+    went back to the socket instead, ``messages_requeued`` and ``messages_resent``,
+    is counted where it goes back: ``SocketDriver.requeued``/``resent``,
+    nanopy/_pipe_ending.py.)"""
 
-    __slots__ = ("dead_pipes", "lost_pipes_unacked", "lost_unacked_bytes")
+    __slots__ = ("dead_pipes", "lost_pipes_unacked", "lost_unacked_bytes", "lost_unacked_messages")
 
     def __init__(self) -> None:
-        self.dead_pipes = self.lost_pipes_unacked = self.lost_unacked_bytes = 0
+        self.dead_pipes = self.lost_pipes_unacked = self.lost_unacked_bytes = self.lost_unacked_messages = 0
 
     def pipe_ended(self, pipe: Any) -> None:
-        """Count how ``pipe`` (a PipeDriver that stopped) ended."""
+        """Count how ``pipe`` (a PipeDriver that stopped) ended. Bytes sent again
+        (``resend_unacked``) are no loss."""
         if pipe.dead:
             self.dead_pipes += 1
-        if pipe.unacked:
+        if pipe.unacked and not pipe.unacked_resent:
             self.lost_pipes_unacked += 1
             self.lost_unacked_bytes += pipe.unacked
+        self.lost_unacked_messages += pipe.lost_messages
 
     def as_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in self.__slots__}

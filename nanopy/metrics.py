@@ -1,4 +1,4 @@
-"""Metrics of every live nanopy socket, for Prometheus and OpenTelemetry.
+"""Metrics of every nanopy socket, for Prometheus and OpenTelemetry.
 
 ::
 
@@ -7,11 +7,14 @@
     nanopy.metrics.instrument()                 # OpenTelemetry's global meter provider
     server = nanopy.metrics.serve("127.0.0.1:9464")   # or a /metrics endpoint of our own
 
-Each socket is one set of series, labelled ``socket`` (its ``name`` when one was
-given, else a stable id such as ``push-3``) and ``protocol``. Nothing is counted
-for the metrics: a collection reads every live socket's ``stats()`` (a few lock
-rounds each), so registering costs nothing between scrapes. Sockets are held
-weakly; a closed socket leaves the series. docs/metrics.md has the list, the drop
+A series is labelled ``socket`` (the socket's ``name``, or ``"(unnamed)"`` for
+every socket without one) and ``protocol``; the sockets that share a series are
+summed, and a series' counters keep what its closed sockets counted, so no
+counter ever goes down and short-lived sockets add no series (nanopy/_series.py).
+Every number of ``SocketStats`` is exported by one rule (nanopy/_metric_families.py),
+so a counter added there needs no edit here. Nothing is counted for the metrics: a
+collection reads every live socket's ``stats()`` (a few lock rounds each), so
+registering costs nothing between scrapes. docs/metrics.md has the list, the drop
 reasons and a sample dashboard.
 
 ``register_prometheus`` needs the ``prometheus`` extra (prometheus_client),
@@ -22,53 +25,21 @@ reasons and a sample dashboard.
 from __future__ import annotations
 
 import http.server
+import os
 import socket
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from . import __version__, _engine
-from ._drops import DROP_REASONS
-from ._stats import SocketStats
-
-if TYPE_CHECKING:
-    from ._socket import Socket
+from . import __version__, _series
+from ._metric_families import FAMILIES, Family
+from ._series import Series
 
 __all__ = ["MetricsServer", "Sample", "collect", "instrument", "register_prometheus", "render", "serve"]
 
 #: The media type of the Prometheus text format that :func:`render` writes.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-
-@dataclass(frozen=True)
-class _Family:
-    name: str  # the Prometheus name (counters without their "_total")
-    otel: str  # the OpenTelemetry instrument name
-    kind: str  # "counter" or "gauge" (OpenTelemetry: an up-down counter: it adds across sockets)
-    unit: str  # UCUM, as OpenTelemetry wants it
-    help: str
-
-
-_SENT = _Family("nanopy_messages_sent", "nanopy.messages.sent", "counter", "{message}",
-                "Messages the user sent on the socket.")
-_RECEIVED = _Family("nanopy_messages_received", "nanopy.messages.received", "counter", "{message}",
-                    "Messages the user received from the socket.")
-_BYTES_SENT = _Family("nanopy_bytes_sent", "nanopy.bytes.sent", "counter", "By", "Body bytes the user sent.")
-_BYTES_RECEIVED = _Family("nanopy_bytes_received", "nanopy.bytes.received", "counter", "By",
-                          "Body bytes the user received.")
-_DROPPED = _Family("nanopy_messages_dropped", "nanopy.messages.dropped", "counter", "{message}",
-                   "Messages the socket discarded, by reason (docs/metrics.md).")
-_PIPES = _Family("nanopy_pipes", "nanopy.pipes", "gauge", "{pipe}", "Pipes connected now.")
-_QUEUED = _Family("nanopy_queued_messages", "nanopy.queued", "gauge", "{message}",
-                  "Messages queued: in = received, not taken yet; out = sent, not written yet.")
-_RECONNECTS = _Family("nanopy_reconnects", "nanopy.reconnects", "counter", "{attempt}",
-                      "Failed dials and handshakes.")
-_PROTOCOL_ERRORS = _Family("nanopy_protocol_errors", "nanopy.protocol_errors", "counter", "{error}",
-                           "Peers that broke the wire protocol (their pipe was closed).")
-
-_FAMILIES = (_SENT, _RECEIVED, _BYTES_SENT, _BYTES_RECEIVED, _DROPPED, _PIPES, _QUEUED, _RECONNECTS,
-             _PROTOCOL_ERRORS)
 
 
 @dataclass(frozen=True)
@@ -91,65 +62,31 @@ class Sample:
     value: int
 
 
-def _live_sockets() -> list[Socket]:
-    # The engine's weak set of sockets; in creation order, so tables and
-    # expositions list sockets stably.
-    sockets = [s for s in list(_engine._sockets) if not s.closed]
-    sockets.sort(key=lambda s: s._serial)
-    return sockets
-
-
-def _snapshots() -> list[tuple[dict[str, str], SocketStats]]:
-    out = []
-    for sock in _live_sockets():
-        try:
-            stats = sock.stats()
-        except Exception:  # noqa: BLE001 - a socket closing meanwhile must not break a scrape
-            continue
-        out.append(({"socket": sock._metrics_label, "protocol": sock.protocol}, stats))
-    return out
-
-
-def _values(family: _Family, labels: dict[str, str], stats: SocketStats) -> Iterator[tuple[dict[str, str], int]]:
-    """The values of ``family`` for one socket (one per reason or direction where it has them)."""
-    if family is _DROPPED:
-        for reason in DROP_REASONS:
-            yield {**labels, "reason": reason}, stats.drops.get(reason, 0)
-    elif family is _QUEUED:
-        yield {**labels, "direction": "in"}, stats.queued_in
-        yield {**labels, "direction": "out"}, stats.queued_out
-    else:
-        yield labels, _FIELD[family](stats)
-
-
-_FIELD: dict[_Family, Any] = {
-    _SENT: lambda s: s.messages_sent,
-    _RECEIVED: lambda s: s.messages_received,
-    _BYTES_SENT: lambda s: s.bytes_sent,
-    _BYTES_RECEIVED: lambda s: s.bytes_received,
-    _PIPES: lambda s: s.pipes,
-    _RECONNECTS: lambda s: s.reconnect_attempts,
-    _PROTOCOL_ERRORS: lambda s: s.protocol_errors,
-}
+def _samples(family: Family, found: list[Series]) -> Iterator[tuple[dict[str, str], int]]:
+    """The family's samples in every series: (labels, value)."""
+    for series in found:
+        socket_label, protocol = series.key
+        for labels, value in family.values(series):
+            yield {"socket": socket_label, "protocol": protocol, **labels}, value
 
 
 def collect() -> list[Sample]:
-    """Every metric of every live socket, now.
+    """Every metric of every series, now.
+
+    A series is a socket ``name`` (or ``"(unnamed)"``) and a protocol: the sockets
+    that share it are summed, and its counters keep what its closed sockets
+    counted, so they never go down (docs/metrics.md, "Series").
 
     Returns:
-        The samples, family by family (in the order of docs/metrics.md), sockets in
-        the order they were created. Sockets that share a ``name`` are summed.
+        The samples, family by family (in the order of docs/metrics.md), series in
+        the order they appeared.
     """
-    snapshots = _snapshots()
-    out: list[Sample] = []
-    for family in _FAMILIES:
-        merged: dict[tuple[tuple[str, str], ...], int] = {}
-        for labels, stats in snapshots:
-            for series, value in _values(family, labels, stats):
-                key = tuple(series.items())
-                merged[key] = merged.get(key, 0) + value  # (one name, several sockets: one series)
-        out += [Sample(family.name, family.kind, family.help, dict(key), value) for key, value in merged.items()]
-    return out
+    found = _series.collect()
+    return [
+        Sample(family.name, family.kind, family.help, labels, value)
+        for family in FAMILIES
+        for labels, value in _samples(family, found)
+    ]
 
 
 # -- the Prometheus text format (no dependency) -------------------------------------------------
@@ -163,7 +100,7 @@ def render(samples: Iterable[Sample] | None = None) -> str:
     """The samples (default: :func:`collect`) in the Prometheus text exposition format.
 
     Args:
-        samples: what to write; None collects every live socket now.
+        samples: what to write; None collects every series now.
 
     Returns:
         The exposition (``# HELP``, ``# TYPE`` and one line per series; counters
@@ -216,7 +153,7 @@ class _PrometheusCollector:
 
 
 def register_prometheus(registry: Any = None) -> Any:
-    """Export every live socket's metrics through prometheus_client.
+    """Export every socket's metrics (:func:`collect`) through prometheus_client.
 
     Idempotent per registry. The collector reads the sockets at each scrape;
     until then it costs nothing.
@@ -252,18 +189,45 @@ def register_prometheus(registry: Any = None) -> Any:
 
 _otel_lock = threading.Lock()
 _otel_instruments: dict[int, tuple[Any, list[Any]]] = {}  # id(provider) -> (provider, instruments)
+# An OpenTelemetry collection calls every instrument's callback in turn: they share
+# one read of the sockets. A callback asking again (its instrument's next collection)
+# reads them anew, so no callback ever sees an older read than it saw before.
+_recent_lock = threading.Lock()
+_recent: list[Series] | None = None
+_recent_served: set[str] = set()  # the families given _recent
+
+
+def _recent_series(family: str) -> list[Series]:
+    global _recent
+    with _recent_lock:
+        if _recent is None or family in _recent_served:
+            _recent = _series.collect()
+            _recent_served.clear()
+        _recent_served.add(family)
+        return _recent
+
+
+def _forget_recent() -> None:
+    global _recent, _recent_lock
+    _recent_lock = threading.Lock()  # (a child of fork: whoever held it is not here)
+    _recent = None
+    _recent_served.clear()
+
+
+os.register_at_fork(after_in_child=_forget_recent)
 
 
 def instrument(meter_provider: Any = None) -> list[Any]:
-    """Export every live socket's metrics as OpenTelemetry observable instruments.
+    """Export every socket's metrics as OpenTelemetry observable instruments.
 
-    Instruments: ``nanopy.messages.sent``, ``nanopy.messages.received``,
-    ``nanopy.bytes.sent``, ``nanopy.bytes.received``, ``nanopy.messages.dropped``
-    (attribute ``reason``), ``nanopy.reconnects``, ``nanopy.protocol_errors``
-    (observable counters), ``nanopy.pipes`` and ``nanopy.queued`` (attribute
-    ``direction``; observable up-down counters); every one with the attributes
-    ``socket`` and ``protocol``. Their callbacks read the sockets at each
-    collection; until then they cost nothing. Idempotent per meter provider.
+    One instrument per metric of docs/metrics.md (``nanopy.messages.sent``,
+    ``nanopy.messages.dropped`` with the attribute ``reason``, ``nanopy.dead_pipes``,
+    ...): counters as observable counters, gauges (``nanopy.pipes``, and
+    ``nanopy.queued`` with the attribute ``direction``) as observable up-down
+    counters; every one with the attributes ``socket`` and ``protocol``, by the
+    series rules of :func:`collect`. Their callbacks read the sockets at each
+    collection (once for all instruments); until then they cost nothing.
+    Idempotent per meter provider.
 
     Args:
         meter_provider: an OpenTelemetry ``MeterProvider``; None uses the global one.
@@ -287,18 +251,14 @@ def instrument(meter_provider: Any = None) -> list[Any]:
             return known[1]
         meter = provider.get_meter("nanopy", __version__)
 
-        def callback(family: _Family) -> Any:
+        def callback(family: Family) -> Any:
             def observe(options: Any) -> list[Any]:
-                return [
-                    Observation(value, series)
-                    for labels, stats in _snapshots()
-                    for series, value in _values(family, labels, stats)
-                ]
+                return [Observation(value, labels) for labels, value in _samples(family, _recent_series(family.name))]
 
             return observe
 
         instruments = []
-        for family in _FAMILIES:
+        for family in FAMILIES:
             make = meter.create_observable_counter if family.kind == "counter" else \
                 meter.create_observable_up_down_counter
             instruments.append(make(family.otel, callbacks=[callback(family)], unit=family.unit,
@@ -357,7 +317,7 @@ class _Server(http.server.ThreadingHTTPServer):
 
 
 class MetricsServer:
-    """An HTTP endpoint serving the metrics of every live socket (:func:`serve`).
+    """An HTTP endpoint serving the metrics of every socket (:func:`serve`).
 
     Attributes:
         host: the interface it listens on.
@@ -394,7 +354,7 @@ class MetricsServer:
 
 
 def serve(address: str | tuple[str, int]) -> MetricsServer:
-    """Serve every live socket's metrics over HTTP, in the Prometheus text format.
+    """Serve every socket's metrics (:func:`collect`) over HTTP, in the Prometheus text format.
 
     Opt-in: nothing listens until this is called. The endpoint answers
     ``GET /metrics`` (and ``/``) from a daemon thread; each request reads the

@@ -22,7 +22,7 @@ STREAM_TRANSPORTS = ("tcp", "ipc")
 def pytest_configure(config: pytest.Config) -> None:
     # Also declared in pyproject.toml; repeated here so the markers exist however
     # pytest is invoked (e.g. with -c /dev/null or another rootdir).
-    config.addinivalue_line("markers", "interop: talks to real peers (pynng, nanocat, nngcat)")
+    config.addinivalue_line("markers", "interop: talks to real peers (pynng, pyzmq, nanocat, nngcat, prometheus)")
     config.addinivalue_line("markers", "slow: long-running stress tests")
     config.addinivalue_line("markers", "spark: needs a local SparkSession")
     config.addinivalue_line("markers", "cluster: starts a Spark standalone cluster on loopback")

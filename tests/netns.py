@@ -12,6 +12,9 @@ Faults:
 
 * :meth:`Lan.cut` takes the host's switch port down: the host vanishes with no
   RST/FIN, as a crashed machine or a pulled cable does; :meth:`Lan.heal` brings it back.
+* :meth:`Lan.cut_one_way` drops what one host sends another while the other way
+  still works (``src`` resolves ``dst`` to a MAC nobody has); :meth:`Lan.heal_one_way`
+  undoes it. (This kernel has no tc actions or nftables to drop by rule.)
 * :meth:`Host.kill` SIGKILLs every process the test started in that host.
 * :meth:`Lan.shape` adds delay/loss with ``tc netem`` where the kernel has
   ``sch_netem``; :func:`netem_available` says whether it does (this CI's kernel has not).
@@ -36,6 +39,7 @@ from contextlib import contextmanager
 
 SUBNET = "192.0.2"  # RFC 5737 TEST-NET-1: only ever inside these namespaces
 PREFIX_LEN = 24
+NOBODY_MAC = "02:00:5e:00:53:01"  # locally administered: no host on the LAN has it
 _counter = iter(range(1, 1 << 30))
 
 
@@ -203,6 +207,14 @@ class Lan:
 
     def heal(self, host: Host) -> None:
         _ip("-n", self.switch, "link", "set", host.port, "up")
+
+    def cut_one_way(self, src: Host, dst: Host) -> None:
+        """Drop every packet ``src`` sends ``dst``, silently; ``dst`` still reaches ``src``."""
+        _ip("-n", src.netns, "neigh", "replace", dst.addr, "lladdr", NOBODY_MAC, "dev", "eth0", "nud", "permanent")
+
+    def heal_one_way(self, src: Host, dst: Host) -> None:
+        """Undo :meth:`cut_one_way` (``src`` asks for ``dst``'s MAC again)."""
+        _ip("-n", src.netns, "neigh", "del", dst.addr, "dev", "eth0", check=False)
 
     def shape(self, host: Host, *, delay_ms: float = 0.0, loss_pct: float = 0.0) -> None:
         """Delay and/or drop the host's outgoing packets (needs sch_netem; see netem_available)."""

@@ -14,6 +14,10 @@ Roles (``argv[1]``)::
     surveyor URLS TIMEOUT           a survey every 0.5 s (survey_deadline 0.4)
     pub BIND TIMEOUT                publish seq at 10 a second
     idle URLS TIMEOUT               a PAIR that sends nothing; reports pipes coming and going
+    pull BIND TIMEOUT               one PULL bound at BIND; reports each message's sequence number
+    flood URLS TIMEOUT RATE RESEND SEED
+                                    PUSH at RATE messages a second (resend_unacked=RESEND, 0 or 1):
+                                    "SEQ " and 0..3000 bytes of padding, sizes drawn from SEED
 
 URLS are ``url@priority,url@priority``; TIMEOUT is dead_peer_timeout ("default"
 for the library's default, "none" for None). NP_TLS_DIR (environment) holds
@@ -27,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import random
 import ssl
 import sys
 import threading
@@ -203,6 +208,24 @@ def idle(urls: str, timeout: str) -> None:
     control({"pair": sock}, threading.Event())
 
 
+def pull(bind: str, timeout: str) -> None:
+    sock = socket("pull", timeout)
+    sock.bind(bind)
+    threading.Thread(target=control, args=({"pull": sock}, threading.Event()), daemon=True).start()
+    say("bound", bind)
+    while True:
+        say("pull", sock.recv().split(b" ", 1)[0].decode())
+
+
+def flood(urls: str, timeout: str, rate: str, resend: str, seed: str) -> None:
+    sock = socket("push", timeout, resend_unacked=resend == "1")
+    connect_all(sock, urls)
+    sizes = random.Random(int(seed))
+    run(sock, lambda n: sock.send(b"%d " % n + b"x" * sizes.randrange(3001)), 1 / float(rate))
+
+
 if __name__ == "__main__":
     role, args = sys.argv[1], sys.argv[2:]
-    {"server": server, "req": req, "push": push, "surveyor": surveyor, "pub": pub, "idle": idle}[role](*args)
+    roles = {"server": server, "req": req, "push": push, "surveyor": surveyor, "pub": pub, "idle": idle,
+             "pull": pull, "flood": flood}
+    roles[role](*args)

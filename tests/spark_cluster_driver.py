@@ -4,6 +4,7 @@
     python spark_cluster_driver.py MASTER basics PULL_URL
     python spark_cluster_driver.py MASTER executor-kill PID_DIR ITEMS
     python spark_cluster_driver.py MASTER defaults WORKDIR URL:SIZE:COUNT [URL:SIZE:COUNT ...]
+    python spark_cluster_driver.py MASTER frames WORKDIR ZMTP_URL COUNT
 
 Each prints JSON lines on stdout ("started", then results); the test reads them.
 """
@@ -215,6 +216,27 @@ def defaults(spark, workdir: str, *streams: str) -> None:  # type: ignore[no-unt
             latest=json.loads(latest) if latest else None, peaks_kib=peaks)
 
 
+def frames(spark, workdir: str, url: str, count: str) -> None:  # type: ignore[no-untyped-def]
+    """The source on a libzmq PUSH (zmtp+tcp): every row's payload and frames, in one line."""
+    goal = int(count)
+    rows: list[list[object]] = []
+
+    def on_batch(df, batch_id: int) -> None:  # type: ignore[no-untyped-def]
+        for r in df.select("payload", "parts", "seq").collect():
+            parts = None if r.parts is None else [bytes(p).hex() for p in r.parts]
+            rows.append([bytes(r.payload).hex(), parts, r.seq])
+
+    query = (spark.readStream.format("nanopy").option("url", url).load().writeStream.foreachBatch(on_batch)
+             .option("checkpointLocation", os.path.join(workdir, "ck")).trigger(processingTime="0 seconds")
+             .start())
+    say(event="started")
+    while query.isActive and len(rows) < goal:
+        query.awaitTermination(0.5)
+    error = str(query.exception()) if not query.isActive else None
+    query.stop()
+    say(event="frames", rows=rows, error=error)
+
+
 def main() -> None:
     master, scenario, *args = sys.argv[1:]
     from pyspark import cloudpickle
@@ -222,7 +244,8 @@ def main() -> None:
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     spark = session(master)
     try:
-        scenarios = {"stream": stream, "basics": basics, "executor-kill": executor_kill, "defaults": defaults}
+        scenarios = {"stream": stream, "basics": basics, "executor-kill": executor_kill, "defaults": defaults,
+                     "frames": frames}
         scenarios[scenario](spark, *args)
     finally:
         spark.stop()

@@ -86,10 +86,8 @@ def test_dialed_and_accepted_sockets_get_keepalive_and_user_timeout(scheme: str)
             assert ks.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 0
 
 
-def _silent_ws_server(listener: socket.socket, accepted: list[socket.socket]) -> None:
-    """Answer one WebSocket upgrade for the pair protocol, then read and say nothing."""
-    conn, _ = listener.accept()
-    accepted.append(conn)
+def _ws_accept(conn: socket.socket, subprotocol: bytes) -> None:
+    """Answer the WebSocket upgrade on ``conn`` (the dialer sends nothing before)."""
     head = b""
     while b"\r\n\r\n" not in head:
         head += conn.recv(4096)
@@ -97,7 +95,14 @@ def _silent_ws_server(listener: socket.socket, accepted: list[socket.socket]) ->
                if line.lower().startswith(b"sec-websocket-key"))
     accept = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
     conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                 b"Sec-WebSocket-Accept: " + accept + b"\r\nSec-WebSocket-Protocol: pair.sp.nanomsg.org\r\n\r\n")
+                 b"Sec-WebSocket-Accept: " + accept + b"\r\nSec-WebSocket-Protocol: " + subprotocol + b"\r\n\r\n")
+
+
+def _silent_ws_server(listener: socket.socket, accepted: list[socket.socket]) -> None:
+    """Answer one WebSocket upgrade for the pair protocol, then read and say nothing."""
+    conn, _ = listener.accept()
+    accepted.append(conn)
+    _ws_accept(conn, b"pair.sp.nanomsg.org")
     try:
         while conn.recv(4096):  # the PINGs arrive and are never answered
             pass

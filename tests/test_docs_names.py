@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 import nanopy
+from nanopy._metric_families import FAMILIES
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
@@ -33,8 +34,8 @@ DOCS = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
 _CODE = re.compile(r"`([^`\n]+)`")
 _DOTTED = re.compile(r"\bnanopy(?:\.[A-Za-z_]\w*)+")
 _PATH = re.compile(r"\bnanopy/[\w/*]*(?:\.py|\*)")  # (not benchmark labels such as nanopy/trio)
-# Metric names (docs/metrics.md) are dotted too: nanopy/metrics.py defines them.
-_METRICS = set(re.findall(r'"(nanopy\.[\w.]+)"', (ROOT / "nanopy" / "metrics.py").read_text()))
+# Metric names (docs/metrics.md) are dotted too: the exported families (nanopy/_metric_families.py).
+_METRICS = {family.otel for family in FAMILIES}
 _MEMBER = re.compile(r"^([A-Z]\w*)\.([A-Za-z_]\w*)(?:\(.*\))?$")
 
 

@@ -4,6 +4,7 @@ and ``nanopy stat``."""
 
 from __future__ import annotations
 
+import itertools
 import socket
 import sys
 import urllib.error
@@ -24,23 +25,34 @@ prometheus_client = pytest.importorskip("prometheus_client")
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 MakeSocket = Callable[..., nanopy.Socket]
+UNNAMED_PUB = {"socket": "(unnamed)", "protocol": "pub"}
+_tests = itertools.count()
+
+
+def unnamed_pub_no_peer() -> float:
+    """What the unnamed PUBs' series counts as no_peer drops now (0 before any)."""
+    got = series(nanopy.metrics.render())
+    return got.get(("nanopy_messages_dropped_total", frozenset({**UNNAMED_PUB, "reason": "no_peer"}.items())), 0.0)
 
 
 @pytest.fixture
-def traffic(make_socket: MakeSocket) -> tuple[nanopy.Socket, nanopy.Socket, nanopy.Socket]:
+def traffic(make_socket: MakeSocket) -> Any:
     """A named PUB feeding a named SUB (3 kept, 2 unsubscribed), and an unnamed PUB
-    that sent 4 messages to nobody."""
-    pub = make_socket("pub", name="feed")
-    sub = make_socket("sub", name="client", recv_timeout=5)
+    that sent 4 messages to nobody. Names are new in each test: a series keeps
+    counting for the life of the process."""
+    n = next(_tests)
+    pub = make_socket("pub", name=f"feed-{n}")
+    sub = make_socket("sub", name=f"client-{n}", recv_timeout=5)
     sub.subscribe(b"a")
     connect_pair(pub, sub, bind_url("inproc", "metrics"))
     for body in (b"a1", b"b1", b"a2", b"b2", b"a3"):
         pub.send(body)
     assert [sub.recv() for _ in range(3)] == [b"a1", b"a2", b"a3"]
+    before = unnamed_pub_no_peer()
     lonely = make_socket("pub")
     for _ in range(4):
         lonely.send(b"x")
-    return pub, sub, lonely
+    return pub, sub, lonely, before
 
 
 def series(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -56,9 +68,10 @@ def value(parsed: dict[Any, float], name: str, **labels: str) -> float:
     return parsed[(name, frozenset(labels.items()))]
 
 
-def check_traffic(parsed: dict[Any, float], lonely: nanopy.Socket) -> None:
-    feed = {"socket": "feed", "protocol": "pub"}
-    client = {"socket": "client", "protocol": "sub"}
+def check_traffic(parsed: dict[Any, float], traffic: Any) -> None:
+    pub, sub, lonely, before = traffic
+    feed = {"socket": pub.name, "protocol": "pub"}
+    client = {"socket": sub.name, "protocol": "sub"}
     assert value(parsed, "nanopy_messages_sent_total", **feed) == 5
     assert value(parsed, "nanopy_bytes_sent_total", **feed) == 10
     assert value(parsed, "nanopy_messages_received_total", **client) == 3
@@ -69,25 +82,29 @@ def check_traffic(parsed: dict[Any, float], lonely: nanopy.Socket) -> None:
     assert value(parsed, "nanopy_queued_messages", direction="out", **feed) == 0
     assert value(parsed, "nanopy_reconnects_total", **client) == 0
     assert value(parsed, "nanopy_protocol_errors_total", **client) == 0
-    # An unnamed socket is labelled by a stable id.
-    label = f"pub-{lonely._serial}"
-    assert value(parsed, "nanopy_messages_dropped_total", socket=label, protocol="pub", reason="no_peer") == 4
+    assert value(parsed, "nanopy_connects_total", **client) == 1
+    # Unnamed sockets share one series per protocol.
+    assert value(parsed, "nanopy_messages_dropped_total", **UNNAMED_PUB, reason="no_peer") == before + 4
     for reason in DROP_REASONS:  # every reason is exported, zeros included
         assert ("nanopy_messages_dropped_total",
                 frozenset({**feed, "reason": reason}.items())) in parsed
 
 
 def test_prometheus_collector(traffic: Any) -> None:
-    pub, sub, lonely = traffic
+    pub, sub, lonely, before = traffic
     registry = prometheus_client.CollectorRegistry()
     collector = nanopy.metrics.register_prometheus(registry)
     assert nanopy.metrics.register_prometheus(registry) is collector  # idempotent
     parsed = series(prometheus_client.generate_latest(registry).decode())
-    check_traffic(parsed, lonely)
-    # A closed socket leaves the series.
+    check_traffic(parsed, traffic)
+    # A closed socket's counts stay in its series; its gauges leave it.
     lonely.close()
+    pub.close()
     parsed = series(prometheus_client.generate_latest(registry).decode())
-    assert not any(dict(labels).get("socket") == f"pub-{lonely._serial}" for _, labels in parsed)
+    assert value(parsed, "nanopy_messages_dropped_total", **UNNAMED_PUB, reason="no_peer") >= before + 4
+    feed = {"socket": pub.name, "protocol": "pub"}
+    assert value(parsed, "nanopy_messages_sent_total", **feed) == 5
+    assert value(parsed, "nanopy_pipes", **feed) == 0
     registry.unregister(collector)
 
 
@@ -96,7 +113,7 @@ def test_opentelemetry_instruments(traffic: Any) -> None:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-    pub, sub, lonely = traffic
+    pub, sub, lonely, before = traffic
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader])
     instruments = nanopy.metrics.instrument(provider)
@@ -114,15 +131,15 @@ def test_opentelemetry_instruments(traffic: Any) -> None:
     assert kinds["nanopy.messages.sent"] is True and kinds["nanopy.pipes"] is False
     assert set(kinds) >= {"nanopy.messages.sent", "nanopy.messages.received", "nanopy.bytes.sent",
                           "nanopy.bytes.received", "nanopy.messages.dropped", "nanopy.pipes", "nanopy.queued"}
-    feed = {"socket": "feed", "protocol": "pub"}
-    client = {"socket": "client", "protocol": "sub"}
+    feed = {"socket": pub.name, "protocol": "pub"}
+    client = {"socket": sub.name, "protocol": "sub"}
     assert points[("nanopy.messages.sent", frozenset(feed.items()))] == 5
     assert points[("nanopy.bytes.received", frozenset(client.items()))] == 6
     assert points[("nanopy.messages.dropped", frozenset({**client, "reason": "unsubscribed"}.items()))] == 2
     assert points[("nanopy.pipes", frozenset(client.items()))] == 1
     assert points[("nanopy.queued", frozenset({**client, "direction": "in"}.items()))] == 0
-    lonely_attrs = {"socket": f"pub-{lonely._serial}", "protocol": "pub", "reason": "no_peer"}
-    assert points[("nanopy.messages.dropped", frozenset(lonely_attrs.items()))] == 4
+    lonely_attrs = {**UNNAMED_PUB, "reason": "no_peer"}
+    assert points[("nanopy.messages.dropped", frozenset(lonely_attrs.items()))] == before + 4
     provider.shutdown()
 
 
@@ -133,11 +150,10 @@ def server() -> Iterator[nanopy.metrics.MetricsServer]:
 
 
 def test_http_endpoint_scrape(traffic: Any, server: nanopy.metrics.MetricsServer) -> None:
-    pub, sub, lonely = traffic
     assert server.url == f"http://127.0.0.1:{server.port}/metrics"
     with urllib.request.urlopen(server.url, timeout=10) as response:
         assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-        check_traffic(series(response.read().decode()), lonely)
+        check_traffic(series(response.read().decode()), traffic)
     with pytest.raises(urllib.error.HTTPError) as info:
         urllib.request.urlopen(server.url.replace("/metrics", "/other"), timeout=10)
     assert info.value.code == 404
@@ -165,16 +181,16 @@ def test_render_escapes_label_values(make_socket: MakeSocket) -> None:
 
 def test_nanopy_stat_once(traffic: Any, server: nanopy.metrics.MetricsServer,
                           capsys: pytest.CaptureFixture[str]) -> None:
-    pub, sub, lonely = traffic
+    pub, sub, lonely, before = traffic
     assert stat_cli.main([f"127.0.0.1:{server.port}", "--once"]) == 0
     lines = capsys.readouterr().out.splitlines()
     header = lines[0].split()
     assert header[:5] == ["SOCKET", "PROTO", "PIPES", "SENT", "RECV"]
-    rows = {line.split()[0]: line for line in lines[1:]}
-    assert rows["feed"].split()[1:5] == ["pub", "1", "5", "0"]
-    assert rows["client"].split()[1:5] == ["sub", "1", "0", "3"]
-    assert rows["client"].endswith("unsubscribed=2")
-    assert rows[f"pub-{lonely._serial}"].endswith("no_peer=4")
+    rows = {tuple(line.split()[:2]): line for line in lines[1:]}
+    assert rows[(pub.name, "pub")].split()[2:5] == ["1", "5", "0"]
+    assert rows[(sub.name, "sub")].split()[2:5] == ["1", "0", "3"]
+    assert rows[(sub.name, "sub")].endswith("unsubscribed=2")
+    assert f"no_peer={before + 4:.0f}" in rows[("(unnamed)", "pub")]
 
 
 def test_nanopy_stat_refreshes_with_rates(traffic: Any, server: nanopy.metrics.MetricsServer,
@@ -183,7 +199,8 @@ def test_nanopy_stat_refreshes_with_rates(traffic: Any, server: nanopy.metrics.M
     tables = capsys.readouterr().out.strip().split("\n\n")
     assert len(tables) == 2
     first, second = ({line.split()[0]: line.split() for line in t.splitlines()[2:]} for t in tables)
-    assert first["feed"][5] == "-" and second["feed"][5] == "0"  # SENT/s: known from the second table on
+    feed = traffic[0].name
+    assert first[feed][5] == "-" and second[feed][5] == "0"  # SENT/s: known from the second table on
 
 
 def test_nanopy_stat_unreachable(capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,9 +2,9 @@
 
 Each runs as a subprocess of the tool in this interpreter's environment; a tool
 that is not installed skips its test (both are in the ``test`` extra). The mypy
-gate gives the same answer without the optional Spark extras: it also runs
-against an environment that sees every installed package but pyspark (and
-pyarrow), as a venv holding only ``nanopy[ws]`` and mypy would.
+gate gives the same answer with and without every optional extra: it also runs
+against environments that see every installed package but one extra's (and one
+without any), as a venv holding only ``nanopy`` and mypy would.
 """
 
 from __future__ import annotations
@@ -63,13 +63,24 @@ def _env_without(hidden: tuple[str, ...], dest: Path) -> Path:
     return python
 
 
+#: the site-packages names each optional extra installs that nanopy imports
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "ws": ("websockets",),
+    "curve": ("nacl", "pynacl"),
+    "spark": ("pyspark", "pyarrow", "py4j"),
+    "prometheus": ("prometheus_client",),
+    "otel": ("opentelemetry",),
+}
+_EVERY_EXTRA = tuple(name for names in EXTRAS.values() for name in names)
+
+
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize(
     "hidden",
-    [("pyspark", "pyarrow", "py4j"), ("pyspark", "py4j")],
-    ids=["without-spark-extras", "pyarrow-without-pyspark"],
+    [_EVERY_EXTRA, ("pyspark", "py4j"), *EXTRAS.values()],
+    ids=["without-every-extra", "pyarrow-without-pyspark", *(f"without-{extra}" for extra in EXTRAS)],
 )
-def test_mypy_strict_answer_does_not_depend_on_the_spark_extras(hidden: tuple[str, ...], tmp_path: Path) -> None:
+def test_mypy_strict_answer_does_not_depend_on_the_extras(hidden: tuple[str, ...], tmp_path: Path) -> None:
     python = _env_without(hidden, tmp_path / "venv")
     done = _run("mypy", "--strict", "--no-incremental", "--python-executable", str(python), "-p", "nanopy")
     assert done.returncode == 0, done.stdout + done.stderr

@@ -11,6 +11,7 @@ import os
 import subprocess
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -108,19 +109,27 @@ class Collector:
         self.sock.close(linger=0)
 
 
+@contextmanager
+def driver_run(cluster: Cluster, *args: str, log_name: str) -> Iterator[Lines]:
+    """A driver subprocess's lines; it must exit 0 after the block, and is killed if the block fails."""
+    proc = cluster.driver(*args, log_name=log_name)
+    try:
+        yield Lines(proc)
+        assert proc.wait(120) == 0, cluster.log(log_name)
+    finally:
+        if proc.poll() is None:
+            kill_group(proc)
+
+
 def test_coordinator_and_sink_on_the_cluster(cluster: Cluster) -> None:
     collector = Collector()
     port = free_port()
     cluster.env["NANOPY_TEST_COORD_PORT"] = str(port)
-    proc = cluster.driver("basics", collector.url, log_name="basics.log")
     try:
-        lines = Lines(proc)
-        coord = lines.wait("coordinator", 240)
-        sink = lines.wait("sink", 240)
-        assert proc.wait(120) == 0, cluster.log("basics.log")
+        with driver_run(cluster, "basics", collector.url, log_name="basics.log") as lines:
+            coord = lines.wait("coordinator", 240)
+            sink = lines.wait("sink", 240)
     finally:
-        if proc.poll() is None:
-            kill_group(proc)
         collector.close()
     host = coord["driver_host"]
     manual, fixed = coord["manual"], coord["fixed"]
@@ -316,3 +325,31 @@ def test_default_options_4k_64k_1m_messages_arrive_with_bounded_driver_memory(
         assert (totals["lo"], totals["hi"]) == (1, count)
         assert result["latest"]["dropped"] == 0 and result["latest"]["oversized"] == 0
         assert result["peaks_kib"]["runner"] < RUNNER_PEAK_KIB, result["peaks_kib"]
+
+
+def test_pyzmq_multipart_messages_reach_the_source_with_their_frames(cluster: Cluster, tmp_path: Any) -> None:
+    """Issue 32: a libzmq PUSH sending multipart messages into the source on the
+    cluster delivers every message with its frames (single-frame ones with parts null)."""
+    zmq = pytest.importorskip("zmq")
+    n = 3000
+    messages = [[b"%06d" % i] if i % 4 == 0 else [b"%06d" % i, b"", b"body-%d" % i] for i in range(n)]
+    ctx = zmq.Context()
+    zpush = ctx.socket(zmq.PUSH)
+    zpush.linger = 0
+    port = zpush.bind_to_random_port("tcp://127.0.0.1")
+    try:
+        with driver_run(cluster, "frames", str(tmp_path), f"zmtp+tcp://127.0.0.1:{port}", str(n),
+                        log_name="frames.log") as lines:
+            lines.wait("started", 240)
+            for frames in messages:  # (a send waits until the source connects)
+                zpush.send_multipart(frames)
+            result = lines.wait("frames", 300)
+    finally:
+        zpush.close()
+        ctx.term()
+    assert result["error"] is None, result["error"]
+    got = sorted((bytes.fromhex(payload), None if parts is None else [bytes.fromhex(p) for p in parts], seq)
+                 for payload, parts, seq in result["rows"])
+    assert [seq for *_, seq in sorted(got, key=lambda row: row[2])] == list(range(1, n + 1))
+    assert [(payload, parts) for payload, parts, _ in got] == [
+        (b"".join(m), None if len(m) == 1 else m) for m in messages]

@@ -16,7 +16,8 @@ socket operation fails (``Can't bind: ...``, ``Can't send: ...``), 130 on Ctrl-C
 Differences from nanocat, all additive: fractional ``--recv-timeout`` values are
 honoured (nanocat truncates them to whole seconds in receive-only loops);
 ``ws://``, ``wss://``, ``tls+tcp://`` and ZeroMQ's ``zmtp+tcp://`` and ``zmtp+ipc://``
-URLs work (each frame of a multipart message printed as a message), with nngcat's TLS flags
+URLs work (a multipart message printed as one record of its frames, see
+nanopy/_cli/formats.py), with nngcat's TLS flags
 (``--cert``, ``--key``, ``--cacert``, ``--insecure``); ``-v`` prints the address a
 bind really got (useful with port 0).
 """
@@ -32,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
-from .formats import FORMAT_NAMES, FORMATTERS
+from .formats import FORMAT_NAMES, FORMATTERS, MULTIPART_FORMATTERS
 from .options import (
     DATA,
     ENDPOINT,
@@ -285,6 +286,7 @@ class Cat:
         self.cfg = cfg
         self.out = out
         self.write = None if cfg.format == "no" else FORMATTERS[cfg.format]
+        self.write_frames = MULTIPART_FORMATTERS[cfg.format]
         self.sock: Any = None
         self._hint: threading.Timer | None = None
 
@@ -358,9 +360,13 @@ class Cat:
 
     def _print_parts(self, msg: Any) -> None:
         """A message as nanocat prints one; a ZeroMQ multipart message (zmtp+ URLs)
-        as one record per frame (its frames are never joined)."""
-        for part in msg.parts:
-            self._print(part)
+        as one record of its frames, boundaries kept (nanopy/_cli/formats.py)."""
+        parts = msg.parts
+        if len(parts) == 1:
+            self._print(parts[0])
+        elif self.write is not None:
+            self.out.write(self.write_frames(parts))
+            self.out.flush()
 
     def _send(self) -> None:
         import nanopy

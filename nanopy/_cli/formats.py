@@ -1,7 +1,15 @@
-"""nanocat's output formats, byte for byte.
+"""nanocat's output formats, byte for byte, and their form for multipart messages.
 
 Each formatter turns one message body into the exact bytes ``nanocat`` writes for it.
 "Printable" means C ``isprint`` in the C locale: 0x20 (space) through 0x7e (``~``).
+
+A ZeroMQ multipart message (``zmtp+`` URLs; nanocat has none) is still one record,
+so message and frame boundaries both stay visible (:data:`MULTIPART_FORMATTERS`):
+``ascii`` separates the frames with a tab (a tab inside a frame prints as ``.``),
+``quoted`` and ``hex`` with a space between the quoted frames, ``msgpack`` writes
+an array of ``bin`` objects, and ``raw`` the frames back to back (it shows no
+boundaries at all, as for single messages). A single-frame message prints exactly
+as nanocat prints it.
 """
 
 from __future__ import annotations
@@ -42,10 +50,14 @@ def fmt_ascii(body: bytes) -> bytes:
     return body.translate(_ASCII_TABLE) + b"\n"
 
 
+def _quoted(body: bytes) -> bytes:
+    table = _QUOTED_TABLE
+    return b'"' + b"".join([table[b] for b in body]) + b'"'
+
+
 def fmt_quoted(body: bytes) -> bytes:
     """Double-quoted with C-like escapes (``\\n \\r \\\\ \\"``, ``\\xHH`` for the rest)."""
-    table = _QUOTED_TABLE
-    return b'"' + b"".join([table[b] for b in body]) + b'"\n'
+    return _quoted(body) + b"\n"
 
 
 def fmt_msgpack(body: bytes) -> bytes:
@@ -60,10 +72,14 @@ def fmt_msgpack(body: bytes) -> bytes:
     return head + body
 
 
+def _hex(body: bytes) -> bytes:
+    table = _HEX_TABLE
+    return b'"' + b"".join([table[b] for b in body]) + b'"'
+
+
 def fmt_hex(body: bytes) -> bytes:
     """Double-quoted, every byte as ``\\xHH`` (lower-case)."""
-    table = _HEX_TABLE
-    return b'"' + b"".join([table[b] for b in body]) + b'"\n'
+    return _hex(body) + b"\n"
 
 
 FORMATTERS: dict[str, Formatter] = {
@@ -73,4 +89,45 @@ FORMATTERS: dict[str, Formatter] = {
     "quoted": fmt_quoted,
     "msgpack": fmt_msgpack,
     "hex": fmt_hex,
+}
+
+
+# -- multipart messages: one record of several frames (see the module docstring) --------
+MultipartFormatter = Callable[[list[bytes]], bytes]
+
+
+def multi_ascii(frames: list[bytes]) -> bytes:
+    """The frames as ``ascii`` prints them, separated by tabs, then a newline."""
+    return b"\t".join([f.translate(_ASCII_TABLE) for f in frames]) + b"\n"
+
+
+def multi_quoted(frames: list[bytes]) -> bytes:
+    """Each frame quoted as ``quoted`` does, separated by spaces, then a newline."""
+    return b" ".join(map(_quoted, frames)) + b"\n"
+
+
+def multi_hex(frames: list[bytes]) -> bytes:
+    """Each frame as ``hex`` quotes it, separated by spaces, then a newline."""
+    return b" ".join(map(_hex, frames)) + b"\n"
+
+
+def multi_msgpack(frames: list[bytes]) -> bytes:
+    """A msgpack array (fixarray, array16 or array32) of one ``bin`` object per frame."""
+    n = len(frames)
+    if n < 0x10:
+        head = bytes([0x90 | n])
+    elif n < 0x10000:
+        head = struct.pack(">BH", 0xDC, n)
+    else:
+        head = struct.pack(">BI", 0xDD, n)
+    return head + b"".join(map(fmt_msgpack, frames))
+
+
+MULTIPART_FORMATTERS: dict[str, MultipartFormatter] = {
+    "no": lambda frames: b"",
+    "raw": b"".join,
+    "ascii": multi_ascii,
+    "quoted": multi_quoted,
+    "msgpack": multi_msgpack,
+    "hex": multi_hex,
 }

@@ -35,7 +35,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any, TextIO
 
-from .._errors import Closed, Timeout
+from .._errors import AddressError, Closed, Timeout
 from .._socket import Socket
 from ._client import TaskClient
 from ._hub import ensure_registered
@@ -79,7 +79,8 @@ class Coordinator:
         bind: the URL to listen on. Default: with a SparkContext running, its
             ``spark.driver.bindAddress`` (else ``spark.driver.host``), the address
             Spark's own executors already reach; without one, ``127.0.0.1``. All
-            interfaces (``tcp://0.0.0.0:0``) only when you pass them here.
+            interfaces (``tcp://0.0.0.0:0``) only when you pass them here. A
+            ``zmtp+`` URL is refused (:class:`nanopy.AddressError`): tasks speak SP.
         port: the TCP port of the default bind address (default 0: any free
             port); fix it when a firewall lets only known ports through.
         advertise: the host name tasks should dial (default: ``spark.driver.host``
@@ -120,6 +121,12 @@ class Coordinator:
         self.max_message = max_message
         if bind is not None and port:
             raise ValueError("pass either bind (a full URL) or port, not both")
+        if bind is not None and bind.startswith("zmtp+"):
+            raise AddressError(
+                f"Coordinator(bind={bind!r}): zmtp+ URLs are for ZeroMQ peers, and the coordinator's "
+                "peers are nanopy tasks speaking single-frame SP messages; bind tcp://, tls+tcp://, "
+                "ws:// or ipc:// instead"
+            )
         if not 0 <= port <= 65535:
             raise ValueError(f"port must be 0..65535, got {port}")
         self._bind = bind

@@ -39,7 +39,8 @@ ALIASES = {"subscribe": "subscriptions", "spool": "spoolPath"}
 SPARK_OWN = {"path", "checkpointlocation", "queryname"}
 PROTOCOLS = {"source": ("pull", "sub"), "batch read": ("pull", "sub"), "read": ("pull", "sub"),
              "sink": ("push", "pub")}
-_DIALABLE = ("tcp", "tls+tcp", "ws", "wss")
+# TCP-based schemes: their host and port are checked (ZeroMQ's zmtp+tcp as tcp).
+_DIALABLE = ("tcp", "tls+tcp", "ws", "wss", "zmtp+tcp")
 
 
 def lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -144,18 +145,26 @@ def check_protocol_options(opts: Mapping[str, str], given: Mapping[str, str] | N
 
 
 def check_addresses(urls_: list[str], mode: str, what: str) -> None:
-    """URL shape (host and port for TCP-based transports) and a resolvable host."""
+    """URL shape (host and port for TCP-based transports, then the transport's own
+    check, as ``bind``/``connect`` would make it) and a resolvable host."""
+    from .._errors import AddressError
+    from .._registry import transports
+
     for url in urls_:
         hp = host_port(url)
-        if hp is None:
-            continue
-        host, port = hp
-        if not 0 < port < 65536 and not (mode == "bind" and port == 0):
-            raise SourceOptionError(f"url {url!r}: port {port} is out of range")
-        if mode == "connect" and host in ("", "*", "0.0.0.0", "::"):
-            raise SourceOptionError(
-                f"url {url!r}: a {what} that connects needs the producer's host name or address "
-                f'(or .option("mode", "bind") to listen on this one)')
+        if hp is not None:
+            host, port = hp
+            if not 0 < port < 65536 and not (mode == "bind" and port == 0):
+                raise SourceOptionError(f"url {url!r}: port {port} is out of range")
+            if mode == "connect" and host in ("", "*", "0.0.0.0", "::"):
+                raise SourceOptionError(
+                    f"url {url!r}: a {what} that connects needs the producer's host name or address "
+                    f'(or .option("mode", "bind") to listen on this one)')
+        transport = transports.get(url.partition("://")[0])
+        try:
+            (transport.check_dial_url if mode == "connect" else transport.check_url)(url)
+        except AddressError as exc:
+            raise SourceOptionError(f"{what}: {exc}") from None
     check_reachable(urls_, mode, what, probe=False)
 
 

@@ -13,6 +13,9 @@ spool themselves. Memory stays bounded in bytes:
   capped by ``recvBuffer``;
 * the spooled but uncommitted backlog (on disk) stops the receiver at
   ``maxBufferedBytes`` or ``maxBuffered`` messages, and TCP pushes back on producers.
+
+A ZeroMQ multipart message is spooled with its frames (nanopy/spark/_rows.py); a
+message no row can hold is dropped and counted by reason, and the receiver goes on.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 import pyarrow as pa
 
 from . import _options as opt
+from ._rows import DropLog, build_or_drop, file_slices, is_multipart, make_batch, spool_form
 from ._spool import Segment, Spool
 
 log = logging.getLogger("nanopy.spark")
@@ -34,23 +38,6 @@ GROUP_MAX = 65536  # messages per spool file at most
 GROUP_BYTES = 8 << 20  # payload bytes per spool file, about
 FIRST_GUESS = 16 << 10  # message size assumed before the first one arrives
 SMALLEST = 256  # message size assumed for the queue bound when messages are tiny
-
-
-def make_batch(after: int, payloads: list[bytes], stamp: float, subscriptions: list[bytes],
-               schema: pa.Schema) -> pa.RecordBatch:
-    """Rows ``after+1 .. after+len(payloads)`` as an Arrow batch of the source schema."""
-    n = len(payloads)
-    if subscriptions and subscriptions != [b""]:
-        ordered = sorted(subscriptions, key=len, reverse=True)
-        topic = pa.array(
-            [next((t.decode("utf-8", "replace") for t in ordered if p.startswith(t)), None)
-             for p in payloads], pa.string())
-    else:
-        topic = pa.nulls(n, pa.string())
-    received = pa.array([int(stamp * 1e6)] * n, pa.int64()).cast(schema.field("received").type)
-    columns = [pa.array(payloads, pa.binary()), topic, received,
-               pa.array(range(after + 1, after + n + 1), pa.int64())]
-    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 def hard_limit(max_size: int) -> int:
@@ -113,7 +100,10 @@ class Receiver:
         self.backlog_bytes = sum(s.size for s in self.segments)
         self.received = 0
         self.received_bytes = 0
-        self.oversized = 0
+        self.multipart = 0  # messages of several frames (zmtp+ URLs)
+        # Only zmtp+ pipes carry multipart messages: without one, messages are not inspected.
+        self.frames = any(u.startswith("zmtp+") for u in self.urls)
+        self.drops = DropLog(",".join(self.urls))
         self.too_large_seen = 0
         self.spool_errors = 0
         self.closed = False
@@ -185,14 +175,14 @@ class Receiver:
             biggest = max(map(len, got))
             self._resize_queue(biggest)
             self._check_too_large()
-            if self.limits.max_size and biggest > self.limits.max_size:
-                kept = [m for m in got if len(m) <= self.limits.max_size]
-                self._note_oversized(len(got) - len(kept), biggest)
-                size -= sum(len(m) for m in got if len(m) > self.limits.max_size)
-                got = kept
-                if not got:
-                    continue
-            self._append(got, size)
+            kept = self.drops.keep(got, self.limits.max_size, biggest)
+            if kept is not got:
+                size = sum(map(len, kept))
+            if size <= GROUP_BYTES:
+                self._append(kept, size)
+            else:  # (one spool file's columns must stay under Arrow's 2 GiB)
+                for part in file_slices(kept):
+                    self._append(part, sum(map(len, part)))
 
     def _resize_queue(self, biggest: int) -> None:
         """Keep the socket's queue near ``recvBufferBytes`` for the sizes seen lately."""
@@ -210,16 +200,26 @@ class Receiver:
                         n - self.too_large_seen, hard_limit(self.limits.max_size))
             self.too_large_seen = n
 
-    def _note_oversized(self, n: int, biggest: int) -> None:
-        self.oversized += n
-        log.warning("nanopy source %s: dropped %d message(s) larger than recvMaxSize=%d bytes "
-                    "(largest %d); %d dropped so far", ",".join(self.urls), n, self.limits.max_size,
-                    biggest, self.oversized)
-
     def _append(self, payloads: list[bytes], size: int) -> None:
+        """Number ``payloads`` (``size`` bytes) and write them to the spool as one file
+        (a message no row can hold is dropped, counted and logged instead)."""
+        if not payloads:
+            return
         after = self.end
+        stamp = time.time()
+
+        def build(group: list[bytes]) -> pa.RecordBatch:
+            return make_batch(after, group, stamp, self.subscriptions, self.schema, self.frames)
+
+        kept, batch = build_or_drop(payloads, build, self.drops)
+        if batch is None:
+            return
+        batch = spool_form(batch)
+        if kept is not payloads:
+            size = sum(map(len, kept))
+        payloads = kept
         last = after + len(payloads)
-        batch = make_batch(after, payloads, time.time(), self.subscriptions, self.schema)
+        multipart = sum(map(is_multipart, payloads)) if self.frames else 0
         del payloads
         segment = self._spool_write(after, last, batch)
         del batch
@@ -229,6 +229,7 @@ class Receiver:
             self.backlog_bytes += segment.size
             self.received += last - after
             self.received_bytes += size
+            self.multipart += multipart
             self.cond.notify_all()
             if self._full():
                 self.waits += 1
@@ -318,7 +319,9 @@ class Receiver:
                 "spoolFiles": len(self.segments),
                 "socketQueueLimit": self.sock.recv_buffer,
                 "backpressureWaits": self.waits,
-                "oversized": self.oversized, "connectionsClosedTooLarge": stats.messages_too_large,
+                "oversized": self.drops.counts.get("oversized", 0),
+                "droppedByReason": self.drops.snapshot(), "multipart": self.multipart,
+                "connectionsClosedTooLarge": stats.messages_too_large,
                 "dropped": stats.messages_dropped, "spoolErrors": self.spool_errors,
                 "peers": stats.pipes,
             }

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql.datasource import WriterCommitMessage
-from pyspark.sql.types import BinaryType, StringType, StructType
+from pyspark.sql.types import ArrayType, BinaryType, DataType, StringType, StructType
 
+from .._message import Multipart
 from . import _options as opt
 from ._tags import make_tag
 
@@ -40,29 +41,55 @@ _cache_pid = 0
 _cache_lock = threading.Lock()
 
 
-def _payload_column(schema: StructType, column: str | None) -> str:
-    """The column to send: named by ``column``, else payload/value/data, else the first
-    binary or string column."""
+def _is_bytes(kind: DataType) -> bool:
+    return isinstance(kind, (BinaryType, StringType))
+
+
+def _is_frames(kind: DataType) -> bool:
+    return isinstance(kind, ArrayType) and _is_bytes(kind.elementType)
+
+
+def _columns(schema: StructType, column: str | None, urls: list[str]) -> tuple[str | None, str | None]:
+    """``(payload column, frames column)`` to send (see docs/spark.md, "Sink").
+
+    A frames column (``array<binary>``, as the source's ``parts``) is sent as
+    multipart messages, which only ``zmtp+`` URLs carry: refused here otherwise,
+    so ``save()``/``start()`` fails before any row is sent."""
     names = schema.fieldNames()
     kinds = {f.name: f.dataType for f in schema.fields}
+    frames: str | None = None
     if column is not None:
         if column not in names:
             raise opt.SourceOptionError(
                 f"column {column!r} is not a column of the DataFrame; columns are {names}")
-        if not isinstance(kinds[column], (BinaryType, StringType)):
+        if _is_bytes(kinds[column]):
+            return column, None
+        if not _is_frames(kinds[column]):
             raise opt.SourceOptionError(
-                f"column {column!r} is {kinds[column].simpleString()}; the nanopy sink sends binary "
-                f"or string columns: cast it first, e.g. .selectExpr(\"cast({column} as string) as payload\")")
-        return column
+                f"column {column!r} is {kinds[column].simpleString()}; the nanopy sink sends binary or "
+                "string columns, and array<binary> ones as multipart messages: cast it first, e.g. "
+                f".selectExpr(\"cast({column} as string) as payload\")")
+        frames = column
+    elif "parts" in names and _is_frames(kinds["parts"]):
+        frames = "parts"
     found: str | None = next((c for c in ("payload", "value", "data") if c in names
-                  and isinstance(kinds[c], (BinaryType, StringType))), None)
+                              and _is_bytes(kinds[c])), None)
     if found is None:
-        found = next((f.name for f in schema.fields if isinstance(f.dataType, (BinaryType, StringType))), None)
-    if found is None:
+        found = next((f.name for f in schema.fields if _is_bytes(f.dataType)), None)
+    if found is None and frames is None:
         raise opt.SourceOptionError(
             f"the nanopy sink needs a binary or string column to send; columns are {names} "
             '(cast one, and name it "payload" or pass .option("column", name))')
-    return found
+    sp = next((u for u in urls if not u.startswith("zmtp+")), None)
+    if frames is not None and sp is not None:
+        how = (f'.option("column", {frames!r}) sends' if column is not None
+               else f"the DataFrame's {frames!r} column (ZeroMQ frames, as the nanopy source reads them) is sent as")
+        raise opt.SourceOptionError(
+            f"{how} multipart messages, and {sp} is an SP address, which carries one frame per message; "
+            "send to zmtp+tcp:// or zmtp+ipc:// URLs, or send one column: "
+            f'.option("column", {found or "payload"!r}) (a multipart row\'s payload is its frames '
+            f'joined) or .drop({frames!r})')
+    return found, frames
 
 
 @dataclass
@@ -94,7 +121,7 @@ class _Writer:
                 "which would all bind the same address. Bind the receiving socket (PULL or SUB) "
                 "and let the sink connect (the default mode), or put a nanopy device in between"
             )
-        self.column = _payload_column(schema, options.get("column"))
+        self.column, self.frames = _columns(schema, options.get("column"), self.urls)
         names = schema.fieldNames()
         topic_column = options.get("topiccolumn") or None
         if topic_column is not None and topic_column not in names:
@@ -166,26 +193,30 @@ class _Writer:
         sock = self._socket()
         send = sock.send
         tag = self.tag
-        column, topic_column = self.column, self.topic_column
+        column, frames_column, topic_column = self.column, self.frames, self.topic_column
         index = nulls = 0
         for chunk in iterator:
-            if hasattr(chunk, "column"):  # a pyarrow.RecordBatch
-                payloads = chunk.column(column).to_pylist()
-                topics = chunk.column(topic_column).to_pylist() if topic_column else None
-            else:  # a Row
-                payloads = [chunk[column]]
-                topics = [chunk[topic_column]] if topic_column else None
+            payloads = _values(chunk, column)
+            topics = _values(chunk, topic_column) if topic_column else None
+            frame_lists = _values(chunk, frames_column) if frames_column else None
             for i, payload in enumerate(payloads):
-                if payload is None:
+                frames = frame_lists[i] if frame_lists is not None else None
+                if frames:  # a multipart message: topic in front of its first frame, tag after its last
+                    parts = [f.encode() if isinstance(f, str) else bytes(f or b"") for f in frames]
+                    if topics is not None and topics[i] is not None:
+                        parts[0] = _as_bytes(topics[i]) + parts[0]
+                    if tag:
+                        parts.append(make_tag(run_id, batch_id, partition, index))
+                    payload = Multipart(parts)
+                elif payload is None:
                     nulls += 1
                     continue
-                if isinstance(payload, str):
-                    payload = payload.encode()
-                if topics is not None and topics[i] is not None:
-                    t = topics[i]
-                    payload = (t.encode() if isinstance(t, str) else bytes(t)) + payload
-                if tag:
-                    payload = payload + make_tag(run_id, batch_id, partition, index)
+                else:
+                    payload = _as_bytes(payload)
+                    if topics is not None and topics[i] is not None:
+                        payload = _as_bytes(topics[i]) + payload
+                    if tag:
+                        payload = payload + make_tag(run_id, batch_id, partition, index)
                 try:
                     send(payload)
                 except Timeout:
@@ -208,6 +239,17 @@ class _Writer:
         if not all(d.flushed() for d in list(sock._pipes.values())) and time.monotonic() >= deadline:
             raise TimeoutError(f"nanopy sink: messages to {','.join(self.urls)} still queued after "
                                f"flushTimeout={self.flush_timeout}s")
+
+
+def _values(chunk: Any, column: str | None) -> list[Any]:
+    """A column's values in a chunk: a pyarrow.RecordBatch, or a Row."""
+    if hasattr(chunk, "column"):
+        return chunk.column(column).to_pylist() if column else [None] * chunk.num_rows
+    return [chunk[column] if column else None]
+
+
+def _as_bytes(value: Any) -> bytes:
+    return value.encode() if isinstance(value, str) else bytes(value)
 
 
 def _total(messages: list[Any]) -> int:

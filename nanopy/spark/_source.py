@@ -16,6 +16,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -30,13 +31,14 @@ from pyspark.sql.types import StructType
 
 from . import _options as opt
 from ._logfmt import use_spark_format
-from ._receiver import Limits, Receiver, make_batch, open_socket
+from ._receiver import Limits, Receiver, open_socket
+from ._rows import DropLog, build_or_drop, full_rows, make_batch, to_kafka
 from ._sink import NanopyBatchWriter, NanopyStreamWriter
 from ._spool import DefaultSpool, Segment, Spool
 
 log = logging.getLogger("nanopy.spark")
 
-SCHEMA = "payload binary, topic string, received timestamp, seq long"
+SCHEMA = "payload binary, topic string, received timestamp, seq long, parts array<binary>"
 KAFKA_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
                 "timestamp timestamp, timestampType int")
 
@@ -50,6 +52,7 @@ def arrow_schema(schema: StructType) -> pa.Schema:
 def _source_schema(kind: str = "nanopy") -> StructType:
     """The source's columns: ``nanopy`` (default) or ``kafka`` (as Spark's Kafka source)."""
     from pyspark.sql.types import (
+        ArrayType,
         BinaryType,
         IntegerType,
         LongType,
@@ -64,7 +67,8 @@ def _source_schema(kind: str = "nanopy") -> StructType:
                            StructField("offset", LongType()), StructField("timestamp", TimestampType()),
                            StructField("timestampType", IntegerType())])
     return StructType([StructField("payload", BinaryType()), StructField("topic", StringType()),
-                       StructField("received", TimestampType()), StructField("seq", LongType())])
+                       StructField("received", TimestampType()), StructField("seq", LongType()),
+                       StructField("parts", ArrayType(BinaryType()))])
 
 
 def schema_kind(opts: dict[str, str]) -> str:
@@ -81,16 +85,6 @@ def check_schema(schema: StructType, kind: str = "nanopy") -> None:
             f"{schema.simpleString()}: drop .schema(...) and select or cast columns after load()"
             + ('' if kind == "kafka" else ', or use .option("schema", "kafka") for Kafka\'s columns')
         )
-
-
-def to_kafka(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """A source batch with Kafka's columns: value = payload, offset = seq,
-    timestamp = received, partition 0, timestampType 1 (log append time), no key."""
-    n = batch.num_rows
-    return pa.RecordBatch.from_arrays(
-        [pa.nulls(n, pa.binary()), batch.column(0), batch.column(1), pa.array([0] * n, pa.int32()),
-         batch.column(3), batch.column(2), pa.array([1] * n, pa.int32())],
-        names=["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"])
 
 
 def check_values(opts: dict[str, str], given: dict[str, str] | None = None) -> None:
@@ -397,10 +391,7 @@ class NanopyStreamReader(_ReaderOptions, DataSourceStreamReader, SupportsTrigger
         after, last = partition.value
         schema = arrow_schema(_source_schema())
         batches = Spool(partition.uri).iter_read(after, last, schema, partition.files)
-        if self.kafka:
-            yield from (to_kafka(b) for b in batches)
-        else:
-            yield from batches
+        yield from (to_kafka(b) if self.kafka else full_rows(b) for b in batches)
 
 
 class NanopyBatchReader(_ReaderOptions, DataSourceReader):
@@ -426,6 +417,8 @@ class NanopyBatchReader(_ReaderOptions, DataSourceReader):
         max_size = opt.integer(self.options, "recvMaxSize", 1 << 20, 0)
         subs = opt.topics(self.options) if self.protocol == "sub" else []
         schema = arrow_schema(_source_schema())
+        frames = any(u.startswith("zmtp+") for u in self.urls)
+        drops = DropLog(",".join(self.urls))  # (logged by the executor running the read)
         deadline = None if self.duration is None else time.monotonic() + self.duration
         got = 0
         with open_socket(self.options, self.protocol, self.mode, "nanopy-spark-read") as sock:
@@ -438,9 +431,9 @@ class NanopyBatchReader(_ReaderOptions, DataSourceReader):
                     msgs = sock.recv_batch(want, timeout=min(left, 0.5))
                 except Timeout:
                     continue
-                if max_size:
-                    msgs = [m for m in msgs if len(m) <= max_size]
-                if msgs:
-                    batch = make_batch(got, msgs, time.time(), subs, schema)
-                    yield to_kafka(batch) if self.kafka else batch
+                rows = partial(make_batch, got, stamp=time.time(), subscriptions=subs, schema=schema,
+                               multipart=frames)
+                msgs, batch = build_or_drop(drops.keep(msgs, max_size), rows, drops)
+                if batch is not None:
+                    yield to_kafka(batch) if self.kafka else full_rows(batch)
                     got += len(msgs)

@@ -195,7 +195,11 @@ class Spool:
                 table = pa.ipc.open_file(source).read_all()
             # A file holds seq a+1 .. b in order: cut by position, not by a filter.
             lo, hi = max(after, a) - a, min(last, b) - a
-            table = table.slice(lo, hi - lo).select(schema.names)
+            table = table.slice(lo, hi - lo)
+            for field in schema:  # a column a file of an older nanopy lacks (parts) is null
+                if field.name not in table.column_names:
+                    table = table.append_column(field, pa.nulls(table.num_rows, field.type))
+            table = table.select(schema.names)
             covered += table.num_rows
             for batch in table.to_batches():
                 yield pa.RecordBatch.from_arrays(batch.columns, schema=schema)

@@ -12,6 +12,9 @@ batch ``df.write`` it is random per write. ``batch_id`` is the micro-batch id, o
 row's position within that partition. ``(run_id, batch_id, partition, index)`` is
 unique per row and identical when Spark re-runs a task or replays a micro-batch, so
 a consumer deduplicates on it.
+
+A multipart message (``zmtp+`` URLs) gets the same 32 bytes as one more frame after
+its last, so its own frames arrive as they were.
 """
 
 from __future__ import annotations
@@ -41,13 +44,23 @@ def make_tag(run_id: int, batch_id: int, partition: int, index: int) -> bytes:
 def split_tag(message: bytes) -> tuple[bytes, Tag]:
     """Split a sink message into ``(payload, Tag)``.
 
+    A multipart message (``zmtp+`` URLs) carries its tag as its last frame: the
+    payload is then the frames before it, a :class:`~nanopy.zmtp.Multipart` when
+    there are several.
+
     Raises:
         ValueError: the message carries no nanopy sink tag.
     """
     if len(message) < TAG_SIZE or message[-4:] != MAGIC:
         raise ValueError("message has no nanopy sink tag (was the sink run with tag=false?)")
     run_id, batch_id, partition, index, _ = _TRAILER.unpack_from(message, len(message) - TAG_SIZE)
-    return message[:-TAG_SIZE], Tag(run_id, batch_id, partition, index)
+    tag = Tag(run_id, batch_id, partition, index)
+    parts = getattr(message, "parts", None)
+    if parts is not None and len(parts) >= 2 and len(parts[-1]) == TAG_SIZE:
+        from .._message import Multipart
+
+        return (parts[0] if len(parts) == 2 else Multipart(parts[:-1])), tag
+    return bytes(message[:-TAG_SIZE]), tag
 
 
 class Deduplicator:

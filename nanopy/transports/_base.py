@@ -114,6 +114,11 @@ class ChannelConnection(Connection):
     #: such pipes (a PUB's fan-out) frames it once for all of them.
     framing: Hashable | None = None
 
+    #: bytes a write may have in flight that the kernel socket's unacknowledged
+    #: count does not show as the channel's own (TLS: a record the peer got only
+    #: part of is lost whole, so up to one record's plaintext); nanopy/_sent_log.py
+    unacked_slack: int = 0
+
     def frame(self, payloads: list[bytes]) -> Any:
         """The wire data for ``payloads`` (a ``bytes``-like chunk or a list)."""
         return payloads
@@ -278,6 +283,17 @@ class CountsUnwritten(Protocol):
 
     def unwritten_bytes(self) -> int | None:
         """Bytes of the failed chunk not written (None: unknown)."""
+
+
+@runtime_checkable
+class DiscardsMessages(Protocol):
+    """A capability: a connection that may discard a message itself, as its wire
+    protocol's peers would (a ZMTP REQ pipe drops a reply without its delimiter).
+    The socket hands it a counter, so every such drop counts in ``stats().drops``."""
+
+    def count_drops_with(self, count: Callable[[str, int], Any]) -> None:
+        """From now on, count ``n`` messages discarded for ``reason`` (a name of
+        nanopy._drops) with ``count(reason, n)`` (callable from any thread)."""
 
 
 class Listener(abc.ABC):

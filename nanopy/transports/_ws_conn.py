@@ -55,7 +55,7 @@ from ._ws_proto import (
     read_head,
     ws_log,
 )
-from .tls import CLOSE_TIMEOUT, StreamChannel
+from .tls import CLOSE_TIMEOUT, TLS_RECORD_PLAINTEXT, StreamChannel
 
 __all__ = [
     "FRAGMENT_SIZE",
@@ -132,6 +132,8 @@ class WsConnection(ChannelConnection):
         self._ping: bytes | None = None  # our PING, until the peer is heard again
         self._pong: bytes | None = None  # the last PONG we handed the pipe
         self._pings_sent = 0
+        if channel.secure:  # (wss: the kernel's count is of TLS records)
+            self.unacked_slack = TLS_RECORD_PLAINTEXT
 
     def kernel_socket(self) -> Any:
         return self._chan.kernel_socket()

@@ -24,13 +24,15 @@ from typing import Any
 
 import trio
 
-from .._errors import AddressError, RemoteProtocolError
+from .._errors import AddressError, AuthenticationFailed, RemoteProtocolError
 from ._base import Connection, Listener, PipeContext
 from ._stream import FramedConnection, SocketChannel
 from .tcp import TcpListener, TcpTransport, bind_tcp_socket, bound_url, dial_tcp_socket, split_host_port
 
 # How long aclose() waits to say goodbye (TLS close_notify, WebSocket CLOSE).
 CLOSE_TIMEOUT = 0.5
+#: the most plaintext one TLS record carries (ChannelConnection.unacked_slack)
+TLS_RECORD_PLAINTEXT = 16 * 1024
 
 
 # -- the TLS byte channel ----------------------------------------------------------
@@ -41,6 +43,12 @@ def _tls_failure(exc: trio.BrokenResourceError) -> ssl.SSLError | None:
     if isinstance(cause, ssl.SSLError) and not isinstance(cause, (ssl.SSLEOFError, ssl.SSLZeroReturnError)):
         return cause
     return None
+
+
+def _refused_certificate(failure: ssl.SSLError) -> bool:
+    """This side refused the peer's certificate (or its lack of one): an
+    authentication failure, not a broken peer."""
+    return isinstance(failure, ssl.SSLCertVerificationError) or failure.reason == "PEER_DID_NOT_RETURN_A_CERTIFICATE"
 
 
 class StreamChannel:
@@ -81,7 +89,8 @@ class StreamChannel:
                 raise RemoteProtocolError(f"{self._describe} left in the middle of the TLS handshake") from None
             if self._server_side:
                 await self._send_alert()
-            raise RemoteProtocolError(f"TLS handshake with {self._describe} failed: {failure}") from None
+            refused = AuthenticationFailed if _refused_certificate(failure) else RemoteProtocolError
+            raise refused(f"TLS handshake with {self._describe} failed: {failure}") from None
 
     async def _wait_first_byte(self) -> None:
         """EOFError for a client that connects and leaves without a byte (a probe)."""
@@ -220,6 +229,8 @@ def tls_server(sock: socket.socket, ctx: ssl.SSLContext, describe: str) -> Strea
 # -- tls+tcp ------------------------------------------------------------------------
 class TlsConnection(FramedConnection):
     """SP over TCP framing (8-byte header, u64 lengths) inside a TLS session."""
+
+    unacked_slack = TLS_RECORD_PLAINTEXT
 
     def __init__(self, channel: StreamChannel, ctx: PipeContext, remote_address: str) -> None:
         super().__init__(ctx, False, remote_address)

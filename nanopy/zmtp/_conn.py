@@ -15,7 +15,7 @@ import logging
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._errors import RemoteProtocolError
 from .._wire import other_wire
@@ -259,6 +259,10 @@ class ZmtpConnection(StreamConnection):
         if stalled:
             why += f"; our own process stood still for {stalled:.1f} s or more"
         return why
+
+    def count_drops_with(self, count: Callable[[str, int], Any]) -> None:
+        """Where the role counts the messages it discards (the socket's drops)."""
+        self.role.count_drop = count
 
     def attach_control(self, send_control: Callable[..., bool]) -> None:
         self._send_control = send_control

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from .._errors import RemoteProtocolError
+from .._errors import AuthenticationFailed, RemoteProtocolError
 from . import _codec as codec
 
 if TYPE_CHECKING:
@@ -169,7 +169,7 @@ def _open(nacl: Any, box: bytes, nonce: bytes, pk: bytes, sk: bytes, what: str) 
     try:
         return bytes(nacl.crypto_box_open(box, nonce, pk, sk))
     except ValueError:
-        raise RemoteProtocolError(f"CURVE: the {what} box does not open (wrong key?)") from None
+        raise AuthenticationFailed(f"CURVE: the {what} box does not open (wrong key?)") from None
 
 
 class CurveClient:
@@ -254,9 +254,9 @@ class CurveServer:
         client_key, vouch, props = opened[:32], opened[32:128], opened[128:]
         vouched = _open(nacl, vouch[16:], b"VOUCH---" + vouch[:16], client_key, tsec, "vouch")
         if vouched != client_tpub + self.public:
-            raise RemoteProtocolError("CURVE vouch does not match the connection")
+            raise AuthenticationFailed("CURVE vouch does not match the connection")
         if self.clients is not None and client_key not in self.clients:
-            raise RemoteProtocolError(f"CURVE client key {z85_encode(client_key)} is not in curve_clients")
+            raise AuthenticationFailed(f"CURVE client key {z85_encode(client_key)} is not in curve_clients")
         short = (1).to_bytes(8, "big")
         box = nacl.crypto_box(codec.encode_metadata(metadata), b"CurveZMQREADY---" + short, client_tpub, tsec)
         await conn.write(codec.encode_command(b"READY", short + box))

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .._errors import RemoteProtocolError
+from .._errors import AuthenticationFailed, RemoteProtocolError
 from . import _codec as codec
 
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ class PlainServer:
             ok = False
         if not ok:
             await conn.write(_error("Invalid username or password"))
-            raise RemoteProtocolError(f"PLAIN: credentials of user {user.decode('utf-8', 'replace')!r} refused")
+            raise AuthenticationFailed(f"PLAIN: credentials of user {user.decode('utf-8', 'replace')!r} refused")
         await conn.write(codec.encode_command(b"WELCOME"))
         props = codec.parse_metadata(await expect(conn, b"INITIATE"))
         await conn.write(codec.encode_command(b"READY", codec.encode_metadata(metadata)))

@@ -26,6 +26,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .._drops import CANCELLED, MALFORMED, UNROUTABLE
 from .._errors import AddressError
 from .._message import Multipart
 from .._radix import RadixTree
@@ -38,6 +39,12 @@ log = logging.getLogger("nanopy")
 
 #: a function that queues a frame ahead of payloads, after what it queued before
 SendControl = Callable[[bytes], Any]
+#: counts messages a role discarded: ``count_drop(reason, n)``, a reason of nanopy._drops
+CountDrop = Callable[[str, int], Any]
+
+
+def _uncounted(reason: str, n: int) -> None:
+    """Until its pipe joins a socket (``ZmtpConnection.count_drops_with``)."""
 
 #: at most this many REP envelopes wait for their replies per pipe (the oldest go first)
 MAX_ENVELOPES = 65536
@@ -75,6 +82,7 @@ class Role:
 
     def __init__(self) -> None:
         self.send_control: SendControl = lambda frame: None
+        self.count_drop: CountDrop = _uncounted
         self.minor = 1  # the peer's ZMTP minor version (0: 3.0)
 
     def frame(self, payloads: list[bytes]) -> bytes:
@@ -235,11 +243,13 @@ class ReqRole(LockedRole):
         return b"".join(out)
 
     def single(self, body: bytes) -> bytes | None:
-        return None  # a reply without the delimiter: dropped, as libzmq's REQ does
+        self.count_drop(MALFORMED, 1)  # a reply without the delimiter: dropped, as libzmq's REQ does
+        return None
 
     def multi(self, frames: list[bytes]) -> bytes | None:
         if frames[0]:
-            return None  # no delimiter first: not a reply
+            self.count_drop(MALFORMED, 1)  # no delimiter first: not a reply
+            return None
         with self._lock:
             rid = self._inflight
             self._inflight = None
@@ -247,6 +257,7 @@ class ReqRole(LockedRole):
                 self._inflight, body = self._waiting.popleft()
                 self.send_control(DELIMITER + encode_body(body))
         if rid is None:
+            self.count_drop(CANCELLED, 1)  # no request in flight: a duplicate or stale reply
             return None
         return rid + (frames[1] if len(frames) == 2 else Multipart(frames[1:]))
 
@@ -263,15 +274,17 @@ class RepRole(LockedRole):
         self._ids = itertools.count(1)
 
     def single(self, body: bytes) -> bytes | None:
-        return None  # no envelope, no way back: dropped, as libzmq's REP does
+        self.count_drop(MALFORMED, 1)  # no envelope, no way back: dropped, as libzmq's REP does
+        return None
 
     def multi(self, frames: list[bytes]) -> bytes | None:
         try:
             end = frames.index(b"")
         except ValueError:
-            return None  # no delimiter: dropped
+            end = len(frames)
         body = frames[end + 1 :]
         if not body:
+            self.count_drop(MALFORMED, 1)  # no delimiter, or nothing after it: dropped
             return None
         token = ((next(self._ids) & 0x7FFFFFFF) | 0x80000000).to_bytes(4, "big")
         with self._lock:
@@ -283,14 +296,18 @@ class RepRole(LockedRole):
 
     def frame(self, payloads: list[bytes]) -> bytes:
         out: list[bytes] = []
+        lost = 0
         with self._lock:
             for p in payloads:
                 envelope = self._envelopes.pop(p[:4], None)
                 if envelope is None:
-                    continue  # its request came before a restart of the envelope table: lost
+                    lost += 1  # its envelope is gone (pushed out past MAX_ENVELOPES, or used): no way back
+                    continue
                 out.extend(frame_header(len(f), 1) + f for f in envelope)
                 out.append(DELIMITER)
                 out.append(encode_body(p[4:]))
+        if lost:
+            self.count_drop(UNROUTABLE, lost)
         return b"".join(out)
 
 
@@ -305,13 +322,17 @@ ROLES: dict[str, type[Role]] = {
 }
 
 
+#: raw sockets (devices) whose messages have no header, so a ZMTP pipe carries them as they are
+RAW_ROLES = ("pair", "push", "pull", "pub", "sub")
+
+
 def check_protocol(scheme: str, name: str, raw: bool) -> None:
     """Refuse a socket that has no ZeroMQ counterpart (bind/connect, at once)."""
-    if name not in ROLES or raw:
+    if name not in ROLES or (raw and name not in RAW_ROLES):
         kind = f"raw {name}" if raw else name
         raise AddressError(
             f"{scheme}:// speaks ZeroMQ's ZMTP, which has no counterpart of a {kind} socket; "
-            f"it works with cooked {', '.join(ROLES)} sockets"
+            f"it works with cooked {', '.join(ROLES)} sockets and raw {', '.join(RAW_ROLES)} ones"
         )
 
 
