@@ -12,6 +12,7 @@ through the pipe's control frame, ahead of queued messages.
 from __future__ import annotations
 
 import logging
+import math
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from ..transports._base import WithTopics
 
 log = logging.getLogger("nanopy")
+_monotonic = time.monotonic
 
 #: Our PINGs ask the peer to give up on us after ``TTL_FACTOR * dead_peer_timeout``
 #: seconds without a word from us (their TTL, RFC 37). We write something (a PING
@@ -93,7 +95,7 @@ class ZmtpConnection(StreamConnection):
         self.keepalive: Callable[[Callable[[], bool]], Awaitable[None]] | None = None
         self.ttl: float | None = None
         if timeout is not None:
-            self.ttl = announced_ttl(timeout)
+            self.ttl = self._ttl_or_never = announced_ttl(timeout)
             self._watch = PeerWatch(timeout, lambda: self.last_heard, self._heartbeat, "ZMTP traffic",
                                     remote_address, sent=lambda: self.last_sent,
                                     unread=lambda: unread_bytes(self._sock) > 0)
@@ -128,6 +130,7 @@ class ZmtpConnection(StreamConnection):
         return self._sock.family == socket.AF_UNIX
 
     _greeted = False
+    _ttl_or_never = math.inf  # (``ttl`` where the write path reads it)
 
     async def read_command(self) -> tuple[bytes, bytes]:
         """One command frame of the handshake (an ERROR command raises its reason)."""
@@ -222,8 +225,11 @@ class ZmtpConnection(StreamConnection):
         if not chunk:
             return 0  # (a publisher's batch that matched nothing)
         n = super().write_nowait(chunk)
-        if n:
-            self._note_sent()
+        if n:  # (what _note_sent does, inline: this is the sending thread's path)
+            now = _monotonic()
+            if now - self.last_sent >= self._ttl_or_never:
+                self._overdue = (now - self.last_sent, now)
+            self.last_sent = now
         return n
 
     async def write_all(self, chunk: bytes | memoryview) -> None:
@@ -233,9 +239,8 @@ class ZmtpConnection(StreamConnection):
 
     def _note_sent(self) -> None:
         """We wrote to the peer (any thread): note when, and a silence past our TTL."""
-        now = time.monotonic()
-        ttl = self.ttl
-        if ttl is not None and now - self.last_sent >= ttl:
+        now = _monotonic()
+        if now - self.last_sent >= self._ttl_or_never:
             self._overdue = (now - self.last_sent, now)
         self.last_sent = now
 
