@@ -158,6 +158,7 @@ def _check_recv_max_size(
         _wait_pipes(a, b, 1, timeout, f"{scheme}: a pipe after connect")
         b.send(b"x" * 1000)
         assert a.recv() == b"x" * 1000, f"{scheme}: a message of exactly recv_max_size was not delivered"
+        first = {p.id for p in a.pipes} | {p.id for p in b.pipes}
         b.send(b"y" * 1001)
         wait_for(lambda: a.stats().protocol_errors >= 1, timeout, f"{scheme}: an oversized message refused")
         try:
@@ -166,7 +167,12 @@ def _check_recv_max_size(
             pass
         else:
             raise AssertionError(f"{scheme}: a message over recv_max_size was delivered")
-        _wait_pipes(a, b, 1, timeout, f"{scheme}: the dialer's new pipe after the oversized message")
+        # (the bad pipe counts its error before it leaves: wait for both ends' new pipe)
+        wait_for(
+            lambda: [p.id for p in a.pipes if p.id not in first] and [p.id for p in b.pipes if p.id not in first]
+            and len(a.pipes) == len(b.pipes) == 1,
+            timeout, f"{scheme}: the dialer's new pipe after the oversized message",
+        )
         b.send(b"after")
         assert a.recv() == b"after", f"{scheme}: the socket did not go on after closing a bad pipe"
 
