@@ -28,7 +28,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import __version__, _engine
+from . import __version__, _engine, _fork
 from ._drops import DROP_REASONS
 from ._stats import SocketStats
 
@@ -185,7 +185,7 @@ def render(samples: Iterable[Sample] | None = None) -> str:
 
 # -- prometheus_client ----------------------------------------------------------------------------
 
-_prometheus_lock = threading.Lock()
+_prometheus_lock = _fork.process_lock()
 _prometheus_collectors: dict[int, tuple[Any, Any]] = {}  # id(registry) -> (registry, collector)
 
 
@@ -250,7 +250,7 @@ def register_prometheus(registry: Any = None) -> Any:
 
 # -- OpenTelemetry --------------------------------------------------------------------------------
 
-_otel_lock = threading.Lock()
+_otel_lock = _fork.process_lock()
 _otel_instruments: dict[int, tuple[Any, list[Any]]] = {}  # id(provider) -> (provider, instruments)
 
 
@@ -367,6 +367,7 @@ class MetricsServer:
 
     def __init__(self, host: str, port: int) -> None:
         self._server = _Server(host, port)
+        _fork.own(self._server.socket)  # (a forked child closes its copy: the port frees with the parent's close)
         self.host = host
         self.port = int(self._server.server_address[1])
         shown = f"[{host}]" if ":" in host else host

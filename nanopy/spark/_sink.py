@@ -14,7 +14,6 @@ import hashlib
 import logging
 import os
 import secrets
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from typing import Any
 from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
 
+from .. import _fork
 from . import _options as opt
 from ._tags import make_tag
 
@@ -37,7 +37,7 @@ log = logging.getLogger("nanopy.spark")
 
 _cache: dict[tuple[Any, ...], Any] = {}
 _cache_pid = 0
-_cache_lock = threading.Lock()
+_cache_lock = _fork.process_lock()
 
 
 def _payload_column(schema: StructType, column: str | None) -> str:

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import trio
 
+from .. import _fork
 from .._errors import RemoteProtocolError
 from .._wire import HEADER_SIZE, FrameDecoder, encode_frame, encode_frames, encode_header, parse_header
 from ._base import ChannelConnection, Connection, Listener, PipeContext
@@ -305,7 +306,8 @@ async def accept_socket(sock: socket.socket, describe: str = "listener") -> tupl
     starved = False
     while True:
         try:
-            return sock.accept()
+            conn, addr = sock.accept()
+            return _fork.own(conn), addr
         except (BlockingIOError, InterruptedError):
             await trio.lowlevel.wait_readable(sock)
         except OSError as exc:
@@ -326,7 +328,7 @@ class StreamListener(Listener):
 
     def __init__(self, sock: socket.socket, url: str, ctx: PipeContext, ipc: bool) -> None:
         sock.setblocking(False)
-        self._sock = sock
+        self._sock = _fork.own(sock)
         self._ctx = ctx
         self._ipc = ipc
         self.url = url
@@ -359,6 +361,7 @@ class StreamListener(Listener):
 
 async def connect_socket(sock: socket.socket, address: Any) -> None:
     """Non-blocking connect on a stdlib socket; raises OSError on failure."""
+    _fork.own(sock)
     sock.setblocking(False)
     try:
         sock.connect(address)
