@@ -78,6 +78,7 @@ PROCESS_STATE: dict[str, str] = {
     "nanopy.spark._source._receivers": "kept, keyed by pid: the parent's receivers are never used",
     "nanopy.spark._source._receivers_lock": "process_lock: new in the child",
     "nanopy.spark._sink._cache": "kept, keyed by pid (_cache_pid)",
+    "nanopy.spark._sink._cache_pid": "kept: the pid the cache belongs to, so a child starts its own",
     "nanopy.spark._sink._cache_lock": "process_lock: new in the child",
     "nanopy.spark._spool._filesystems": "kept: pyarrow filesystem objects hold no thread",
     "nanopy.spark._spool._fs_lock": "process_lock: new in the child",
