@@ -25,6 +25,7 @@ from conftest import send_until_full, wait_until
 from forking import FORK_WARNING, fork_child, reap
 
 import nanopy
+import nanopy.metrics
 from nanopy import _fork, _registry
 from nanopy.discovery import Discovery
 from nanopy.testing import engine_in_this_loop, local_url, wait_no_pipes, wait_pipes
@@ -332,6 +333,23 @@ def test_the_parents_close_takes_effect_while_a_child_lives(transport: str) -> N
             code = reap(pid, BOUND)
             os.close(read_end)
             os.close(write_end)
+    assert code == 0
+
+
+def test_a_metrics_port_closed_by_the_parent_is_free_while_a_child_lives() -> None:
+    read_end, write_end = os.pipe()
+    server = nanopy.metrics.serve("127.0.0.1:0")
+    try:
+        pid = fork_child(lambda: 0 if os.read(read_end, 1) else 1, watchdog=BOUND * 3)  # lives until told
+        server.close()
+        with nanopy.metrics.serve(("127.0.0.1", server.port)) as again:
+            assert again.port == server.port
+    finally:
+        server.close()
+        os.write(write_end, b"x")
+        code = reap(pid, BOUND)
+        os.close(read_end)
+        os.close(write_end)
     assert code == 0
 
 
