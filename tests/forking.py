@@ -8,7 +8,15 @@ import os
 import select
 import signal
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import trio
+
+import nanopy
+from nanopy.testing import local_url
 
 #: filterwarnings mark text: Python 3.12+ warns when a process with threads forks (docs/api.md)
 FORK_WARNING = "ignore:This process .* is multi-threaded:DeprecationWarning"
@@ -49,3 +57,44 @@ def reap(pid: int, timeout: float) -> int | None:
     finally:
         os.close(fd)
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+@contextmanager
+def living_child() -> Iterator[int]:
+    """A forked child that does nothing until the block ends (then it exits 0 and is
+    reaped): for what must hold while a child lives."""
+    read_end, write_end = os.pipe()
+    pid = fork_child(lambda: 0 if os.read(read_end, 1) else 1, watchdog=60)
+    try:
+        yield pid
+    finally:
+        os.write(write_end, b"x")
+        code = reap(pid, 10)
+        os.close(read_end)
+        os.close(write_end)
+    assert code == 0, f"child exit code {code}"
+
+
+def inherited_socket_is_closed(sock: nanopy.Socket, url: str) -> int:
+    """In a child: ``sock`` (the parent's) is closed there. 0 when every call raises
+    Closed naming the fork, it shows no pipes nor endpoints, and closing it (and its
+    endpoints) returns at once; else the number of the step that failed."""
+    t0 = time.monotonic()
+    calls: list[Callable[[], Any]] = [
+        lambda: sock.send(b"x", timeout=1), lambda: sock.recv(timeout=1), lambda: sock.recv_msg(timeout=0),
+        lambda: sock.bind(local_url("tcp")), lambda: sock.connect(url),
+    ]
+    for step, call in enumerate(calls, 1):
+        try:
+            call()
+            return step
+        except nanopy.Closed as exc:
+            if "fork" not in str(exc):
+                return 10 + step
+        except nanopy.NanopyError:
+            return 20 + step
+    if sock.stats().pipes or not sock.closed or sock.endpoints:
+        return 30
+    sock.close()
+    trio.run(sock.aclose)
+    return 0 if time.monotonic() - t0 < 1.0 else 40

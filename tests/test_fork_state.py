@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import trio
 from conftest import send_until_full, wait_until
-from forking import FORK_WARNING, fork_child, reap
+from forking import FORK_WARNING, fork_child, inherited_socket_is_closed, living_child, reap
 
 import nanopy
 import nanopy.metrics
@@ -278,31 +278,9 @@ def test_an_inherited_socket_is_closed_in_the_child_even_mid_call(home: tuple[na
     push = nanopy.Socket("push", connect=url)
     wait_pipes(pull)
 
-    def child() -> int:
-        t0 = time.monotonic()
-        calls: list[Callable[[], Any]] = [
-            lambda: push.send(b"x", timeout=1), lambda: push.recv(timeout=1), lambda: push.recv_msg(timeout=0),
-            lambda: push.bind(local_url("tcp")), lambda: push.connect(url),
-        ]
-        for step, call in enumerate(calls, 1):
-            try:
-                call()
-                return step
-            except nanopy.Closed as exc:
-                if "fork" not in str(exc):
-                    return 10 + step
-            except nanopy.NanopyError:
-                return 20 + step
-        stats = push.stats()
-        if stats.pipes or not push.closed or push.endpoints:
-            return 30
-        push.close()
-        trio.run(push.aclose)
-        return 0 if time.monotonic() - t0 < 1.0 else 40
-
     try:
         with held(push._driver.lock):
-            pid = fork_talker(url, child)
+            pid = fork_talker(url, lambda: inherited_socket_is_closed(push, url))
         hear(pull, pid)
         push.send(b"parent", timeout=BOUND)  # the parent's socket is untouched
         assert pull.recv(timeout=BOUND) == b"parent"
@@ -315,42 +293,24 @@ def test_the_parents_close_takes_effect_while_a_child_lives(transport: str) -> N
     """The child closes its copies of the parent's kernel sockets (not the parent's):
     when the parent closes a socket, its peer sees the end and the address is free at
     once, however long the child lives."""
-    url = local_url(transport, "close")
-    read_end, write_end = os.pipe()
     with nanopy.Socket("push") as push:
         pull = nanopy.Socket("pull")
-        bound = pull.bind(url).url
+        bound = pull.bind(local_url(transport, "close")).url
         push.connect(bound)
         wait_pipes(push)
-        pid = fork_child(lambda: 0 if os.read(read_end, 1) else 1, watchdog=BOUND * 3)  # lives until told
-        try:
+        with living_child():
             pull.close(linger=0)
             wait_no_pipes(push, timeout=BOUND)  # the peer saw the end
             with nanopy.Socket("pull") as again:
                 assert again.bind(bound).url == bound  # the address is free again
-        finally:
-            os.write(write_end, b"x")
-            code = reap(pid, BOUND)
-            os.close(read_end)
-            os.close(write_end)
-    assert code == 0
 
 
 def test_a_metrics_port_closed_by_the_parent_is_free_while_a_child_lives() -> None:
-    read_end, write_end = os.pipe()
     server = nanopy.metrics.serve("127.0.0.1:0")
-    try:
-        pid = fork_child(lambda: 0 if os.read(read_end, 1) else 1, watchdog=BOUND * 3)  # lives until told
+    with living_child(), server:
         server.close()
         with nanopy.metrics.serve(("127.0.0.1", server.port)) as again:
             assert again.port == server.port
-    finally:
-        server.close()
-        os.write(write_end, b"x")
-        code = reap(pid, BOUND)
-        os.close(read_end)
-        os.close(write_end)
-    assert code == 0
 
 
 def test_an_inherited_discovery_is_closed_in_the_child() -> None:
