@@ -16,7 +16,8 @@ CPython's own modules (logging, random, threading, concurrent.futures) deal with
   child would block for ever importing that module again). At most
   ``QUIESCE_TIMEOUT`` in all; a load that takes longer is logged and left as it is.
 * **after** ``fork`` in the parent: release them.
-* **in the child**, in this order: every lock made by :func:`process_lock` or
+* **in the child**, in this order: the loading locks taken before the fork are released
+  (as in the parent); every other lock made by :func:`process_lock` or
   :func:`loading_lock` is made new (``_at_fork_reinit``, as CPython's modules do); the
   child's copy of every kernel socket given to :func:`own` is closed (only the copy:
   the parent's connections and listeners are untouched, and free when the parent closes
@@ -27,8 +28,9 @@ Nothing in the child wakes, joins or signals anything of the parent's: a waiter 
 parent's thread or loop is dropped, never woken (waking a trio or asyncio waiter would
 take that loop's lock, which may be held, and write into a descriptor the parent shares).
 
-Process-wide state and what a child gets (``tests/test_fork_state.py`` keeps this table
-complete: a module-level lock, counter, registry or cache not named here fails it):
+``PROCESS_STATE`` below names every piece of process-wide state and what a child gets;
+``tests/test_fork_state.py`` keeps it complete (a module-level lock, counter, registry or
+cache, or a global a function rebinds, that it does not name fails that test).
 """
 
 from __future__ import annotations
@@ -122,7 +124,7 @@ def reset_in_child(reset: Callable[[], None]) -> Callable[[], None]:
 
 def track(obj: Any) -> None:
     """Call ``obj._after_fork_in_child()`` in a forked child while ``obj`` lives: for
-    objects with a thread or descriptors of their own (discovery, beacons, servers)."""
+    objects with a thread of their own (discovery services, announcers)."""
     _tracked.add(obj)
 
 
@@ -175,9 +177,14 @@ def _after_in_parent() -> None:
 
 
 def _after_in_child() -> None:
-    _taken.clear()
+    # A loading lock taken in _before is held by this thread alone (the only one left):
+    # released as in the parent, so a load this thread was itself inside stays balanced.
+    # Every other lock may be held by a thread that no longer exists: made new.
+    taken = {id(lock) for lock in _taken}
+    _after_in_parent()
     for lock in list(_locks):
-        lock._at_fork_reinit()
+        if id(lock) not in taken:
+            lock._at_fork_reinit()
     for sock in list(_os_sockets):
         _run_in_child(partial(_release, sock))
     _os_sockets.clear()
