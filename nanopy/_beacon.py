@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from . import _fork
 from .transports.tcp import sockaddr_host
 
 log = logging.getLogger("nanopy.discovery")
@@ -230,7 +231,7 @@ class BeaconSender:
             else:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_HOPS, 1)  # never routed
             sock.setblocking(False)
-            self._sockets[family] = sock
+            self._sockets[family] = _fork.own(sock)
         return sock
 
     def send(self, datagram: bytes) -> int:
@@ -273,7 +274,7 @@ def _listening_socket(host: str, port: int) -> socket.socket:
         sock.close()
         raise
     sock.setblocking(False)
-    return sock
+    return _fork.own(sock)
 
 
 class BeaconListener:
@@ -304,7 +305,8 @@ class BeaconListener:
         self._handler, self._tick, self._tick_every = handler, tick, tick_every
         self._budget_per_tick = max(1, int(self.MAX_RATE * tick_every))
         self._sockets = self._open(list(hosts), port)
-        self._wake_r, self._wake_w = socket.socketpair()
+        # (owned: a child's close must not wake the parent's thread through its copy)
+        self._wake_r, self._wake_w = map(_fork.own, socket.socketpair())
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()

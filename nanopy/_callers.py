@@ -122,6 +122,10 @@ class CallerWaitQueue:
         for waiter in parked.values():
             waiter.wake()
 
+    def forget_all(self) -> None:
+        """Drop every waiter without waking it (a forked child: see WaitQueue.forget_all)."""
+        self._parked = {}
+
     def abandon(self, waiter: Any) -> None:
         """A waiter gives up (timeout, cancel): a keyed wake is never passed on."""
         for caller, held in list(self._parked.items()):

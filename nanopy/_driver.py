@@ -209,7 +209,23 @@ class SocketDriver(PipeEndings, ReceiveRuns, Waiting, PerIds):
         return True
 
     def forked(self) -> None:
-        """In a child process: the engine serving this socket is gone."""
+        """In a forked child: the engine serving this socket is gone, and every waiter
+        is a parent's thread or loop. Closed for good without waking anyone, the parent's
+        pipes forgotten (this process's copies of their sockets are closed by
+        nanopy/_fork.py), the direct-read descriptors' copies closed, locks new."""
         self.closed = True
         self.fork_closed = True
         self.lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        for queue in (*self.queues, *self.id_queues.values()):
+            queue.forget_all()
+        self.id_queues = {}
+        self.watchers = []
+        self.timers = None
+        self.pipes = {}
+        self.lane = None
+        self._fan_pipes, self._fan_out, self._flush_pipes = [], [], []
+        self.run.clear()
+        self._due.clear()
+        self._direct_users = 0
+        self._close_direct_fds()

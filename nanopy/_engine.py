@@ -1,8 +1,8 @@
 """The process-wide trio engine: one background thread running one trio loop.
 
 Started lazily by the first socket that needs it (never at import), re-created in
-a child after ``os.fork()``, and shut down at interpreter exit after live sockets
-have had their ``linger`` to flush. All pipe I/O, dialers, listeners and timers run
+a child after ``os.fork()`` (nanopy/_fork.py), and shut down at interpreter exit
+after live sockets have had their ``linger`` to flush. All pipe I/O, dialers, listeners and timers run
 here, each socket's tasks in one tree (nanopy/_lifecycle.py); user threads only
 touch socket state under each socket's lock and wake the loop when a task there is
 parked.
@@ -13,7 +13,6 @@ from __future__ import annotations
 import atexit
 import concurrent.futures
 import logging
-import os
 import threading
 import time
 import weakref
@@ -21,6 +20,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
+
+from . import _fork
 
 log = logging.getLogger("nanopy")
 
@@ -105,6 +106,14 @@ class Engine:
         self.call_soon(self._nursery.start_soon, runner)  # type: ignore[union-attr]
         return future.result(timeout)
 
+    def forked(self) -> None:
+        """In a forked child: this engine's thread and trio run are the parent's and do
+        not exist here. Mark it stopped, and cut the way into its run, whose lock may be
+        held and whose wake-up socket the parent shares: a call that would reach it
+        finds the run finished instead."""
+        self._stopped = True
+        self._token = _GONE
+
     def stop(self) -> None:
         """Cancel every task and wait (at most ``STOP_TIMEOUT``) for the thread to end."""
         if self._stopped:
@@ -116,7 +125,16 @@ class Engine:
             self._thread.join(timeout=STOP_TIMEOUT)
 
 
-_lock = threading.Lock()
+class _GoneRun:
+    """Stands for the trio token of a parent's run in a forked child."""
+
+    def run_sync_soon(self, *args: Any, **kwargs: Any) -> None:
+        raise trio.RunFinishedError("this trio run belongs to the parent process (os.fork)")
+
+
+_GONE: Any = _GoneRun()
+
+_lock = _fork.process_lock()
 _engine: Engine | None = None
 # Set by nanopy.testing.engine_in_this_loop: sockets made meanwhile use this engine.
 _test_engine: Engine | None = None
@@ -139,15 +157,19 @@ def track_socket(sock: Any) -> None:
     _sockets.add(sock)
 
 
-def _after_fork_in_child() -> None:
+@_fork.reset_in_child
+def _forget_parent_engine() -> None:
     """The parent's engine thread does not exist here: start afresh, lazily.
 
-    Sockets inherited from the parent are closed (their tasks lived in the parent's
-    engine); any call on them raises ``Closed`` saying to create a new socket.
+    Sockets inherited from the parent are fork-closed (their tasks lived in the
+    parent's engine): any call on them raises ``Closed`` saying to create a new socket,
+    and this process's copies of their connections and listening sockets are closed.
     """
-    global _engine, _lock
-    _lock = threading.Lock()
-    _engine = None
+    global _engine, _test_engine
+    for engine in (_engine, _test_engine):
+        if engine is not None:
+            engine.forked()
+    _engine = _test_engine = None
     for sock in list(_sockets):
         sock._forked()
     _sockets.clear()
@@ -175,5 +197,4 @@ def _shutdown_at_exit() -> None:
     engine.stop()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
 atexit.register(_shutdown_at_exit)

@@ -147,10 +147,15 @@ class SocketTasks:
         return await waiter.wait(self._wait_left()) or self._gave_up(waiter)
 
     def forked(self) -> None:
-        """In a child process: the engine that ran the tree is gone, and so is the tree."""
+        """In a child process: the engine that ran the tree is gone, and so is the tree.
+
+        Finished at once; its finish waiters are dropped, never woken: they are the
+        parent's threads and loops (waking a trio one would take that run's lock, which
+        another parent thread may have held at the fork, and the child would hang)."""
         self._lock = threading.Lock()
         self._stopping = True
-        self._finish()
+        self._finished = True
+        self._finish_waiters = []
 
     def _wait_left(self) -> float:
         return max(0.0, self._deadline - time.monotonic()) + CLOSE_GRACE

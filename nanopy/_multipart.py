@@ -17,10 +17,10 @@ socket's receive path is untouched.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from . import _fork
 from ._errors import ProtocolError
 from ._message import Multipart
 from ._util import DEFAULT, as_bytes
@@ -154,7 +154,7 @@ class MultipartMixin:
 
 
 _checking: dict[type, type] = {}
-_checking_lock = threading.Lock()
+_checking_lock = _fork.process_lock()
 
 
 def receive_multipart(sock: Any) -> None:

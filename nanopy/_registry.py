@@ -11,10 +11,11 @@ from __future__ import annotations
 import importlib
 import logging
 import re
-import threading
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
+
+from . import _fork
 
 log = logging.getLogger("nanopy")
 
@@ -35,7 +36,8 @@ class Registry:
         self._error = error
         self._loaded: dict[str, Any] = {}
         self._registered: dict[str, Any] = {}
-        self._lock = threading.Lock()
+        # (taken before os.fork(): a child never inherits a plug-in half imported)
+        self._lock = _fork.loading_lock()
 
     def register(self, name: str, obj: Any, *, override: bool = False) -> None:
         if not isinstance(name, str) or not name:

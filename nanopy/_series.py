@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from . import _fork
 from ._stats import GAUGE_FIELDS, SocketStats
 
 if TYPE_CHECKING:
@@ -217,4 +218,4 @@ collect = _registry.collect
 #: in creation order
 live_sockets = _registry.live_sockets
 
-os.register_at_fork(after_in_child=_registry.forked)
+_fork.reset_in_child(_registry.forked)

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from . import _fork
 from ._beacon import (
     Beacon,
     BeaconSender,
@@ -176,6 +177,13 @@ class _SocketThread(ClosingContext):
     def _start_thread(self, name: str) -> None:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
+        _fork.track(self)
+
+    def _after_fork_in_child(self) -> None:
+        """In a forked child (nanopy/_fork.py) the thread is the parent's and gone, the
+        socket fork-closed: locks new, nothing of the parent's woken; ``close()`` returns
+        at once."""
+        _fork.renew_locks(self)
 
     def _run(self) -> None:
         raise NotImplementedError

@@ -198,9 +198,17 @@ class Socket(Messaging, PipeHosting, RequestMethods, MultipartMixin, Pollable, O
         self._driver.check_open()
 
     def _forked(self) -> None:
-        """Called in a child process: the engine serving this socket is gone."""
+        """Called in a forked child (nanopy/_fork.py): the engine serving this socket is
+        gone. Closed at once, nobody woken (every waiter is a parent's thread or loop):
+        calls raise ``Closed`` naming the fork."""
         self._driver.forked()
         self._tasks.forked()
+        self._pipes_changed = threading.Condition(threading.Lock())
+        if self._closing_q is not None:
+            self._closing_q.forget_all()
+        for ep in self._endpoints:
+            ep._closed = True
+        self._endpoints.clear()
 
     # -- observability -------------------------------------------------------------------
     def stats(self) -> SocketStats:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import trio
 
-from . import _engine
+from . import _engine, _fork
 from ._core import PipeInfo
 from ._drops import TOO_LARGE
 from ._endpoint import Endpoint
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nanopy")
 
-_pipe_ids_lock = threading.Lock()
+_pipe_ids_lock = _fork.process_lock()
 _pipe_ids = itertools.count(random.randrange(1, 1 << 30))
 
 

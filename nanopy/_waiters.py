@@ -132,6 +132,11 @@ class WaitQueue:
         while self.waiters:
             self.waiters.popleft().wake()
 
+    def forget_all(self) -> None:
+        """Drop every waiter without waking it (in a forked child, where they all
+        belong to the parent's threads and loops)."""
+        self.waiters.clear()
+
     def abandon(self, waiter: Any) -> None:
         """A waiter gives up; pass on a wake it already got (lock held)."""
         try:

@@ -366,6 +366,14 @@ class Discovery(_SocketThread):
                 log.exception("discovery: on_change callback %r failed", callback)
 
     # -- closing -----------------------------------------------------------------------------------
+    def _after_fork_in_child(self) -> None:
+        """Inherited by a forked child: closed there, and it knows no provider (what it
+        knew was the parent's, never refreshed here): lookups raise Closed."""
+        super()._after_fork_in_child()
+        self._closing = True
+        self._live = {}
+        self._async_waiters = []  # (the parent's loops: dropped, not woken)
+
     def close(self) -> None:
         """Stop surveying and unbind; idempotent. Waiting resolves raise :class:`nanopy.Closed`."""
         with self._changed:

@@ -25,14 +25,13 @@ reasons and a sample dashboard.
 from __future__ import annotations
 
 import http.server
-import os
 import socket
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from . import __version__, _series
+from . import __version__, _fork, _series
 from ._metric_families import FAMILIES, Family
 from ._series import Series
 
@@ -122,7 +121,7 @@ def render(samples: Iterable[Sample] | None = None) -> str:
 
 # -- prometheus_client ----------------------------------------------------------------------------
 
-_prometheus_lock = threading.Lock()
+_prometheus_lock = _fork.process_lock()
 _prometheus_collectors: dict[int, tuple[Any, Any]] = {}  # id(registry) -> (registry, collector)
 
 
@@ -187,12 +186,12 @@ def register_prometheus(registry: Any = None) -> Any:
 
 # -- OpenTelemetry --------------------------------------------------------------------------------
 
-_otel_lock = threading.Lock()
+_otel_lock = _fork.process_lock()
 _otel_instruments: dict[int, tuple[Any, list[Any]]] = {}  # id(provider) -> (provider, instruments)
 # An OpenTelemetry collection calls every instrument's callback in turn: they share
 # one read of the sockets. A callback asking again (its instrument's next collection)
 # reads them anew, so no callback ever sees an older read than it saw before.
-_recent_lock = threading.Lock()
+_recent_lock = _fork.process_lock()
 _recent: list[Series] | None = None
 _recent_served: set[str] = set()  # the families given _recent
 
@@ -207,14 +206,11 @@ def _recent_series(family: str) -> list[Series]:
         return _recent
 
 
+@_fork.reset_in_child
 def _forget_recent() -> None:
-    global _recent, _recent_lock
-    _recent_lock = threading.Lock()  # (a child of fork: whoever held it is not here)
+    global _recent
     _recent = None
     _recent_served.clear()
-
-
-os.register_at_fork(after_in_child=_forget_recent)
 
 
 def instrument(meter_provider: Any = None) -> list[Any]:
@@ -327,6 +323,7 @@ class MetricsServer:
 
     def __init__(self, host: str, port: int) -> None:
         self._server = _Server(host, port)
+        _fork.own(self._server.socket)  # (a forked child closes its copy: the port frees with the parent's close)
         self.host = host
         self.port = int(self._server.server_address[1])
         shown = f"[{host}]" if ":" in host else host

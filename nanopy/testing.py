@@ -142,6 +142,10 @@ class LoopEngine(_engine.Engine):
             "(aclose, asend, arecv...) or call it from a worker thread"
         )
 
+    def forked(self) -> None:
+        super().forked()
+        self._loop_token = _engine._GONE
+
     def stop(self) -> None:
         if not self._stopped:
             self._stopped = True

@@ -14,7 +14,6 @@ import hashlib
 import logging
 import os
 import secrets
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from typing import Any
 from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, DataType, StringType, StructType
 
+from .. import _fork
 from .._message import Multipart
 from . import _options as opt
 from ._tags import make_tag
@@ -38,7 +38,7 @@ log = logging.getLogger("nanopy.spark")
 
 _cache: dict[tuple[Any, ...], Any] = {}
 _cache_pid = 0
-_cache_lock = threading.Lock()
+_cache_lock = _fork.process_lock()
 
 
 def _is_bytes(kind: DataType) -> bool:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -29,6 +28,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
+from .. import _fork
 from . import _options as opt
 from ._logfmt import use_spark_format
 from ._receiver import Limits, Receiver, open_socket
@@ -250,7 +250,7 @@ def claim_pull_source(urls: list[str], mode: str, wait: float) -> Any:
 
 
 _receivers: dict[tuple[Any, ...], Receiver] = {}
-_receivers_lock = threading.Lock()
+_receivers_lock = _fork.process_lock()
 PARTITION_BYTES = 32 << 20  # spool bytes one executor task reads, about
 QUIET = 1.0  # first trigger: the stream counts as drained after this many idle seconds
 

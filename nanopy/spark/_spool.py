@@ -21,16 +21,16 @@ import os
 import secrets
 import shutil
 import tempfile
-import threading
 from typing import Any, NamedTuple
 
 import pyarrow as pa
 
+from .. import _fork
 from ._options import SourceOptionError
 
 _ATOMIC_PUT = ("s3", "gcs", "abfs")
 _filesystems: dict[str, tuple[Any, str]] = {}
-_fs_lock = threading.Lock()
+_fs_lock = _fork.process_lock()
 
 
 def normalize(uri: str) -> str:

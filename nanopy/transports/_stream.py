@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import trio
 
+from .. import _fork
 from .._errors import RemoteProtocolError
 from .._wire import HEADER_SIZE, FrameDecoder, encode_frame, encode_frames, encode_header, other_wire, parse_header
 from ._base import ChannelConnection, Connection, Listener, PipeContext
@@ -319,7 +320,8 @@ async def accept_socket(sock: socket.socket, describe: str = "listener") -> tupl
     starved = False
     while True:
         try:
-            return sock.accept()
+            conn, addr = sock.accept()
+            return _fork.own(conn), addr
         except (BlockingIOError, InterruptedError):
             await trio.lowlevel.wait_readable(sock)
         except OSError as exc:
@@ -340,7 +342,7 @@ class StreamListener(Listener):
 
     def __init__(self, sock: socket.socket, url: str, ctx: PipeContext, ipc: bool) -> None:
         sock.setblocking(False)
-        self._sock = sock
+        self._sock = _fork.own(sock)
         self._ctx = ctx
         self._ipc = ipc
         self.url = url
@@ -382,6 +384,7 @@ async def connect_socket(sock: socket.socket, address: Any, timeout: float | Non
     for the peer to accept (the ``connect_timeout`` option; None: as long as the
     kernel tries). Raises OSError on failure, TimeoutError (ETIMEDOUT) when the
     time is up. ``describe`` names the peer in errors."""
+    _fork.own(sock)
     sock.setblocking(False)
     with trio.move_on_after(math.inf if timeout is None else timeout) as scope:
         await _connect(sock, address)

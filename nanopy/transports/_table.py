@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import Generic, TypeVar
+
+from .. import _fork
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -12,11 +13,11 @@ V = TypeVar("V")
 
 class ProcessTable(Generic[K, V]):
     """A dict guarded by a lock; emptied in a child after ``fork`` (the entries
-    belong to the parent's threads and trio runs)."""
+    belong to the parent's threads and trio runs; see nanopy/_fork.py)."""
 
     def __init__(self) -> None:
         self._reset()
-        os.register_at_fork(after_in_child=self._reset)
+        _fork.reset_in_child(self._reset)
 
     def _reset(self) -> None:
         self._lock = threading.Lock()

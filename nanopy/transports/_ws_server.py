@@ -18,6 +18,7 @@ from websockets.exceptions import HeaderLineTooLong, RequestLineTooLong, TooMany
 from websockets.http11 import Request
 from websockets.server import ServerProtocol
 
+from .. import _fork
 from .._errors import AddressInUse, RemoteProtocolError
 from ._base import Connection, Listener, PipeContext
 from ._stream import SocketChannel, accept_socket, close_socket
@@ -61,7 +62,7 @@ class PortServer:
     def __init__(self, key: tuple[Any, ...], sock: socket.socket, secure: bool, ssl_ctx: ssl.SSLContext | None) -> None:
         sock.setblocking(False)
         self.key = key
-        self.sock = sock
+        self.sock = _fork.own(sock)
         self.secure = secure
         self.ssl_ctx = ssl_ctx
         self.routes: dict[str, WsListener] = {}
