@@ -39,7 +39,7 @@ NANOPY = Path(nanopy.__file__).parent
 # -- the inventory: every process-wide piece of state is listed in nanopy/_fork.py ---------------
 _STATEFUL_CALLS = {
     "Lock", "RLock", "Condition", "Event", "Semaphore", "BoundedSemaphore", "local", "count", "iter",
-    "WeakSet", "WeakValueDictionary", "WeakKeyDictionary", "ProcessTable", "Registry", "process_lock",
+    "WeakSet", "WeakValueDictionary", "WeakKeyDictionary", "ProcessTable", "Registry", "SeriesRegistry", "process_lock",
     "loading_lock", "defaultdict", "OrderedDict", "deque", "dict", "set", "list",
 }
 
