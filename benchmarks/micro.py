@@ -108,7 +108,7 @@ def _nanopy_transport(transport: str, n: int, rows: list[tuple[str, float, float
         ):
             timed(label, n, _calls(fn, n), rows)
 
-        from nanopy._wire import FrameDecoder, encode_frames
+        from nanopy.core.wire import FrameDecoder, encode_frames
 
         frames = encode_frames([msg] * n)
         dec = FrameDecoder(False, 1 << 20)

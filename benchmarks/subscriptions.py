@@ -30,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from nanopy._radix import RadixTree  # noqa: E402
+from nanopy.core.radix import RadixTree  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 

@@ -10,27 +10,27 @@
 from __future__ import annotations
 
 from . import zmtp as zmtp
-from ._device import adevice as adevice
-from ._device import device as device
-from ._endpoint import Endpoint as Endpoint
-from ._errors import AddressError as AddressError
-from ._errors import AddressInUse as AddressInUse
-from ._errors import AuthenticationFailed as AuthenticationFailed
-from ._errors import Closed as Closed
-from ._errors import MessageTooLarge as MessageTooLarge
-from ._errors import NanopyError as NanopyError
-from ._errors import ProtocolError as ProtocolError
-from ._errors import RemoteProtocolError as RemoteProtocolError
-from ._errors import Timeout as Timeout
-from ._message import Message as Message
-from ._message import Pipe as Pipe
-from ._poller import POLLIN as _POLLIN
-from ._poller import POLLOUT as _POLLOUT
-from ._poller import Poller as Poller
-from ._poller import poll as poll
-from ._socket import Socket as Socket
-from ._stats import PipeStats as PipeStats
-from ._stats import SocketStats as SocketStats
+from .core.errors import AddressError as AddressError
+from .core.errors import AddressInUse as AddressInUse
+from .core.errors import AuthenticationFailed as AuthenticationFailed
+from .core.errors import Closed as Closed
+from .core.errors import MessageTooLarge as MessageTooLarge
+from .core.errors import NanopyError as NanopyError
+from .core.errors import ProtocolError as ProtocolError
+from .core.errors import RemoteProtocolError as RemoteProtocolError
+from .core.errors import Timeout as Timeout
+from .core.message import Message as Message
+from .core.message import Pipe as Pipe
+from .core.stats import PipeStats as PipeStats
+from .core.stats import SocketStats as SocketStats
+from .engine.endpoint import Endpoint as Endpoint
+from .socket.device import adevice as adevice
+from .socket.device import device as device
+from .socket.poller import POLLIN as _POLLIN
+from .socket.poller import POLLOUT as _POLLOUT
+from .socket.poller import Poller as Poller
+from .socket.poller import poll as poll
+from .socket.socket import Socket as Socket
 
 __version__ = "0.1.0"
 

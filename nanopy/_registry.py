@@ -144,7 +144,7 @@ _PROTOCOL_NAME = re.compile(r"[A-Za-z0-9_.\-]+\Z")
 
 
 def _validate_protocol(name: str, obj: Any) -> Any:
-    from ._core import Core
+    from .core.base import Core
 
     if not _PROTOCOL_NAME.match(name):
         raise ValueError(f"protocol name {name!r} may hold only letters, digits, '_', '.' and '-'")
@@ -188,7 +188,7 @@ def _protocol_error(msg: str) -> Exception:
 
 
 def _address_error(msg: str) -> Exception:
-    from ._errors import AddressError
+    from .core.errors import AddressError
 
     return AddressError(msg)
 
@@ -214,8 +214,8 @@ BUILTIN_TRANSPORTS = {
     "ws": "nanopy.transports.ws:transport",
     "wss": "nanopy.transports.ws:secure_transport",
     "tls+tcp": "nanopy.transports.tls:transport",
-    "zmtp+tcp": "nanopy.zmtp._transport:tcp_transport",
-    "zmtp+ipc": "nanopy.zmtp._transport:ipc_transport",
+    "zmtp+tcp": "nanopy.transports.zmtp._transport:tcp_transport",
+    "zmtp+ipc": "nanopy.transports.zmtp._transport:ipc_transport",
 }
 
 # Built-ins that need an optional dependency: name -> the nanopy extra that installs it.

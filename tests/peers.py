@@ -327,7 +327,7 @@ def close_pynng_last(sock: Any) -> None:
     A nanopy pipe and an NNG pipe are the two ends of one connection when our
     remote address is NNG's local one (tcp, ws, wss, tls+tcp: host:port; ipc: path).
     """
-    from nanopy import _engine
+    from nanopy.engine import engine as _engine
 
     try:
         theirs = {addr: pipe for pipe in sock.pipes if (addr := _address(pipe)) is not None}

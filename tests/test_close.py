@@ -30,9 +30,9 @@ from peers import free_tcp_port
 from tls_certs import tls_files
 
 import nanopy
-from nanopy import _engine
-from nanopy._endpoint import Endpoint
-from nanopy._pipe import PipeDriver
+from nanopy.engine import engine as _engine
+from nanopy.engine.endpoint import Endpoint
+from nanopy.pipe.driver import PipeDriver
 from nanopy.testing import wait_pipes
 
 pytestmark = pytest.mark.usefixtures("no_nanopy_errors")

@@ -7,17 +7,9 @@ from typing import Any
 import pytest
 
 from nanopy import Message, ProtocolError
-from nanopy._core import (
-    CLOSE_PIPE,
-    RESUME_READ,
-    TRANSMIT,
-    Core,
-    FairQueue,
-    LoadBalancer,
-    PipeInfo,
-)
-from nanopy._errors import WouldBlock
-from nanopy._options import new_options
+from nanopy.core.base import CLOSE_PIPE, RESUME_READ, TRANSMIT, Core, FairQueue, LoadBalancer, PipeInfo
+from nanopy.core.errors import WouldBlock
+from nanopy.core.options import new_options
 from nanopy.protocols.pair import Pair0
 from nanopy.protocols.pipeline import Pull0, Push0
 

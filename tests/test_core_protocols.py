@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from nanopy import ProtocolError, Timeout
-from nanopy._core import ARM_TIMER, CANCEL_TIMER, CLOSE_PIPE, READY, TRANSMIT, PipeInfo
-from nanopy._errors import WouldBlock
-from nanopy._options import new_options
+from nanopy.core.base import ARM_TIMER, CANCEL_TIMER, CLOSE_PIPE, READY, TRANSMIT, PipeInfo
+from nanopy.core.errors import WouldBlock
+from nanopy.core.options import new_options
 from nanopy.protocols._common import (
     MALFORMED,
     REPLIER_TABLE,

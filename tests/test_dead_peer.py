@@ -328,13 +328,13 @@ def test_req_resend_goes_to_another_pipe() -> None:
 
 # -- the cores' side of it (Sans-I/O) -------------------------------------------------------
 def _core(cls: type) -> object:
-    from nanopy._options import new_options
+    from nanopy.core.options import new_options
 
     return cls(new_options(cls.name))
 
 
 def _transmits(core: object) -> list[tuple[int, bytes]]:
-    from nanopy._core import TRANSMIT
+    from nanopy.core.base import TRANSMIT
 
     actions = core.actions  # type: ignore[attr-defined]
     out = [(a[1], a[2]) for a in actions if a[0] == TRANSMIT]
@@ -344,7 +344,7 @@ def _transmits(core: object) -> list[tuple[int, bytes]]:
 
 def _preferring(kind: str, credit: int) -> Any:
     """A requeueing core (PUSH or raw REQ) with pipe 1 (preferred) and pipe 2."""
-    from nanopy._core import PipeInfo
+    from nanopy.core.base import PipeInfo
     from nanopy.protocols.pipeline import Push0
     from nanopy.protocols.reqrep import XReq0
 
@@ -356,7 +356,7 @@ def _preferring(kind: str, credit: int) -> Any:
 
 @pytest.mark.parametrize("kind", ["push", "xreq"])
 def test_core_requeue_holds_what_no_pipe_can_take_and_sends_it_first(kind: str) -> None:
-    from nanopy._errors import WouldBlock
+    from nanopy.core.errors import WouldBlock
 
     core = _preferring(kind, 2)
     core.send(b"m1")
@@ -377,7 +377,7 @@ def test_core_requeue_holds_what_no_pipe_can_take_and_sends_it_first(kind: str) 
 
 @pytest.mark.parametrize("kind", ["push", "xreq"])
 def test_core_withdrawn_pipe_with_a_write_under_way_holds_sends_until_its_rest_comes(kind: str) -> None:
-    from nanopy._errors import WouldBlock
+    from nanopy.core.errors import WouldBlock
 
     core = _preferring(kind, 4)
     core.send(b"m1")
@@ -397,8 +397,8 @@ def test_core_withdrawn_pipe_with_a_write_under_way_holds_sends_until_its_rest_c
 
 
 def test_core_withdrawn_pipe_takes_no_new_send() -> None:
-    from nanopy._core import PipeInfo
-    from nanopy._errors import WouldBlock
+    from nanopy.core.base import PipeInfo
+    from nanopy.core.errors import WouldBlock
     from nanopy.protocols.pair import Pair0
     from nanopy.protocols.pubsub import Pub0
 
@@ -425,7 +425,7 @@ def test_core_withdrawn_pipe_takes_no_new_send() -> None:
 
 
 def test_cores_that_must_not_requeue_take_nothing() -> None:
-    from nanopy._core import PipeInfo
+    from nanopy.core.base import PipeInfo
     from nanopy.protocols.pair import Pair0
     from nanopy.protocols.reqrep import Rep0, Req0
 
@@ -436,7 +436,7 @@ def test_cores_that_must_not_requeue_take_nothing() -> None:
 
 
 def test_req_resend_after_resend_interval_avoids_the_last_pipe() -> None:
-    from nanopy._core import PipeInfo
+    from nanopy.core.base import PipeInfo
     from nanopy.protocols.reqrep import RESEND_TICKS, Req0
 
     core: Any = _core(Req0)
@@ -454,7 +454,7 @@ def test_req_resend_after_resend_interval_avoids_the_last_pipe() -> None:
 
 
 def test_req_resends_the_moment_its_pipe_is_found_dead() -> None:
-    from nanopy._core import PipeInfo
+    from nanopy.core.base import PipeInfo
     from nanopy.protocols.reqrep import Req0
 
     core: Any = _core(Req0)

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from nanopy._beacon import MAGIC, Beacon, decode_beacon, encode_beacon, interface_broadcasts
 from nanopy.discovery import MAX_DISCOVERIES, Announcer, Discovery
+from nanopy.discovery.beacon import MAGIC, Beacon, decode_beacon, encode_beacon, interface_broadcasts
 from nanopy.testing import wait_no_pipes, wait_pipes
 
 LOOPBACK_BROADCAST = "127.255.255.255"

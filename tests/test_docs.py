@@ -15,7 +15,7 @@ Rules (docs/contributing.md says the same for authors):
   required; keep such blocks few.
 
 The same file checks that docs/api.md's option table is the one generated from
-``nanopy._options`` and that help(nanopy.Socket) shows real defaults.
+``nanopy.core.options`` and that help(nanopy.Socket) shows real defaults.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 
 import nanopy
-from nanopy._options import OPTION_TABLE, markdown_table
+from nanopy.core.options import OPTION_TABLE, markdown_table
 
 ROOT = Path(__file__).resolve().parent.parent
 BLOCK_TIMEOUT = 150  # seconds for one block (a fresh interpreter; the Spark example starts a JVM)
@@ -188,8 +188,8 @@ def test_api_doc_option_table_is_generated() -> None:
     m = re.search(r"<!-- option-table: begin.*?-->\n(.*?)\n<!-- option-table: end -->", text, re.S)
     assert m, "docs/api.md lost its option-table markers"
     assert m.group(1).strip() == markdown_table(), (
-        "docs/api.md's option table differs from nanopy/_options.py; regenerate it with\n"
-        '  python -c "from nanopy._options import markdown_table; print(markdown_table())"'
+        "docs/api.md's option table differs from nanopy/core/options.py; regenerate it with\n"
+        '  python -c "from nanopy.core.options import markdown_table; print(markdown_table())"'
     )
 
 
@@ -217,7 +217,7 @@ def test_validation_messages_come_from_the_table(spec) -> None:  # type: ignore[
 
 
 def test_option_attribute_types_match_the_table() -> None:
-    from nanopy._options import OptionAttributes
+    from nanopy.core.options import OptionAttributes
 
     declared = {name: str(kind) for name, kind in OptionAttributes.__annotations__.items()}
     assert declared == {spec.name: spec.type for spec in OPTION_TABLE}

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from nanopy import ProtocolError, Timeout
-from nanopy._core import PipeInfo
-from nanopy._errors import WouldBlock
-from nanopy._options import new_options
+from nanopy.core.base import PipeInfo
+from nanopy.core.errors import WouldBlock
+from nanopy.core.options import new_options
 from nanopy.protocols import _common, _diagram, reqrep, survey
 from nanopy.protocols._common import StateTable
 from nanopy.protocols.reqrep import RESEND_TICKS, Rep0, Req0

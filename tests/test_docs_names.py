@@ -4,7 +4,7 @@ Checked in docs/*.md and README.md, inside backticks:
 
 * dotted names under ``nanopy`` (``nanopy.testing.check_transport``): imported
   and looked up attribute by attribute;
-* module paths (``nanopy/_driver.py``, ``nanopy/protocols/*.py``): files (or
+* module paths (``nanopy/driver/socket_driver.py``, ``nanopy/protocols/*.py``): files (or
   globs matching at least one file) in the repository;
 * ``Class.attribute`` where ``Class`` is a class defined in nanopy
   (``SocketDriver.execute``, ``PipeDriver.transmit``): some class of that name
@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 import nanopy
-from nanopy._metric_families import FAMILIES
+from nanopy.metrics.families import FAMILIES
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
@@ -34,7 +34,7 @@ DOCS = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
 _CODE = re.compile(r"`([^`\n]+)`")
 _DOTTED = re.compile(r"\bnanopy(?:\.[A-Za-z_]\w*)+")
 _PATH = re.compile(r"\bnanopy/[\w/*]*(?:\.py|\*)")  # (not benchmark labels such as nanopy/trio)
-# Metric names (docs/metrics.md) are dotted too: the exported families (nanopy/_metric_families.py).
+# Metric names (docs/metrics.md) are dotted too: the exported families (nanopy/metrics/families.py).
 _METRICS = {family.otel for family in FAMILIES}
 _MEMBER = re.compile(r"^([A-Z]\w*)\.([A-Za-z_]\w*)(?:\(.*\))?$")
 

@@ -18,9 +18,9 @@ import trio.testing
 from conftest import wait_until
 
 import nanopy
-from nanopy._core import TRANSMIT, PipeInfo
-from nanopy._driver import LANE_MAX, SocketDriver
-from nanopy._options import new_options
+from nanopy.core.base import TRANSMIT, PipeInfo
+from nanopy.core.options import new_options
+from nanopy.driver.socket_driver import LANE_MAX, SocketDriver
 from nanopy.protocols.pipeline import Pull0, Push0
 from nanopy.protocols.pubsub import Pub0
 from nanopy.protocols.reqrep import Req0
@@ -63,7 +63,7 @@ class _InstantPipe:
         self.lock = threading.Lock()
         self.lane_credit = self.lane_bytes = 0
         self.rx_msgs = self.rx_bytes = 0  # (the pipe view: counted by the socket driver per read)
-        self.closed = self.withdrawn = False  # (a pipe found dead: nanopy/_pipe_ending.py)
+        self.closed = self.withdrawn = False  # (a pipe found dead: nanopy/driver/endings.py)
 
     def transmit(self, payload: bytes, idle: bool | None = None, framed: Any = None, lane: bool = False) -> int:
         if lane:
@@ -158,7 +158,7 @@ def test_lane_credit_of_a_removed_pipe_is_not_counted_as_sent() -> None:
 
 class _QueuingPipe(_InstantPipe):
     """A pipe that keeps what it is given unwritten (no credit comes back), as a
-    stalled peer's pipe does, and can be found dead (nanopy/_pipe_ending.py)."""
+    stalled peer's pipe does, and can be found dead (nanopy/driver/endings.py)."""
 
     def __init__(self, pid: int) -> None:
         super().__init__(pid, instant=False)
@@ -555,7 +555,7 @@ def test_bad_frame_read_directly_closes_only_that_pipe(make_socket: Factory) -> 
     import socket
     import struct
 
-    from nanopy._wire import encode_header
+    from nanopy.core.wire import encode_header
 
     pull = make_socket("pull")
     url = pull.bind("tcp://127.0.0.1:0").url

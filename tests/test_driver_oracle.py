@@ -27,14 +27,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from test_driver import _InstantPipe
 
-from nanopy._core import PipeInfo
-from nanopy._driver import SocketDriver
-from nanopy._errors import Timeout
-from nanopy._message import Message
-from nanopy._options import new_options
-from nanopy._socket_io import Messaging
+from nanopy.core.base import PipeInfo
+from nanopy.core.errors import Timeout
+from nanopy.core.message import Message
+from nanopy.core.options import new_options
+from nanopy.driver.socket_driver import SocketDriver
 from nanopy.protocols.pipeline import Pull0, Push0
 from nanopy.protocols.pubsub import Pub0
+from nanopy.socket.messaging import Messaging
 
 ORACLE = settings(max_examples=100, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -73,11 +73,11 @@ def _driver(core_cls: type, fast: bool, **opts: Any) -> SocketDriver:
 
 @pytest.fixture(autouse=True)
 def _no_fan_out_bursts(monkeypatch: pytest.MonkeyPatch) -> None:
-    import nanopy._lanes
-    import nanopy._round
+    import nanopy.driver.lanes
+    import nanopy.driver.round
 
-    monkeypatch.setattr(nanopy._round, "FANOUT_GAP", -1.0)
-    monkeypatch.setattr(nanopy._lanes, "FANOUT_GAP", -1.0)
+    monkeypatch.setattr(nanopy.driver.round, "FANOUT_GAP", -1.0)
+    monkeypatch.setattr(nanopy.driver.lanes, "FANOUT_GAP", -1.0)
 
 
 def _socket_calls(driver: SocketDriver) -> Messaging:
@@ -302,7 +302,7 @@ del _case  # (not a test of its own)
 def test_a_run_given_back_while_a_receiver_pops_it_loses_and_doubles_nothing() -> None:
     """FairQueue.run's two owners: receivers pop the left without the lock while the
     core, under the lock, gives the rest back from the right (give_back_run)."""
-    from nanopy._core import FairQueue
+    from nanopy.core.base import FairQueue
 
     for _ in range(20):
         options = new_options("pull")

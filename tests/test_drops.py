@@ -17,7 +17,7 @@ from conftest import bind_url, wait_until
 from faults import frame, raw_sp_client
 
 import nanopy
-from nanopy._drops import DROP_REASONS
+from nanopy.core.drops import DROP_REASONS
 from nanopy.testing import connect_pair, wait_no_pipes, wait_pipes
 
 MakeSocket = Callable[..., nanopy.Socket]
@@ -224,9 +224,9 @@ def test_count_drop_hook_counts_with_a_reason_and_a_pipe(make_socket: MakeSocket
 def test_a_transmit_for_a_pipe_removed_meanwhile_is_a_dead_pipe_drop() -> None:
     # The core chose pipe 7 in a round; its driver is gone before the TRANSMIT runs.
     # PAIR does not requeue: the payload is lost with the pipe, and counted.
-    from nanopy._core import PipeInfo
-    from nanopy._driver import SocketDriver
-    from nanopy._options import new_options
+    from nanopy.core.base import PipeInfo
+    from nanopy.core.options import new_options
+    from nanopy.driver.socket_driver import SocketDriver
     from nanopy.protocols.pair import Pair0
 
     core = Pair0(new_options("pair"))
@@ -238,9 +238,9 @@ def test_a_transmit_for_a_pipe_removed_meanwhile_is_a_dead_pipe_drop() -> None:
 
 def test_a_transmit_for_a_pipe_removed_meanwhile_is_requeued_by_push() -> None:
     # PUSH sends it on another pipe instead (queued there in the round that chose it).
-    from nanopy._core import TRANSMIT, PipeInfo
-    from nanopy._driver import SocketDriver
-    from nanopy._options import new_options
+    from nanopy.core.base import TRANSMIT, PipeInfo
+    from nanopy.core.options import new_options
+    from nanopy.driver.socket_driver import SocketDriver
     from nanopy.protocols.pipeline import Push0
 
     class Queued:
@@ -305,7 +305,7 @@ def test_stats_key_access(make_socket: MakeSocket) -> None:
 
 
 def test_cores_refuse_an_unexplained_drop() -> None:
-    from nanopy._options import new_options
+    from nanopy.core.options import new_options
     from nanopy.protocols.pipeline import Push0
 
     core: Any = Push0(new_options("push"))

@@ -71,7 +71,7 @@ def test_push_pull_through_a_faulty_link(make_socket: MakeSocket, fault: Fault) 
             sender.join(20)
         assert not sender.is_alive()
     # What the cut pipe never wrote goes back the moment it is found dead, ahead of
-    # any later send (nanopy/_pipe_ending.py): send order holds across the cut.
+    # any later send (nanopy/driver/endings.py): send order holds across the cut.
     assert_in_order_no_duplicates(seqs)
     gaps = [(a, b) for a, b in zip(seqs, seqs[1:]) if b != a + 1]
     if fault.kind in ("stall", "blackhole"):

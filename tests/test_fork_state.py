@@ -67,7 +67,8 @@ def _module_state() -> dict[str, ast.expr | None]:
     global a function rebinds (``global``), by dotted name."""
     found: dict[str, ast.expr | None] = {}
     for path in sorted(NANOPY.rglob("*.py")):
-        module = ".".join(("nanopy", *path.relative_to(NANOPY).with_suffix("").parts))
+        parts = path.relative_to(NANOPY).with_suffix("").parts
+        module = ".".join(("nanopy", *(parts[:-1] if parts[-1] == "__init__" else parts)))
         if module == "nanopy._fork":
             continue  # (its own bookkeeping: what the hooks work through)
         tree = ast.parse(path.read_text())

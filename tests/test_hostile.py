@@ -15,7 +15,7 @@ from conftest import wait_until
 from peers import pynng_dial, pynng_socket
 
 import nanopy
-from nanopy._wire import encode_header
+from nanopy.core.wire import encode_header
 from nanopy.testing import ipc_url, wait_pipes
 
 HANDSHAKE_TIMEOUT = 0.5

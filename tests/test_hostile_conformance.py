@@ -29,7 +29,7 @@ from websockets.client import ClientProtocol
 from websockets.uri import parse_uri
 
 import nanopy
-from nanopy._wire import encode_header
+from nanopy.core.wire import encode_header
 from nanopy.testing import local_url, wait_pipes
 
 SCHEMES = ("tcp", "ipc", "tls+tcp", "ws", "wss")

@@ -2,7 +2,7 @@
 
 A sole pipe's sends spend credit handed to the pipe in bulk, a publisher's burst
 to several pipes takes the fan-out lane, and a receive takes a run of a sole
-ready pipe (nanopy/_driver.py). None of it may change what a user sees: order,
+ready pipe (nanopy/driver/socket_driver.py). None of it may change what a user sees: order,
 completeness, back-pressure, who gets a message, statistics.
 """
 

@@ -18,7 +18,7 @@ from conftest import bind_url, wait_until
 import nanopy
 import nanopy.metrics
 from nanopy._cli import stat as stat_cli
-from nanopy._drops import DROP_REASONS
+from nanopy.core.drops import DROP_REASONS
 from nanopy.testing import connect_pair
 
 prometheus_client = pytest.importorskip("prometheus_client")

@@ -23,10 +23,10 @@ from conftest import bind_url, reap_child, wait_until
 
 import nanopy
 import nanopy.metrics
-from nanopy._drops import DROP_REASONS
-from nanopy._metric_families import FAMILIES, NOT_EXPORTED, families_of, field_help
-from nanopy._series import UNNAMED, Series, counts_of
-from nanopy._stats import GAUGE_FIELDS, SocketStats
+from nanopy.core.drops import DROP_REASONS
+from nanopy.core.stats import GAUGE_FIELDS, SocketStats
+from nanopy.metrics.families import FAMILIES, NOT_EXPORTED, families_of, field_help
+from nanopy.socket.series import UNNAMED, Series, counts_of
 from nanopy.testing import wait_pipes
 
 prometheus_client = pytest.importorskip("prometheus_client")
@@ -344,7 +344,7 @@ def test_serve_follows_the_same_series(make_socket: MakeSocket) -> None:
 
 
 def test_live_sockets_is_the_registry_and_metrics_reads_no_engine_internals() -> None:
-    from nanopy import _series
+    from nanopy.socket import series as _series
 
     sock = nanopy.Socket("push")
     assert sock in _series.live_sockets()

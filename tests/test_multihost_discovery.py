@@ -102,7 +102,7 @@ for line in sys.stdin:
 # A hostile host: floods the beacon port with garbage, foreign and other-group datagrams.
 FLOOD = """
 import os, socket, sys, time
-from nanopy._beacon import DEFAULT_BEACON_PORT, Beacon, encode_beacon
+from nanopy.discovery.beacon import DEFAULT_BEACON_PORT, Beacon, encode_beacon
 seconds, targets = float(sys.argv[1]), sys.argv[2:]
 valid = encode_beacon(Beacon(os.urandom(8), 7000, 1.0))
 samples = [

@@ -45,7 +45,7 @@ def core(cls: type, **opts: object) -> object:
     for key, value in opts.items():
         setattr(options, key, value)
     c = cls(options)
-    from nanopy._core import PipeInfo
+    from nanopy.core.base import PipeInfo
 
     c.add_pipe(PipeInfo(1, None, 8, 8), 4)
     if cls is Sub0:
@@ -70,7 +70,7 @@ def test_sub_core_modes(mode: str, kept: list[bytes], dropped: int, keep_reading
         got.append(sub.recv_body())
     assert got == kept
     if mode == "block":
-        assert (nanopy._core.RESUME_READ, 1) in sub.actions
+        assert (nanopy.core.base.RESUME_READ, 1) in sub.actions
 
 
 def test_sub_core_drop_that_empties_a_queue_leaves_nothing_to_receive() -> None:
@@ -89,8 +89,8 @@ def test_sub_core_drop_that_empties_a_queue_leaves_nothing_to_receive() -> None:
 
 
 def test_pub_core_block_waits_for_every_pipe() -> None:
-    from nanopy._core import PipeInfo
-    from nanopy._errors import WouldBlock
+    from nanopy.core.base import PipeInfo
+    from nanopy.core.errors import WouldBlock
 
     pub = core(Pub0, overflow="block")
     pub.add_pipe(PipeInfo(2, None, 8, 8), 1)

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from nanopy._core import ARM_TIMER, CANCEL_TIMER, READY, READY_CALLER, TRANSMIT, PipeInfo
-from nanopy._errors import WouldBlock
-from nanopy._options import new_options
 from nanopy._registry import protocols
+from nanopy.core.base import ARM_TIMER, CANCEL_TIMER, READY, READY_CALLER, TRANSMIT, PipeInfo
+from nanopy.core.errors import WouldBlock
+from nanopy.core.options import new_options
 
 PAYLOAD_TYPES = [bytes, bytearray, memoryview]
 BODIES = [b"", b"a", b"ab", b"multi-byte body \x00\xff" * 20]

@@ -15,8 +15,8 @@ from conftest import bind_url, send_until_full, tcp_plugin, wait_until
 from tls_certs import tls_files
 
 import nanopy
-from nanopy import _pipe
-from nanopy._outbox import FRAME_ALLOWANCE, UNCUT, WRITE_CHUNK_BYTES, Outbox
+from nanopy.pipe import driver as _pipe
+from nanopy.pipe.outbox import FRAME_ALLOWANCE, UNCUT, WRITE_CHUNK_BYTES, Outbox
 from nanopy.transports import ChannelConnection, inproc
 from nanopy.transports._stream import StreamConnection
 from nanopy.transports._ws_conn import WsConnection

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nanopy._priolist import DEFAULT_PRIORITY, NUM_PRIORITIES, PrioList
+from nanopy.core.priolist import DEFAULT_PRIORITY, NUM_PRIORITIES, PrioList
 
 
 def served(pl: PrioList, n: int) -> list[object]:

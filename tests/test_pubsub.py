@@ -11,9 +11,9 @@ import pytest
 from conftest import bind_url, wait_until
 
 import nanopy
-from nanopy._core import TRANSMIT, PipeInfo
-from nanopy._errors import WouldBlock
-from nanopy._options import new_options
+from nanopy.core.base import TRANSMIT, PipeInfo
+from nanopy.core.errors import WouldBlock
+from nanopy.core.options import new_options
 from nanopy.protocols.pubsub import Pub0, Sub0
 from nanopy.testing import wait_pipes
 

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from nanopy import _radix
-from nanopy._radix import RadixTree, _Node, _Table
+from nanopy.core import radix as _radix
+from nanopy.core.radix import RadixTree, _Node, _Table
 
 # A small alphabet makes shared prefixes, splits and merges common.
 small_bytes = st.binary(max_size=6).map(lambda b: bytes(x % 3 for x in b))
@@ -22,7 +22,7 @@ def brute_match(topics: Counter[bytes], message: bytes) -> bool:
 
 
 def check_shape(tree: RadixTree) -> None:
-    """The structural invariants documented in nanopy/_radix.py."""
+    """The structural invariants documented in nanopy/core/radix.py."""
     assert all(len(topic) < 2 and n > 0 for topic, n in tree._short.items())
     root = tree._root
     if isinstance(root, _Table):

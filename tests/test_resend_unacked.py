@@ -1,7 +1,7 @@
 """``resend_unacked``: what a dying pipe's kernel held unacknowledged is sent again
 (PUSH, raw REQ), or counted lost by number (issue 32, docs/partitions.md).
 
-* the sent log (nanopy/_sent_log.py), Sans-I/O: the kernel's unacknowledged byte
+* the sent log (nanopy/pipe/sent_log.py), Sans-I/O: the kernel's unacknowledged byte
   count maps to exactly the messages whose frames end in those bytes, against a
   byte-by-byte model, through partial writes, control frames, failed writes and
   TLS slack; and it keeps about what the kernel holds, never more than its limit;
@@ -29,7 +29,7 @@ from conftest import wait_until
 from test_dead_peer import _sp_handshake, _stuck_listener, _ws_accept
 
 import nanopy
-from nanopy._sent_log import TRIM_BYTES, SentLog, frame_sizes
+from nanopy.pipe.sent_log import TRIM_BYTES, SentLog, frame_sizes
 from nanopy.testing import wait_no_pipes, wait_pipes
 
 pytestmark = pytest.mark.timeout(60)

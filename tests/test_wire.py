@@ -1,4 +1,4 @@
-"""The SP stream codec (nanopy/_wire.py): connection header and u64 framing."""
+"""The SP stream codec (nanopy/core/wire.py): connection header and u64 framing."""
 
 from __future__ import annotations
 
@@ -10,14 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nanopy import MessageTooLarge, RemoteProtocolError
-from nanopy._wire import (
-    HEADER_SIZE,
-    FrameDecoder,
-    encode_frame,
-    encode_frames,
-    encode_header,
-    parse_header,
-)
+from nanopy.core.wire import HEADER_SIZE, FrameDecoder, encode_frame, encode_frames, encode_header, parse_header
 
 # -- connection header ---------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from conftest import wait_until
 
 import nanopy
 import nanopy.metrics
-from nanopy._drops import DROP_REASONS
+from nanopy.core.drops import DROP_REASONS
 from nanopy.testing import wait_pipes
 
 zmq = pytest.importorskip("zmq")
@@ -92,7 +92,7 @@ def test_rep_drops_what_has_no_envelope_and_counts_it(make_socket: MakeSocket, z
 def test_a_reply_whose_envelope_was_pushed_out_is_unroutable(
     make_socket: MakeSocket, zctx: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from nanopy.zmtp import _roles
+    from nanopy.transports.zmtp import _roles
 
     monkeypatch.setattr(_roles, "MAX_ENVELOPES", 1)  # (65536 by default: one pipe's waiting requests)
     rep = make_socket("rep", name="zmtp-rep-unroutable", recv_timeout=5)

@@ -32,7 +32,7 @@ from test_zmtp_hostile import greeting, read_exact, ready
 
 import nanopy
 from nanopy.testing import wait_no_pipes, wait_pipes
-from nanopy.zmtp import _codec as codec
+from nanopy.transports.zmtp import _codec as codec
 
 zmq = pytest.importorskip("zmq")
 

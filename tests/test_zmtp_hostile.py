@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import nanopy
-from nanopy._errors import MessageTooLarge, RemoteProtocolError
+from nanopy.core.errors import MessageTooLarge, RemoteProtocolError
 from nanopy.testing import wait_pipes
-from nanopy.zmtp import _codec as codec
+from nanopy.transports.zmtp import _codec as codec
 
 MakeSocket = Callable[..., nanopy.Socket]
 
@@ -255,7 +255,7 @@ def test_decoder_refuses_before_buffering() -> None:
 
 def test_a_zeromq_greeting_on_an_sp_url_is_named() -> None:
     """(libzmq may close before its greeting is read, so this is checked on the parser.)"""
-    from nanopy._wire import parse_header
+    from nanopy.core.wire import parse_header
 
     with pytest.raises(RemoteProtocolError, match=r"speaks ZeroMQ \(ZMTP\), not SP.*use a zmtp\+tcp://"):
         parse_header(greeting()[:8], 0x51)

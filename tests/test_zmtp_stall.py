@@ -39,7 +39,7 @@ from netns import Process
 
 import nanopy
 from nanopy.testing import wait_pipes
-from nanopy.zmtp._conn import announced_ttl
+from nanopy.transports.zmtp._conn import announced_ttl
 
 zmq = pytest.importorskip("zmq")
 from zmq.utils.monitor import recv_monitor_message  # noqa: E402

@@ -1,7 +1,7 @@
 """Protocol cores and the protocol registry.
 
 A protocol is a :class:`nanopy.protocols.Core` subclass (Sans-I/O, see
-``nanopy/_core.py`` for the contract). Built-ins and third-party protocols are
+``nanopy/core/base.py`` for the contract). Built-ins and third-party protocols are
 found through the ``nanopy.protocols`` entry-point group (name = protocol name);
 :func:`register` adds one in-process. The building blocks the built-in cores
 are made of (``LoadBalancing``, ``Distributing``, ``FairQueuing``, ``BodyQueuing``)
@@ -10,52 +10,22 @@ are exported for third-party protocols.
 
 from __future__ import annotations
 
-from .._core import (
-    ARM_TIMER as ARM_TIMER,
-)
-from .._core import (
-    CANCEL_TIMER as CANCEL_TIMER,
-)
-from .._core import (
-    CLOSE_PIPE as CLOSE_PIPE,
-)
-from .._core import (
-    READY as READY,
-)
-from .._core import (
-    RESUME_READ as RESUME_READ,
-)
-from .._core import (
-    TRANSMIT as TRANSMIT,
-)
-from .._core import (
-    ActionKind as ActionKind,
-)
-from .._core import (
-    BodyQueuing as BodyQueuing,
-)
-from .._core import (
-    Core as Core,
-)
-from .._core import (
-    Distributing as Distributing,
-)
-from .._core import (
-    FairQueue as FairQueue,
-)
-from .._core import (
-    FairQueuing as FairQueuing,
-)
-from .._core import (
-    LoadBalancer as LoadBalancer,
-)
-from .._core import (
-    LoadBalancing as LoadBalancing,
-)
-from .._core import (
-    PipeInfo as PipeInfo,
-)
 from .._registry import protocols as _registry
+from ..core.base import ARM_TIMER as ARM_TIMER
+from ..core.base import CANCEL_TIMER as CANCEL_TIMER
+from ..core.base import CLOSE_PIPE as CLOSE_PIPE
+from ..core.base import READY as READY
+from ..core.base import RESUME_READ as RESUME_READ
+from ..core.base import TRANSMIT as TRANSMIT
+from ..core.base import ActionKind as ActionKind
+from ..core.base import BodyQueuing as BodyQueuing
+from ..core.base import Core as Core
+from ..core.base import Distributing as Distributing
+from ..core.base import FairQueue as FairQueue
+from ..core.base import FairQueuing as FairQueuing
+from ..core.base import LoadBalancer as LoadBalancer
+from ..core.base import LoadBalancing as LoadBalancing
+from ..core.base import PipeInfo as PipeInfo
 
 
 def register(name: str, core: type[Core], *, override: bool = False) -> None:

@@ -14,7 +14,7 @@
   differ only in their protocol identity.
 
 The generic building blocks (LoadBalancing, Distributing, FairQueuing,
-BodyQueuing) live in :mod:`nanopy._core`.
+BodyQueuing) live in :mod:`nanopy.core.base`.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ import enum
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
-from .._callers import PerCaller, current_caller
-from .._core import CLOSE_PIPE, Core, FairQueuing, LoadBalancing, PipeInfo
-from .._drops import PROTOCOL_ERROR, TTL_EXCEEDED
-from .._errors import ProtocolError
-from .._message import Message
+from ..core.base import CLOSE_PIPE, Core, FairQueuing, LoadBalancing, PipeInfo
+from ..core.callers import PerCaller, current_caller
+from ..core.drops import PROTOCOL_ERROR, TTL_EXCEEDED
+from ..core.errors import ProtocolError
+from ..core.message import Message
 
 END_BIT = 0x80000000  # set on the last word of a backtrace (the request id)
 ID_MASK = 0x7FFFFFFF
@@ -221,7 +221,7 @@ class BacktraceQueuing(FairQueuing):
 
 # -- REP / RESPONDENT -------------------------------------------------------------
 # Classic replier state, kept per caller (thread, or trio/asyncio task; see
-# nanopy._callers): a cooked REP (or RESPONDENT) remembers the route of the last
+# nanopy.core.callers): a cooked REP (or RESPONDENT) remembers the route of the last
 # request each caller received with recv(); that caller's send() answers it. A
 # caller holding none answers the oldest request still unanswered (socket-wide,
 # as nanomsg: one thread may receive and another reply).

@@ -16,8 +16,8 @@ count: a topology with a cycle of devices loops, exactly as in nanomsg and NNG.
 
 from __future__ import annotations
 
-from .._core import Distributing, FairQueuing
-from .._message import Message
+from ..core.base import Distributing, FairQueuing
+from ..core.message import Message
 
 
 class Bus0(Distributing, FairQueuing):

@@ -7,7 +7,7 @@ Sending needs credit on that pipe; received messages queue per pipe.
 
 from __future__ import annotations
 
-from .._core import BodyQueuing, LoadBalancing
+from ..core.base import BodyQueuing, LoadBalancing
 from ._common import SinglePeer
 
 

@@ -20,10 +20,10 @@ Sending waits for credit on the peer's pipe (like PAIR v0); with no peer it wait
 
 from __future__ import annotations
 
-from .._core import TRANSMIT, FairQueuing, LoadBalancing
-from .._drops import PROTOCOL_ERROR, TTL_EXCEEDED
-from .._errors import ProtocolError, WouldBlock
-from .._message import Message
+from ..core.base import TRANSMIT, FairQueuing, LoadBalancing
+from ..core.drops import PROTOCOL_ERROR, TTL_EXCEEDED
+from ..core.errors import ProtocolError, WouldBlock
+from ..core.message import Message
 from ._common import SinglePeer
 
 _ONE = b"\x00\x00\x00\x01"

@@ -9,10 +9,10 @@ queue per pipe and serves them by receive priority, one message each in turn
 
 from __future__ import annotations
 
-from .._core import BodyQueuing, LoadBalancing
-from .._drops import PROTOCOL_ERROR
-from .._errors import ProtocolError
-from .._message import Message
+from ..core.base import BodyQueuing, LoadBalancing
+from ..core.drops import PROTOCOL_ERROR
+from ..core.errors import ProtocolError
+from ..core.message import Message
 
 
 class Push0(LoadBalancing):

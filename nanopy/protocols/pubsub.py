@@ -9,7 +9,7 @@ Theory of operation:
   pipe at all the message goes nowhere, silently, as in nanomsg and NNG.
   Anything a SUB sends to a PUB is discarded (NNG does the same).
 * **SUB** never sends: subscriptions are local and never reach the wire. Each
-  received message is matched against a :class:`~nanopy._radix.RadixTree` of
+  received message is matched against a :class:`~nanopy.core.radix.RadixTree` of
   topics (a message is kept if any topic is a prefix of it; ``b""`` keeps all;
   no topic keeps nothing) and queued per pipe, served by receive priority.
 * **A SUB that is not read never slows anyone down.** Its queue for a pipe
@@ -38,11 +38,11 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from .._core import TRANSMIT, BodyQueuing, Distributing, FairQueue, PipeInfo
-from .._drops import NO_PEER, QUEUE_FULL, UNSUBSCRIBED
-from .._errors import ProtocolError, WouldBlock
-from .._message import Message
-from .._radix import RadixTree
+from ..core.base import TRANSMIT, BodyQueuing, Distributing, FairQueue, PipeInfo
+from ..core.drops import NO_PEER, QUEUE_FULL, UNSUBSCRIBED
+from ..core.errors import ProtocolError, WouldBlock
+from ..core.message import Message
+from ..core.radix import RadixTree
 
 
 class Pub0(Distributing):

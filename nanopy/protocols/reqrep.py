@@ -10,7 +10,7 @@ word and send the reply back the way the request came.
 
 REQ (cooked) keeps any number of requests in flight, each with its own id. The
 classic ``send``/``recv`` pair uses one per caller -- thread, or trio/asyncio
-task (:mod:`nanopy._callers`): a caller's new ``send`` abandons only that
+task (:mod:`nanopy.core.callers`): a caller's new ``send`` abandons only that
 caller's previous classic request, as nanomsg does for its one request, and its
 ``recv`` returns the reply to its own request; the core names a caller whose
 reply arrived with ``(READY_CALLER, caller)`` so the socket wakes exactly it.
@@ -52,11 +52,11 @@ import weakref
 from collections import deque
 from typing import Any
 
-from .._callers import PerCaller, current_caller
-from .._core import ARM_TIMER, CANCEL_TIMER, READY, READY_CALLER, TRANSMIT, LoadBalancing, PipeInfo
-from .._drops import CANCELLED, PROTOCOL_ERROR
-from .._errors import WouldBlock
-from .._message import Message
+from ..core.base import ARM_TIMER, CANCEL_TIMER, READY, READY_CALLER, TRANSMIT, LoadBalancing, PipeInfo
+from ..core.callers import PerCaller, current_caller
+from ..core.drops import CANCELLED, PROTOCOL_ERROR
+from ..core.errors import WouldBlock
+from ..core.message import Message
 from ._common import END_BIT, ID_MASK, BacktraceQueuing, RawReplier, RawVariant, Replier, StateTable
 
 

@@ -39,10 +39,10 @@ import random
 from collections import deque
 from typing import Any
 
-from .._core import ARM_TIMER, CANCEL_TIMER, READY, Distributing
-from .._drops import CANCELLED, PROTOCOL_ERROR, QUEUE_FULL
-from .._errors import Timeout, WouldBlock
-from .._message import Message
+from ..core.base import ARM_TIMER, CANCEL_TIMER, READY, Distributing
+from ..core.drops import CANCELLED, PROTOCOL_ERROR, QUEUE_FULL
+from ..core.errors import Timeout, WouldBlock
+from ..core.message import Message
 from ._common import END_BIT, ID_MASK, BacktraceQueuing, RawReplier, RawVariant, Replier, StateTable
 
 

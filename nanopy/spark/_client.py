@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .._errors import Timeout
+from ..core.errors import Timeout
 
 
 class CoordinatorLost(TimeoutError):
@@ -71,7 +71,7 @@ class TaskClient:
         Raises:
             CoordinatorLost: no answer within ``timeout`` seconds.
         """
-        from .._socket import Socket
+        from ..socket.socket import Socket
 
         partition, attempt = _task_context()
         hello: str | None = worker_label(partition, attempt)

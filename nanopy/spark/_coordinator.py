@@ -35,8 +35,8 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any, TextIO
 
-from .._errors import AddressError, Closed, Timeout
-from .._socket import Socket
+from ..core.errors import AddressError, Closed, Timeout
+from ..socket.socket import Socket
 from ._client import TaskClient
 from ._hub import ensure_registered
 from ._progress import ProgressBar

@@ -147,8 +147,8 @@ def check_protocol_options(opts: Mapping[str, str], given: Mapping[str, str] | N
 def check_addresses(urls_: list[str], mode: str, what: str) -> None:
     """URL shape (host and port for TCP-based transports, then the transport's own
     check, as ``bind``/``connect`` would make it) and a resolvable host."""
-    from .._errors import AddressError
     from .._registry import transports
+    from ..core.errors import AddressError
 
     for url in urls_:
         hp = host_port(url)

@@ -51,7 +51,7 @@ def hard_limit(max_size: int) -> int:
 def open_socket(options: dict[str, str], protocol: str, mode: str, name: str,
                 recv_buffer: int | None = None) -> Any:
     """The receiving PULL or SUB socket, subscribed and bound or connected."""
-    from .._socket import Socket
+    from ..socket.socket import Socket
 
     max_size = opt.integer(options, "recvMaxSize", 1 << 20, 0)
     buffer = recv_buffer or opt.integer(options, "recvBuffer", 65536, 1)
@@ -140,7 +140,7 @@ class Receiver:
                                f"{self.error!r}") from self.error
 
     def _receive(self) -> None:
-        from .._errors import Closed, Timeout
+        from ..core.errors import Closed, Timeout
 
         started = time.monotonic()
         warned = False

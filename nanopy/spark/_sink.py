@@ -23,7 +23,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, DataType, StringType, StructType
 
 from .. import _fork
-from .._message import Multipart
+from ..core.message import Multipart
 from . import _options as opt
 from ._tags import make_tag
 
@@ -149,7 +149,7 @@ class _Writer:
             sock = _cache.get(key)
             if sock is not None and not sock.closed:
                 return sock
-            from .._socket import Socket
+            from ..socket.socket import Socket
 
             sock = Socket(self.protocol, name="nanopy-spark-sink", send_buffer=self.send_buffer,
                           send_timeout=self.send_timeout, linger=self.flush_timeout)
@@ -188,7 +188,7 @@ class _Writer:
                 text = ctx.getLocalProperty("streaming.sql.batchId")
                 if text:
                     batch_id = int(text)
-        from .._errors import Timeout
+        from ..core.errors import Timeout
 
         sock = self._socket()
         send = sock.send

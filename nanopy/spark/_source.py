@@ -412,7 +412,7 @@ class NanopyBatchReader(_ReaderOptions, DataSourceReader):
         opt.check_reachable(self.urls, self.mode, "batch read")
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        from .._errors import Timeout
+        from ..core.errors import Timeout
 
         max_size = opt.integer(self.options, "recvMaxSize", 1 << 20, 0)
         subs = opt.topics(self.options) if self.protocol == "sub" else []

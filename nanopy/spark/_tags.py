@@ -57,7 +57,7 @@ def split_tag(message: bytes) -> tuple[bytes, Tag]:
     tag = Tag(run_id, batch_id, partition, index)
     parts = getattr(message, "parts", None)
     if parts is not None and len(parts) >= 2 and len(parts[-1]) == TAG_SIZE:
-        from .._message import Multipart
+        from ..core.message import Multipart
 
         return (parts[0] if len(parts) == 2 else Multipart(parts[:-1])), tag
     return bytes(message[:-TAG_SIZE]), tag

@@ -116,7 +116,7 @@ class ChannelConnection(Connection):
 
     #: bytes a write may have in flight that the kernel socket's unacknowledged
     #: count does not show as the channel's own (TLS: a record the peer got only
-    #: part of is lost whole, so up to one record's plaintext); nanopy/_sent_log.py
+    #: part of is lost whole, so up to one record's plaintext); nanopy/pipe/sent_log.py
     unacked_slack: int = 0
 
     def frame(self, payloads: list[bytes]) -> Any:
@@ -153,9 +153,9 @@ class ChannelConnection(Connection):
 class DirectReadable(Protocol):
     """A capability: a connection any thread may read without blocking (tcp, ipc).
 
-    The pipe gives such a connection a *read role* (nanopy/_pipe_read.py): a
+    The pipe gives such a connection a *read role* (nanopy/pipe/reading.py): a
     receiving thread or task on the socket's only pipe reads it itself
-    (nanopy/_direct.py) while the engine's reader task stands aside.
+    (nanopy/driver/direct.py) while the engine's reader task stands aside.
     """
 
     #: the last read filled the whole buffer: read again before waiting
@@ -293,7 +293,7 @@ class DiscardsMessages(Protocol):
 
     def count_drops_with(self, count: Callable[[str, int], Any]) -> None:
         """From now on, count ``n`` messages discarded for ``reason`` (a name of
-        nanopy._drops) with ``count(reason, n)`` (callable from any thread)."""
+        nanopy.core.drops) with ``count(reason, n)`` (callable from any thread)."""
 
 
 class Listener(abc.ABC):

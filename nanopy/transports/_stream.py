@@ -23,8 +23,16 @@ from typing import Any, Protocol
 import trio
 
 from .. import _fork
-from .._errors import RemoteProtocolError
-from .._wire import HEADER_SIZE, FrameDecoder, encode_frame, encode_frames, encode_header, other_wire, parse_header
+from ..core.errors import RemoteProtocolError
+from ..core.wire import (
+    HEADER_SIZE,
+    FrameDecoder,
+    encode_frame,
+    encode_frames,
+    encode_header,
+    other_wire,
+    parse_header,
+)
 from ._base import ChannelConnection, Connection, Listener, PipeContext
 
 RECV_SIZE = 64 * 1024  # below glibc's mmap threshold: a bigger buffer costs an mmap per read
@@ -94,7 +102,7 @@ def close_socket(sock: socket.socket) -> None:
 
 class StreamDecoder(Protocol):
     """The parser a :class:`FramedConnection` reads through: SP's
-    :class:`~nanopy._wire.FrameDecoder`, or another wire protocol's (ZMTP's).
+    :class:`~nanopy.core.wire.FrameDecoder`, or another wire protocol's (ZMTP's).
 
     ``feed`` returns the complete payloads a chunk finishes (raising, or keeping
     in ``error`` what it found after them); ``pending`` counts buffered bytes of
@@ -260,7 +268,7 @@ class StreamConnection(SocketIO, FramedConnection):
         #: the last read_nowait filled its buffer: more is probably waiting
         self.read_more = False
 
-    # -- direct reads: whoever holds the pipe's read role calls these (nanopy/_pipe.py) --
+    # -- direct reads: whoever holds the pipe's read role calls these (nanopy/pipe/driver.py) --
     def fileno(self) -> int:
         return self._sock.fileno()
 

@@ -30,7 +30,7 @@ from websockets.server import ServerProtocol
 from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
 
-from .._errors import RemoteProtocolError, too_large
+from ..core.errors import RemoteProtocolError, too_large
 from ._base import ChannelConnection, PipeContext
 from ._keepalive import MAX_UNANSWERED_PINGS, PONG_PATIENCE, PeerWatch
 from ._stream import SocketChannel, unread_bytes

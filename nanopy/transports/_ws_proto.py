@@ -25,7 +25,7 @@ try:
 except ImportError:  # pragma: no cover - pure-Python build of websockets
     from websockets.utils import apply_mask
 
-from .._errors import RemoteProtocolError
+from ..core.errors import RemoteProtocolError
 from ._stream import SocketChannel
 from .tls import StreamChannel
 

@@ -19,7 +19,7 @@ from websockets.http11 import Request
 from websockets.server import ServerProtocol
 
 from .. import _fork
-from .._errors import AddressInUse, RemoteProtocolError
+from ..core.errors import AddressInUse, RemoteProtocolError
 from ._base import Connection, Listener, PipeContext
 from ._stream import SocketChannel, accept_socket, close_socket
 from ._table import ProcessTable

@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import trio
 
-from .._errors import AddressError, AddressInUse, RemoteProtocolError
+from ..core.errors import AddressError, AddressInUse, RemoteProtocolError
 from ._base import ChannelConnection, Connection, Listener, PipeContext, Transport
 from ._table import ProcessTable
 

@@ -12,7 +12,7 @@ import os
 import socket
 import stat
 
-from .._errors import AddressError, AddressInUse
+from ..core.errors import AddressError, AddressInUse
 from ._base import Connection, Listener, PipeContext, Transport
 from ._stream import StreamConnection, StreamListener, connect_socket
 

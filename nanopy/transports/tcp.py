@@ -14,7 +14,7 @@ from typing import Any
 
 import trio
 
-from .._errors import AddressError, AddressInUse
+from ..core.errors import AddressError, AddressInUse
 from ._base import Connection, Listener, PipeContext, Transport
 from ._stream import StreamConnection, StreamListener, connect_socket
 

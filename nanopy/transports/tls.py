@@ -24,7 +24,7 @@ from typing import Any
 
 import trio
 
-from .._errors import AddressError, AuthenticationFailed, RemoteProtocolError
+from ..core.errors import AddressError, AuthenticationFailed, RemoteProtocolError
 from ._base import Connection, Listener, PipeContext
 from ._stream import FramedConnection, SocketChannel
 from .tcp import TcpListener, TcpTransport, bind_tcp_socket, bound_url, dial_tcp_socket, split_host_port

@@ -21,7 +21,7 @@ This module holds the URLs and the transports; the connection is in
 
 from __future__ import annotations
 
-from .._errors import AddressError
+from ..core.errors import AddressError
 from ._base import Connection, Listener, PipeContext, Transport
 from ._stream import SocketChannel
 from ._ws_conn import FRAGMENT_SIZE, WsConnection

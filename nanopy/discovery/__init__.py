@@ -1,0 +1,394 @@
+"""Service discovery over SURVEYOR/RESPONDENT.
+
+A :class:`Discovery` binds a SURVEYOR and asks "which services are out there?"
+every ``interval`` seconds, collecting answers for ``deadline`` seconds. Services
+run an :class:`Announcer`: a RESPONDENT that connects to one or more discovery
+addresses (reconnecting forever) and answers every survey with its name, address,
+priority and optional metadata. A provider that misses ``misses`` consecutive
+surveys is dropped, so a dead service is "undiscovered" without any goodbye::
+
+    from nanopy.discovery import Discovery, Announcer
+
+    with Discovery("tcp://0.0.0.0:5600", interval=1.0, deadline=0.5) as disco, \\
+         Announcer("echo", "tcp://10.0.0.2:7000", connect="tcp://disco-host:5600"):
+        address = disco.resolve("echo", timeout=2.0)
+
+On a LAN nothing needs an address: ``Discovery(beacon=True)`` sends a small UDP
+beacon every interval (broadcast on the host's interfaces) and
+``Announcer(name, address, beacon=True)`` dials every discovery service of its
+``group`` that it hears, at the beacon's source address (see ``nanopy.discovery.beacon``)::
+
+    disco = Discovery(beacon=True)                                   # on any host
+    Announcer("echo", "tcp://0.0.0.0:7000", beacon=True)             # on each service host
+
+The answer format is JSON (UTF-8), versioned and language-neutral, so any SP
+library can announce a service (see ``docs/discovery.md``)::
+
+    {"v": 1, "name": "echo", "address": "tcp://10.0.0.2:7000", "priority": 8,
+     "metadata": {"zone": "ny"}}
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from ..core.errors import Closed
+from ..driver.waiters import async_waiter
+from ..socket.socket import Socket
+from .announcer import Announcer
+from .beacon import DEFAULT_BEACON_PORT
+from .services import BEACON_MISSES as BEACON_MISSES  # (the module's constants stay importable here)
+from .services import DEFAULT_PRIORITY as DEFAULT_PRIORITY
+from .services import (
+    FORMAT_VERSION,
+    SURVEY,
+    ChangeCallback,
+    Provider,
+    _BeaconSending,
+    _closed_on_error,
+    _Entry,
+    _seconds,
+    _SocketThread,
+    decode_answer,
+    encode_answer,
+)
+from .services import MAX_ANSWER_SIZE as MAX_ANSWER_SIZE
+from .services import MAX_DISCOVERIES as MAX_DISCOVERIES
+from .services import MAX_SILENCE as MAX_SILENCE
+from .services import WILDCARD_HOSTS as WILDCARD_HOSTS
+
+__all__ = [
+    "DEFAULT_BEACON_PORT",
+    "FORMAT_VERSION",
+    "SURVEY",
+    "Announcer",
+    "Discovery",
+    "Provider",
+    "decode_answer",
+    "encode_answer",
+]
+
+log = logging.getLogger("nanopy.discovery")
+
+
+class Discovery(_SocketThread):
+    """A discovery service: surveys announcers and keeps the set of live providers.
+
+    Args:
+        url: where to bind the SURVEYOR (``"tcp://0.0.0.0:5600"``; port 0 picks one,
+            see :attr:`url`). May be omitted with ``beacon=True``: it then binds a
+            free TCP port on all IPv4 interfaces (``tcp://0.0.0.0:0``).
+        interval: seconds between the starts of two surveys (and two beacons).
+        deadline: seconds each survey collects answers (at most ``interval``);
+            default: half the interval.
+        misses: a provider missing from this many consecutive surveys is dropped.
+        beacon: announce this discovery service by UDP every ``interval``, so that
+            ``Announcer(..., beacon=True)`` finds it with no address configured:
+            IPv4 broadcast on every up, non-loopback interface (and IPv6 all-nodes
+            link-local multicast when bound to an IPv6 address such as ``tcp://[::]:0``).
+        group: the beacon's group; announcers only follow beacons of their own group.
+        beacon_port: UDP port the beacons go to (default :data:`DEFAULT_BEACON_PORT`, 5606).
+        beacon_to: send beacons to these hosts instead of the interfaces' broadcast
+            addresses (e.g. ``["127.255.255.255"]`` to stay on loopback, or unicast
+            addresses across routers).
+        **socket_options: extra :class:`nanopy.Socket` options for the SURVEYOR.
+
+    Surveying starts at once, on a background thread. Change callbacks run on that
+    thread and must not block for long.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        interval: float = 1.0,
+        deadline: float | None = None,
+        misses: int = 2,
+        beacon: bool = False,
+        group: str = "",
+        beacon_port: int = DEFAULT_BEACON_PORT,
+        beacon_to: str | Iterable[str] | None = None,
+        **socket_options: Any,
+    ) -> None:
+        if url is None:
+            if not beacon:
+                raise TypeError("Discovery needs the address to bind (e.g. 'tcp://0.0.0.0:5600') or beacon=True")
+            url = "tcp://0.0.0.0:0"
+        self.interval = _seconds("interval", interval)
+        self.deadline = self.interval / 2 if deadline is None else _seconds("deadline", deadline)
+        if self.deadline > self.interval:
+            raise ValueError(f"deadline ({deadline}) must not exceed interval ({interval})")
+        if isinstance(misses, bool) or not isinstance(misses, int):
+            raise TypeError("misses must be an int")
+        if misses < 1:
+            raise ValueError(f"misses must be at least 1, got {misses}")
+        self.misses = misses
+        self.rounds = 0  #: surveys completed
+        self.rejected = 0  #: answers that were not valid version-1 answers
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._live: dict[tuple[str, str], _Entry] = {}
+        self._callbacks: list[ChangeCallback] = []
+        self._async_waiters: list[Any] = []
+        self._wakeup = threading.Event()
+        self._survey_requested = self._newcomers = False
+        self._closing = False
+        socket_options.setdefault("name", "discovery")
+        self._beacon: _BeaconSending | None = None
+        self._sock = Socket("surveyor", survey_deadline=self.deadline, **socket_options)
+        with _closed_on_error(self._sock):
+            self._endpoint = self._sock.bind(url)
+            self._sock.on_pipe_added(self._newcomer)
+            if beacon:
+                self._beacon = _BeaconSending(self._endpoint.url, self.interval, group, beacon_port, beacon_to)
+        self._start_thread(f"nanopy-discovery {url}")
+
+    @property
+    def url(self) -> str:
+        """The bound address (with the real port when bound to port 0)."""
+        return self._endpoint.url
+
+    @property
+    def socket(self) -> Socket:
+        """The underlying SURVEYOR socket (for stats and pipe events)."""
+        return self._sock
+
+    @property
+    def beacons_sent(self) -> int:
+        """Beacon datagrams sent so far (0 without ``beacon=True``)."""
+        return 0 if self._beacon is None else self._beacon.sender.sent
+
+    def __repr__(self) -> str:
+        return f"<nanopy.discovery.Discovery {self.url} {len(self._live)} providers>"
+
+    # -- queries -------------------------------------------------------------------------------
+    def services(self) -> dict[str, list[str]]:
+        """Live providers: ``{name: [address, ...]}``, best priority first."""
+        out: dict[str, list[str]] = {}
+        for p in self.providers():
+            out.setdefault(p.name, []).append(p.address)
+        return out
+
+    def providers(self, name: str | None = None) -> list[Provider]:
+        """Live :class:`Provider` records (of one service, or all), sorted by name, priority, address."""
+        with self._lock:
+            found = [e.provider for e in self._live.values() if name is None or e.provider.name == name]
+        return sorted(found, key=lambda p: (p.name, p.priority, p.address))
+
+    def _pick(self, name: str) -> str | None:
+        candidates = [e.provider for e in self._live.values() if e.provider.name == name]
+        if not candidates:
+            return None
+        best = min(p.priority for p in candidates)
+        return random.choice([p.address for p in candidates if p.priority == best])
+
+    def _lookup_error(self, name: str) -> LookupError:
+        known = sorted({k[0] for k in self._live})
+        return LookupError(f"no live provider of {name!r}; live services: {', '.join(known) or 'none'}")
+
+    def _resolve_step(self, name: str, end: float | None) -> tuple[str | None, float | None]:
+        """One look (lock held): ``(address, None)``, or ``(None, seconds left to wait)``.
+
+        Raises Closed or LookupError when waiting longer cannot help.
+        """
+        address = self._pick(name)
+        if address is not None:
+            return address, None
+        if self._closing:
+            raise Closed("discovery is closed")
+        left = None if end is None else end - time.monotonic()
+        if left is not None and left <= 0:
+            raise self._lookup_error(name)
+        return None, left
+
+    def resolve(self, name: str, *, timeout: float = 0.0) -> str:
+        """A random live provider's address among those with the best priority.
+
+        Args:
+            timeout: seconds to wait for a provider to appear (0: answer at once;
+                ``None``: wait forever).
+
+        Raises:
+            LookupError: no live provider (within ``timeout``).
+            Closed: the discovery was closed while waiting.
+        """
+        end = None if timeout is None else time.monotonic() + timeout
+        with self._changed:
+            while True:
+                address, left = self._resolve_step(name, end)
+                if address is not None:
+                    return address
+                self._changed.wait(left)
+
+    async def aservices(self) -> dict[str, list[str]]:
+        """Async :meth:`services` (never blocks; for symmetry in async code)."""
+        return self.services()
+
+    async def aresolve(self, name: str, *, timeout: float = 0.0) -> str:
+        """Async :meth:`resolve` (trio or asyncio); waiting does not block the event loop."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                address, left = self._resolve_step(name, end)
+                if address is not None:
+                    return address
+                waiter = async_waiter()
+                self._async_waiters.append(waiter)
+            try:
+                await waiter.wait(left)
+            finally:
+                with self._lock:
+                    if waiter in self._async_waiters:
+                        self._async_waiters.remove(waiter)
+
+    # -- change notification --------------------------------------------------------------------
+    def on_change(self, callback: ChangeCallback) -> ChangeCallback:
+        """Call ``callback(name, address, added)`` whenever a provider appears or is dropped.
+
+        Runs on the discovery thread. Returns ``callback`` (usable as a decorator).
+        """
+        self._callbacks.append(callback)
+        return callback
+
+    def survey_now(self) -> None:
+        """Start the next survey at once instead of waiting for the interval."""
+        self._survey_requested = True
+        self._wakeup.set()
+
+    def _newcomer(self, pipe: Any) -> None:
+        """A new announcer connected (engine thread): welcome it with a survey between rounds."""
+        self._newcomers = True
+        self._wakeup.set()
+
+    # -- the survey loop ---------------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._closing:
+            start = time.monotonic()
+            if self._beacon is not None:
+                self._beacon.send()
+            seen: set[tuple[str, str]] = set()
+            if not self._survey(seen):
+                break
+            self._end_round(seen)
+            self._pause_until(start + self.interval)
+        with self._changed:
+            self._wake_waiters()
+
+    def _survey(self, seen: set[tuple[str, str]]) -> bool:
+        """One survey, its answers recorded in ``seen``; False once the socket is closed."""
+        try:
+            for body in self._sock.survey(SURVEY):
+                self._answer(body, seen)
+        except Closed:
+            return False
+        except Exception:  # keep surveying whatever happened to this round
+            log.exception("discovery survey failed")
+        return True
+
+    def _pause_until(self, end: float) -> None:
+        """Wait for the next round. Announcers that connected meanwhile get a welcome survey,
+        which may add providers but counts no misses. A welcome runs only when it (nearly)
+        fits before the next round, so rounds keep their pace and the drop bound holds."""
+        while not self._closing:
+            left = end - time.monotonic()
+            if left <= 0 or not self._wakeup.wait(left):
+                return
+            self._wakeup.clear()
+            if self._survey_requested:
+                self._survey_requested = False
+                return
+            if self._newcomers and end - time.monotonic() >= 0.9 * self.deadline:
+                self._newcomers = False
+                self._survey(set())
+
+    def _answer(self, body: bytes, seen: set[tuple[str, str]]) -> None:
+        try:
+            provider = decode_answer(body)
+        except ValueError as exc:
+            self.rejected += 1
+            log.debug("discovery: ignoring an answer: %s", exc)
+            return
+        key = (provider.name, provider.address)
+        seen.add(key)
+        with self._changed:
+            entry = self._live.get(key)
+            if entry is not None:
+                old = entry.provider
+                entry.provider = Provider(
+                    provider.name,
+                    provider.address,
+                    provider.priority,
+                    provider.metadata,
+                    old.first_seen,
+                    provider.last_seen,
+                )
+                entry.missed = 0
+                return
+            self._live[key] = _Entry(provider)
+            self._wake_waiters()
+        self._notify(provider.name, provider.address, True)
+
+    def _end_round(self, seen: set[tuple[str, str]]) -> None:
+        gone: list[tuple[str, str]] = []
+        with self._changed:
+            self.rounds += 1
+            for key, entry in list(self._live.items()):
+                if key in seen:
+                    continue
+                entry.missed += 1
+                if entry.missed >= self.misses:
+                    del self._live[key]
+                    gone.append(key)
+            self._wake_waiters()
+        for name, address in gone:
+            self._notify(name, address, False)
+
+    def _wake_waiters(self) -> None:
+        """Wake every waiting resolve (lock held)."""
+        self._changed.notify_all()
+        for waiter in self._async_waiters:
+            waiter.wake()
+        self._async_waiters.clear()
+
+    def _notify(self, name: str, address: str, added: bool) -> None:
+        log.info("discovery: %s %s at %s", "found" if added else "lost", name, address)
+        for callback in list(self._callbacks):
+            try:
+                callback(name, address, added)
+            except Exception:
+                log.exception("discovery: on_change callback %r failed", callback)
+
+    # -- closing -----------------------------------------------------------------------------------
+    def _after_fork_in_child(self) -> None:
+        """Inherited by a forked child: closed there, and it knows no provider (what it
+        knew was the parent's, never refreshed here): lookups raise Closed."""
+        super()._after_fork_in_child()
+        self._closing = True
+        self._live = {}
+        self._async_waiters = []  # (the parent's loops: dropped, not woken)
+
+    def close(self) -> None:
+        """Stop surveying and unbind; idempotent. Waiting resolves raise :class:`nanopy.Closed`."""
+        with self._changed:
+            if self._closing:
+                return
+            self._closing = True
+            self._wake_waiters()
+        self._wakeup.set()
+        super().close()
+        if self._beacon is not None:
+            self._beacon.close()
+
+
+# -- the announcer side ---------------------------------------------------------------------------
+
+
+# The public names keep their public home (reprs, pickles, docs).
+for _public in (Announcer, Provider, decode_answer, encode_answer):
+    _public.__module__ = __name__
+del _public

@@ -1,0 +1,1 @@
+"""The socket driver: the one owner of a socket's lock, core and waiters."""

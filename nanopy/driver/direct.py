@@ -1,0 +1,355 @@
+"""The direct read: a receiver reads the socket's only pipe in its own thread.
+
+The one Linux-specific module (``os.eventfd``, ``select.epoll``). Owns: the wake
+eventfd (``_wake_fd_box``), the epoll descriptor of the read role's holder
+(``_epoll_cache``), the count of direct receivers, and the loop of a direct
+receive (:meth:`DirectRead._direct_steps`), shared by threads (blocking in
+``epoll.poll``) and trio/asyncio tasks (waiting in their own loop on the epoll
+descriptor).
+
+May call: the round (:class:`~nanopy.driver.round.Round`: ``_direct_round`` is a round
+that feeds what was read and tries the attempt), the pipe's read role
+(``take_role``/``release_role``/``read_lock``/``direct_failed``) and its
+connection's ``read_nowait``/``fileno``.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import time
+import weakref
+from collections.abc import Awaitable, Callable, Generator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import trio
+
+from ..core.errors import MessageTooLarge, RemoteProtocolError, WouldBlock
+from .round import BLOCKED, Round, _Blocked
+from .waiters import WaitQueue
+
+if TYPE_CHECKING:
+    from ..pipe.driver import PipeDriver
+    from ..transports._base import DirectReadable
+
+T = TypeVar("T")
+
+# What one direct read found besides messages (see DirectRead._direct_read).
+_NOTHING = object()
+_PARTIAL = object()
+_FAILED = object()
+
+
+class DirectRead(Round):
+    """The direct receive (see the module docstring)."""
+
+    _wake_fd_box: list[int]  # eventfd waking a thread that reads a pipe directly
+    _direct_users: int  # threads and tasks inside a direct receive
+    _epoll_cache: tuple[int, Any] | None  # (pid, epoll) of the direct reader
+
+    # -- direct receive -----------------------------------------------------------------
+    def _wake_fd(self) -> int:
+        """The eventfd that wakes a thread receiving directly (lock held; made once)."""
+        box = self._wake_fd_box
+        if box[0] < 0:
+            box[0] = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+            weakref.finalize(self, _close_fd_box, box)
+        return box[0]
+
+    def _direct_recv(self, attempt: Callable[[], T], deadline: float | None) -> T | _Blocked:
+        """Receive on the socket's only pipe by reading it from this thread.
+
+        Runs :meth:`_direct_steps`, blocking in ``epoll`` (the connection and the
+        wake eventfd) whenever they must wait. Returns BLOCKED when the read role
+        is not available or the pipe stops being readable here; the caller then
+        waits the ordinary way.
+        """
+        begun = self._direct_begin(deadline)
+        if begun is None:
+            return BLOCKED
+        pipe, state = begun
+        steps = self._direct_steps(pipe, state, attempt)
+        try:
+            left = next(steps)
+            while True:
+                epoll = self._direct_epoll(pipe.pid, pipe.direct_conn, state.wake_fd)
+                if epoll is None:
+                    return BLOCKED
+                epoll.poll(left)
+                left = next(steps)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        finally:
+            steps.close()
+            self._direct_end(pipe, state)
+
+    async def _adirect_recv(
+        self, attempt: Callable[[], T], deadline: float | None, wait: Callable[[int, float | None], Awaitable[None]]
+    ) -> tuple[T | _Blocked, bool]:
+        """The async twin of :meth:`_direct_recv`: this task reads the socket's only pipe.
+
+        A trio task (of a loop other than the engine's) or an asyncio task runs
+        :meth:`_direct_steps` in its own thread, so the bytes reach it without the
+        engine thread, a GIL hand-over or a cross-thread wake. It waits in its own
+        loop (``wait``: trio's ``wait_readable``, asyncio's ``add_reader``) on the
+        epoll descriptor, so a wake (close, a message handed in by another path,
+        the pipe ending) interrupts it exactly as it does a thread.
+        Returns ``(result, waited)``; ``waited`` says whether the task yielded
+        (then the call already had its schedule point). A cancellation can only
+        arrive in that wait, before the attempt succeeded: the call took nothing.
+        """
+        begun = self._direct_begin(deadline)
+        if begun is None:
+            return BLOCKED, False
+        pipe, state = begun
+        steps = self._direct_steps(pipe, state, attempt)
+        waited = False
+        try:
+            left = next(steps)
+            while True:
+                epoll = self._direct_epoll(pipe.pid, pipe.direct_conn, state.wake_fd)
+                if epoll is None:
+                    return BLOCKED, waited
+                waited = True
+                await wait(epoll.fileno(), left)
+                left = next(steps)
+        except StopIteration as done:
+            return done.value, waited
+        finally:
+            steps.close()
+            self._direct_end(pipe, state)
+
+    def _direct_begin(self, deadline: float | None) -> tuple[PipeDriver, _DirectState] | None:
+        """Take the read role of the socket's only pipe (see nanopy/pipe/driver.py) for a
+        direct receive; None when that is not possible now."""
+        if self.recv_q.waiters or type(self.recv_q) is not WaitQueue or self._engine().in_engine_thread():
+            return None  # (other receivers waiting: the engine shares messages out fairly)
+        try:
+            (pipe,) = self.pipes.values()
+        except ValueError:  # the pipe went (or another came) meanwhile
+            return None
+        if not pipe.direct:
+            return None
+        with self.lock:
+            if self.closed:
+                raise self.closed_error()
+            wake_fd = self._wake_fd()
+            self._direct_users += 1
+        if not pipe.take_role(wake_fd):
+            self._direct_done()
+            return None
+        return pipe, _DirectState(pipe.pid, wake_fd, deadline)
+
+    def _direct_end(self, pipe: PipeDriver, state: _DirectState) -> None:
+        if state.waiter is not None:
+            self._abandon(self.recv_q, state.waiter)
+        pipe.release_role()
+        self._direct_done()
+
+    def _direct_steps(
+        self, pipe: PipeDriver, state: _DirectState, attempt: Callable[[], T]
+    ) -> Generator[float | None, None, T | _Blocked]:
+        """The loop of a direct receive, without its waits (threads and tasks share it).
+
+        Reads first: a busy pipe has bytes waiting, and then no waiter is parked
+        and nobody waits. What a read completes is taken in the same round that
+        feeds it to the core (a busy receiver pays one round per read). Otherwise:
+        a round that tries ``attempt`` and parks a waiter that writes the eventfd
+        if it would block, then a wait -- the generator yields the seconds left
+        (None: no deadline) and its driver waits until the connection or the
+        eventfd is readable, or that time passes. Returns the result, or BLOCKED
+        at the deadline or when the pipe stops being readable here.
+        """
+        result: T | _Blocked = BLOCKED
+        tried = False  # a round has tried the attempt
+        read = False  # read since the last wait: wait next, do not read again
+        while True:
+            if tried:
+                if not isinstance(result, _Blocked) or state.waiter is None:
+                    return result  # a result, or BLOCKED at the deadline (the caller times out)
+                if pipe.paused or pipe.closed or pipe.pid not in self.pipes or len(self.recv_q.waiters) > 1:
+                    return BLOCKED  # (more receivers now: let the engine share messages out)
+            if not read:
+                outcome = self._direct_read(pipe, state, attempt)
+                if outcome is _FAILED:
+                    return BLOCKED
+                if outcome is not _NOTHING:
+                    if outcome is not _PARTIAL:
+                        result, tried = outcome, True
+                    continue  # read something (maybe a partial frame): look again at once
+                read = True
+            if state.waiter is None:
+                result = self._direct_round(state, None, attempt)  # try, and park a waiter
+                tried = True
+                continue
+            if not state.waiter.woken:
+                left = None if state.deadline is None else state.deadline - time.monotonic()
+                if left is None or left > 0:
+                    yield left
+                    try:
+                        os.eventfd_read(state.wake_fd)
+                    except BlockingIOError:
+                        pass
+                    if not state.waiter.woken:
+                        read = False
+                        continue  # readable (or a stray wake): read it
+            read = False
+            result = self._direct_round(state, None, attempt)  # woken or timed out: look again
+
+    def _direct_read(self, pipe: PipeDriver, state: _DirectState, attempt: Callable[[], T]) -> Any:
+        """One read by the read role's holder: what the kernel holds goes to the core,
+        and the attempt is tried, in one round taken before anyone else may read.
+
+        Returns the attempt's result (or BLOCKED) when messages were read,
+        ``_PARTIAL`` when only part of a frame was, ``_NOTHING`` when the kernel
+        held nothing, ``_FAILED`` when the connection ended (the pipe is closed).
+        """
+        conn = pipe.direct_conn
+        assert conn is not None  # (_direct_begin took the role of a direct pipe only)
+        with pipe.read_lock:
+            try:
+                payloads = None if pipe.closed else conn.read_nowait()
+            except (EOFError, OSError, RemoteProtocolError, MessageTooLarge) as exc:
+                failure: BaseException = exc
+            else:
+                if payloads is None:
+                    return _NOTHING
+                if not payloads:
+                    return _PARTIAL
+                return self._direct_round(state, payloads, attempt)
+        pipe.direct_failed(failure)  # (Timeout, an OSError, never comes from here)
+        return _FAILED
+
+    def _direct_epoll(self, pid: int, conn: DirectReadable | None, wake_fd: int) -> Any:
+        """An epoll descriptor readable when pipe ``pid`` or the wake eventfd is (a
+        thread blocks in it, a task waits for its descriptor; made once per pipe:
+        only the read role's holder uses it)."""
+        cached = self._epoll_cache
+        if cached is not None and cached[0] == pid:
+            return cached[1]
+        fd = conn.fileno() if conn is not None else -1
+        if fd < 0:
+            return None
+        epoll = select.epoll()
+        try:
+            epoll.register(fd, select.EPOLLIN)
+        except OSError:  # the pipe's connection was closed since fileno(): wait the usual way
+            epoll.close()
+            return None
+        epoll.register(wake_fd, select.EPOLLIN)
+        self._epoll_cache = (pid, epoll)
+        return epoll
+
+    def _direct_done(self) -> None:
+        with self.lock:
+            self._direct_users -= 1
+            if self.closed and not self._direct_users:
+                self._close_direct_fds()  # the last direct receiver of a closed socket
+
+    def _close_direct_fds(self) -> None:
+        """Close the wake eventfd and a task's epoll (lock held, no direct receiver left)."""
+        _close_fd_box(self._wake_fd_box)
+        cached, self._epoll_cache = self._epoll_cache, None
+        if cached is not None:
+            cached[1].close()
+
+    def _direct_round(
+        self, state: _DirectState, payloads: list[bytes] | None, attempt: Callable[[], T]
+    ) -> T | _Blocked:
+        """One round of a direct receive: feed ``payloads``, try, park a fresh waiter."""
+        queue = self.recv_q
+        size = sum(map(len, payloads)) if payloads else 0
+        with self.lock:
+            waiter = state.waiter
+            if waiter is not None:
+                state.waiter = None
+                try:
+                    queue.waiters.remove(waiter)
+                except ValueError:
+                    pass
+            if self.closed:
+                raise self.closed_error()
+            if self._due:
+                self._fold_due()
+            if payloads:
+                keep = self.core.messages_received(state.pid, payloads)
+                pipe = self.pipes.get(state.pid)
+                if pipe is not None:
+                    pipe.rx_msgs += len(payloads)
+                    pipe.rx_bytes += size
+                    if not keep:
+                        pipe.paused = True
+            try:
+                result: T | _Blocked = attempt()
+            except WouldBlock:
+                result = BLOCKED
+                if state.deadline is None or state.deadline > time.monotonic():
+                    state.waiter = _FdWaiter(state.wake_fd)
+                    queue.waiters.append(state.waiter)
+            actions = self._drain()
+        if actions:
+            self.execute(actions)
+        return result
+
+
+def _close_fd_box(box: list[int]) -> None:
+    fd, box[0] = box[0], -1
+    if fd >= 0:
+        os.close(fd)
+
+
+class _DirectState:
+    """What one direct receive carries between its rounds."""
+
+    __slots__ = ("deadline", "pid", "waiter", "wake_fd")
+
+    def __init__(self, pid: int, wake_fd: int, deadline: float | None) -> None:
+        self.pid = pid
+        self.wake_fd = wake_fd
+        self.deadline = deadline
+        self.waiter: _FdWaiter | None = None
+
+
+class _FdWaiter:
+    """The waiter of a thread reading a pipe directly: a wake writes its eventfd."""
+
+    __slots__ = ("_fd", "woken")
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self.woken = False
+
+    def wake(self) -> None:
+        if not self.woken:
+            self.woken = True
+            try:
+                os.eventfd_write(self._fd, 1)
+            except OSError:
+                pass
+
+
+async def _trio_wait_readable(fd: int, timeout: float | None) -> None:
+    """Wait (in this trio loop) until ``fd`` is readable or ``timeout`` passes."""
+    with trio.move_on_after(float("inf") if timeout is None else timeout):
+        await trio.lowlevel.wait_readable(fd)
+
+
+async def _asyncio_wait_readable(fd: int, timeout: float | None) -> None:
+    """Wait (in this asyncio loop) until ``fd`` is readable or ``timeout`` passes."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[None] = loop.create_future()
+
+    def ready() -> None:
+        if not future.done():
+            future.set_result(None)
+
+    loop.add_reader(fd, ready)
+    timer = None if timeout is None else loop.call_later(timeout, ready)
+    try:
+        await future
+    finally:
+        loop.remove_reader(fd)
+        if timer is not None:
+            timer.cancel()

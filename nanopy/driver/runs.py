@@ -1,0 +1,145 @@
+"""Receive runs: receives that skip the core while one pipe alone has messages.
+
+Owns: ``run`` (bodies taken out of the core, not yet received), ``run_token``
+and the receive fast path ``try_recv_body`` with its locked twin ``_pop_body``.
+
+A receive takes a *run* when it can: several bodies of the one pipe with any
+queued, in order, counted as received in that round (``FairQueue.take_run``).
+The rest wait in ``run``, which receivers pop without the lock (a deque's
+``popleft`` is atomic) until it is empty; every locked receive serves it first,
+so order holds, and readiness, ``recv_msg`` and close see it too. When another
+pipe delivers while a run is held, the core takes the rest back from the run's
+right end (``FairQueue.give_back_run``, under the socket lock).
+
+May call: the round (:class:`~nanopy.driver.round.Round`), the core's body queue.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from ..core.errors import WouldBlock
+from ..core.message import Message
+from .round import Round
+
+if TYPE_CHECKING:
+    from ..core.base import FairQueue
+
+# The most bodies one receive takes out of the core at once (see the docstring):
+# the lock round is paid once per run, not per message.
+RUN_MAX = 256
+
+
+class ReceiveRuns(Round):
+    """Runs and the receive fast path (see the module docstring)."""
+
+    _body_queue: FairQueue | None
+    run: deque[bytes]
+    run_token: Any  # the pipe token of the bodies in ``run`` (recv_msg)
+
+    def received_counts(self) -> tuple[int, int]:
+        """(messages, bytes) the user has received: a run's bodies are counted when
+        it is taken, so what it still holds is not received yet."""
+        with self.lock:
+            queue = self._body_queue
+            if queue is None:  # (no runs)
+                return self.received, self.bytes_received
+            held = list(self.run)
+            # (a run's bodies given back to their queue are counted again when taken)
+            return (
+                self.received - len(held) - queue.given_back,
+                self.bytes_received - sum(map(len, held)) - queue.given_back_bytes,
+            )
+
+    def readable(self) -> bool:
+        """Whether a receive would take a body now (lock held)."""
+        return bool(self.run) or self.core.can_recv()
+
+    def try_recv_body(self) -> bytes | None:
+        """The next body if one is queued now, else None."""
+        run = self.run
+        if run and not self.closed:
+            try:
+                return run.popleft()  # the rest of a run: no lock (see the docstring)
+            except IndexError:
+                pass
+        lock = self.lock
+        lock.acquire()
+        try:
+            if self.closed:
+                raise self.closed_error()
+            try:
+                body = self._pop_body()
+            except WouldBlock:
+                return None
+            # The drain written out: most receives emit nothing and find nobody
+            # waiting, and then cost no call at all.
+            if self.core.actions or self.send_q.waiters or self.recv_q.waiters or self.watchers:
+                actions = self._drain()
+            else:
+                actions = None
+        finally:
+            lock.release()
+        if actions:
+            self.execute(actions)
+        return body
+
+    def _pop_body(self) -> bytes:
+        """The next body (lock held): the run's next, else the first of a new run
+        (counted as received here, all of it); WouldBlock if nothing is queued."""
+        run = self.run
+        if run:
+            try:
+                return run.popleft()
+            except IndexError:  # (emptied by a receiver without the lock)
+                pass
+        queue = self._body_queue
+        if queue is None:
+            body: bytes = self.core.recv_body()
+            self.received += 1
+            self.bytes_received += len(body)
+            return body
+        bodies: list[bytes] = queue.take_run(RUN_MAX)
+        body = bodies[0]
+        if len(bodies) == 1:  # (several pipes have messages: one each in turn)
+            self.received += 1
+            self.bytes_received += len(body)
+            return body
+        self.received += len(bodies)
+        self.bytes_received += sum(map(len, bodies))
+        info = self.core.pipes.get(queue.run_pid)
+        self.run_token = info.token if info is not None else None
+        run.extend(itertools.islice(bodies, 1, None))
+        return body
+
+    recv_body_attempt = _pop_body
+
+    def recv_bodies(self, limit: int) -> list[bytes]:
+        """Up to ``limit`` queued bodies in one round (never waits)."""
+
+        def take() -> list[bytes]:
+            out: list[bytes] = []
+            append = out.append
+            pop = self._pop_body
+            try:
+                for _ in range(limit):
+                    append(pop())
+            except WouldBlock:
+                pass
+            return out
+
+        return self.feed(take)
+
+    def recv_attempt(self) -> Message:
+        run = self.run
+        if run:
+            try:
+                return Message(run.popleft(), self.run_token)  # (counted when the run was taken)
+            except IndexError:
+                pass
+        msg = self.core.recv()
+        self.received += 1
+        self.bytes_received += len(msg.body)
+        return msg

@@ -1,0 +1,614 @@
+"""Pipe drivers: move one connection's messages between the wire and the core.
+
+Each pipe has a reader task and a writer task in the engine. The driver is the
+connection's only writer and owns everything not written yet: one outbox of
+payloads, the unwritten rest of a chunk a non-blocking write left (``tail``) and
+one control frame (``control``, a WebSocket PONG) that goes out before queued
+payloads. Whoever writes -- a sending thread or the writer task -- first claims
+the channel (``writing``), so writes never overlap; a claim never blocks. The
+connection is a :class:`~nanopy.transports.ChannelConnection` (``frame``,
+``write_nowait``, ``write_all``); a plug-in that only implements ``send`` is
+wrapped in an adapter whose writes all go through the writer task.
+
+Sending is designed so a busy sender rarely needs the engine and an idle one
+never waits for it:
+
+* ``transmit`` (any thread) writes straight to the channel when the pipe is idle
+  (nothing queued, no write in progress, and nothing sent in the last
+  ``DIRECT_IDLE`` seconds or the socket received a message since: an answer is
+  not a burst) -- the low-latency path;
+* a burst of sends collects in the outbox; the sending thread itself writes the
+  outbox as one chunk whenever it holds ``CALLER_BATCH`` messages and
+  ``CALLER_BYTES`` bytes (at most ``CALLER_BATCH_MAX`` messages) -- the
+  high-throughput path, with no engine wake-up per batch;
+* the writer task flushes what a burst leaves behind: woken by the first queued
+  message, it waits while the burst goes on (``FLUSH_DELAY``, doubling, never
+  holding a message longer than ``MAX_HOLD``), then writes what is left; it also
+  takes over whenever the channel cannot take a write at once (a full kernel
+  buffer or inproc inbox, a TLS stream).
+
+A payload's credit goes back to the socket when the channel has taken its whole
+chunk: at once for a direct write (the sending thread's ``transmit`` returns it),
+after ``write_all`` for the writer task. So a peer that reads nothing stops the
+sender after its send buffer, the chunk in flight and what the channel holds.
+
+Receiving has a direct path too. A connection that can be read without
+blocking from any thread (tcp, ipc: ``read_nowait``) has a *read role*: the
+engine's reader task holds it normally, but a thread blocked in ``recv`` on a
+socket whose only pipe is idle takes it, reads and parses the bytes itself and
+feeds them to the core in the same round that takes its message -- no engine
+hop, no GIL hand-over. While a thread holds the role, and for ``READ_LEASE``
+seconds after it lets go (it usually comes straight back), the reader task
+stands aside, looking again after sleeps that double up to ``STAND_ASIDE_MAX``
+(taking and releasing the role never wakes the engine). ``read_lock`` makes a
+read and the delivery of what it parsed one step, whoever reads, so messages
+reach the core in order, and keeps the socket from being closed under a reading
+thread.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import threading
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ..core.errors import MessageTooLarge, RemoteProtocolError
+from ..transports._base import ChannelConnection, DirectReadable, PeerWatching, ReportsWriteWait, SinkAttachable
+from .fanout import MAX_HOLD, FanOutQueueing, wait_out_burst
+from .liveness import PipeLiveness, kernel_unacked, silence_blamed, unwritten, write_shortfall
+from .outbox import UNCUT, Outbox
+from .reading import PipeReading
+from .resend import PipeResend
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..core.message import Pipe
+    from ..engine.engine import Engine
+    from ..transports._base import Connection
+    from .host import PipeHost
+
+log = logging.getLogger("nanopy")
+
+#: ``(chunk, payload bytes)`` of the in-memory write in progress: the receiving
+#: socket's ``deliver``, called inside that write, takes the size from here when it
+#: gets that very chunk, instead of summing the same payloads again. (One slot
+#: replaced whole: another thread's write at the same time only costs a sum.)
+handed_over: list[Any] = [None]
+
+#: what a non-blocking write may raise: the writer task meets (and reports) it again
+_WRITE_ERRORS = (OSError, EOFError, RemoteProtocolError)
+
+# Sends closer together than this count as a burst: they are batched, not written one by one.
+DIRECT_IDLE = 50e-6
+# A sending thread writes the outbox itself once it holds this many messages and
+# ``CALLER_BYTES`` of payload (looked at every ``CALLER_BATCH`` messages), or
+# ``CALLER_BATCH_MAX`` messages: small messages go out in chunks of a useful size.
+CALLER_BATCH = 64
+CALLER_BYTES = 16 * 1024
+CALLER_BATCH_MAX = 256
+# ... or once its oldest message waited this long: a slow sender (one trio schedule
+# point per send) writes before the writer task's MAX_HOLD flush wakes the engine.
+CALLER_HOLD = 400e-6
+
+
+class SendAdapter:
+    """A connection that only implements ``send(payloads)`` (a plug-in), seen as a
+    channel: a chunk is the batch itself, written by the writer task."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def frame(self, payloads: list[bytes]) -> list[bytes]:
+        return payloads
+
+    def write_nowait(self, chunk: Any) -> int:
+        return 0
+
+    async def write_all(self, chunk: Any) -> None:
+        await self.conn.send(chunk)
+
+    def control_chunk(self, frame: bytes) -> bytes:
+        return frame
+
+
+class PipeDriver(PipeReading, PipeLiveness, PipeResend, FanOutQueueing, Outbox):
+    def __init__(
+        self,
+        sock: PipeHost,
+        name: str,
+        conn: Connection,
+        pipe: Pipe,
+        engine: Engine,
+        note_protocol_error: Callable[[Pipe, BaseException], None],
+    ) -> None:
+        self.sock = sock  # the socket's driver, seen through PipeHost (nanopy/pipe/host.py)
+        self.name = name
+        self.note_protocol_error = note_protocol_error
+        self.conn = conn
+        self.pipe = pipe
+        self.pid = pipe.id
+        self.engine = engine
+        self.lock = threading.Lock()
+        # The write side (see the module docstring); all of it under ``lock``.
+        self.channel: ChannelConnection | SendAdapter
+        if isinstance(conn, ChannelConnection):
+            self.channel = conn
+            self.writes_directly = True
+            conn.attach_control(self.send_control)
+        else:
+            self.channel = SendAdapter(conn)
+            self.writes_directly = False
+        self.outbox: list[bytes] = []
+        self.tail: Any = None  # the unwritten rest of a chunk
+        self.tail_credit = 0  # messages of that chunk, credited once it is written
+        self.tail_bytes = 0  # their payload bytes (counted as sent then)
+        self.control: bytes | None = None  # a control frame to write before the outbox
+        self.writing = False  # a thread or the writer task holds the channel
+        self.closed = False
+        self.now = engine.now
+        self.last_tx = 0.0  # when this pipe last sent (engine clock)
+        self.first_at = 0.0  # when the outbox's oldest payload was queued (engine clock)
+        self.appended = 0  # messages handed to transmit (tells the writer a burst goes on)
+        self.flush_at = CALLER_BATCH  # the outbox size at which a sender looks at writing it
+        self.received_mark = 0  # the socket's receive count at our last idle-path send
+        # Credit the socket granted this pipe for sends that skip its round (the
+        # socket's send lane, see nanopy/driver/socket_driver.py), and the bytes they carried.
+        self.lane_credit = 0
+        self.lane_bytes = 0
+        # Counters of the pipe view (Socket.pipes()), counted per write or read,
+        # never per message: tx under ``lock``, rx by the socket driver under its lock.
+        self.tx_msgs = self.tx_bytes = self.rx_msgs = self.rx_bytes = 0
+        self._writer_event: trio.Event | None = None
+        self._reader_event: trio.Event | None = None
+        self.paused = False  # the core's queue for this pipe is full: read nothing
+        self._idle_event: trio.Event | None = None
+        # In-memory connections (inproc) take every payload at once, in order.
+        self.sink_conn = conn if isinstance(conn, SinkAttachable) else None
+        self.hands_over = self.sink_conn is not None
+        if self.hands_over or not self.writes_directly:
+            self.write_step = UNCUT  # its chunk is the batch itself, not a framed copy
+        if isinstance(self.channel, ReportsWriteWait):
+            self.reports_wait = True
+        # Pipes with equal framing share a fan-out batch's chunk (ChannelConnection.framing).
+        self.framing = self.channel.framing if isinstance(self.channel, ChannelConnection) else None
+        # SP-over-stream framing adds the same prefix to every payload: a chunk's
+        # payload bytes are its length less one prefix per message (no sum needed).
+        overhead = self.channel.frame_overhead if isinstance(self.channel, ChannelConnection) else None
+        self.frame_prefix = -1 if overhead is None else overhead
+        # The read role (see the module docstring).
+        self.direct_conn = conn if isinstance(conn, DirectReadable) else None
+        self.direct = self.direct_conn is not None
+        self.read_lock = threading.Lock()
+        self.role = False  # a thread holds the read role
+        self.lease_until = 0.0
+        self.role_wake_fd = -1  # the role holder's wake-up eventfd
+        self._failure_noted = False
+        # How the pipe ended, for the socket's loss counters (nanopy/core/stats.py):
+        # the peer stopped answering; payloads never handed to the kernel (a
+        # load-balancing socket sends them on other pipes); bytes the kernel held
+        # that the peer never acknowledged (lost: SP has no acknowledgements).
+        self.dead = False
+        self.orphans: list[bytes] = []
+        self.unacked: int | None = None
+        self._tail_batch: list[bytes] = []  # the messages of the chunk ``tail`` ends
+        self._in_write = False  # the writer task is inside write_all (the kernel may be full)
+        self._guard_event: trio.Event | None = None  # wakes the window guard (see _window_guard)
+        self._scope = trio.CancelScope()
+        pipe._driver = self
+
+    # -- any thread ------------------------------------------------------------
+    def transmit(
+        self,
+        payload: bytes,
+        idle: bool | None = None,
+        framed: dict[Any, tuple[list[bytes], Any]] | None = None,
+        lane: bool = False,
+    ) -> int:
+        """Send or queue ``payload``; returns how many credits may be returned now.
+
+        ``idle=False``: the socket's driver judged the whole round a burst (a PUB's
+        fan-out to many pipes, see ``FANOUT_GAP`` in nanopy/driver/socket_driver.py): queue it.
+        None: this pipe judges by itself. ``framed``: see ``_write_shared``.
+        ``lane``: spend one of ``lane_credit`` on it; -1 (nothing sent) if none is left.
+        -1 also when the pipe is closed: the caller hands the payload back to the
+        socket (``SocketDriver.hand_back``), which sends it on another pipe.
+        """
+        lock = self.lock
+        lock.acquire()  # (not ``with``: measurably dearer on this path)
+        try:
+            if lane:
+                if self.lane_credit <= 0 or self.closed:
+                    return -1
+                self.lane_credit -= 1
+                self.lane_bytes += len(payload)
+            elif self.closed:
+                return -1
+            self.appended += 1
+            outbox = self.outbox
+            if outbox or self.writing or self.tail is not None or self.control is not None:
+                outbox.append(payload)
+                n = len(outbox)
+                if n == 1:
+                    self.first_at = self.now()  # (a write is in progress)
+                if n < self.flush_at or self.writing or self.tail is not None or not self.writes_directly:
+                    return 0
+                if (
+                    n < CALLER_BATCH_MAX
+                    and sum(map(len, outbox)) < CALLER_BYTES
+                    and self.now() - self.first_at < CALLER_HOLD
+                ):
+                    self.flush_at = n + CALLER_BATCH  # small messages: gather more first
+                    return 0
+                # Due: this thread writes the outbox itself.
+                self.flush_at = CALLER_BATCH
+                self.writing = True
+                batch = self.take_batch()
+            else:
+                now = self.now()
+                # Idle: nothing sent lately, or the socket received since our last send
+                # (an answer in a request/reply or ping-pong exchange, not a burst).
+                received = self.sock.received
+                fanout = idle is False and self.writes_directly
+                if idle is None:
+                    idle = now - self.last_tx > DIRECT_IDLE or received != self.received_mark
+                self.last_tx = self.first_at = now
+                self.received_mark = received
+                if not fanout and not (idle and self.writes_directly):
+                    outbox.append(payload)
+                    self._kick_writer()
+                    return 0
+                if fanout:
+                    # A fan-out burst: the socket's one flush round writes what the
+                    # burst leaves on every pipe (one engine wake-up per round, not
+                    # one per pipe).
+                    outbox.append(payload)
+                    batch = None
+                else:
+                    self.writing = True
+                    batch = [payload]
+        finally:
+            lock.release()
+        if batch is None:
+            self.sock.flush_later(self)
+            return 0
+        return self._write_shared(batch, framed)
+
+    def queue_batch(self, batch: list[bytes], kick: bool) -> None:
+        """Queue a batch the socket's fan-out lane took (under the socket lock, so
+        batches reach every pipe in the order they were taken). Whoever queued it
+        then writes it (``flush_queued``), or ``kick``: the writer task does."""
+        lock = self.lock
+        lock.acquire()
+        try:
+            if self.closed:
+                return
+            outbox = self.outbox
+            if not outbox:
+                self.first_at = self.now()
+            self.appended += len(batch)
+            outbox.extend(batch)
+            if kick and not self.writing:
+                self._kick_writer()
+        finally:
+            lock.release()
+
+    def flush_queued(self, framed: dict[Any, tuple[list[bytes], Any]]) -> int:
+        """Write the outbox now if nobody else is writing (the socket's flush round,
+        engine thread); returns the credit to give back. ``framed`` holds the last
+        chunk framed per ``framing``: a batch equal to its payloads reuses it."""
+        lock = self.lock
+        lock.acquire()
+        try:
+            if self.closed or self.writing or self.tail is not None or self.control is not None or not self.outbox:
+                return 0  # the writer task holds (or was woken for) the channel, or nothing is left
+            batch = self.take_batch()
+            self.flush_at = CALLER_BATCH
+            self.writing = True
+        finally:
+            lock.release()
+        return self._write_shared(batch, framed)
+
+    def _write_shared(self, batch: list[bytes], framed: dict[Any, tuple[list[bytes], Any]] | None) -> int:
+        """``_write_claimed(batch)``, reusing the chunk (and the payload bytes, for
+        the pipe view) in ``framed`` when the last batch of this pipe's ``framing``
+        holds the same payloads (a fan-out fills every pipe's outbox alike)."""
+        if framed is None:
+            return self._write_claimed(batch)
+        key = self.framing
+        last = framed.get(key)
+        if last is not None and last[0] == batch:  # (payloads compared by identity first)
+            chunk, size = last[1]
+            return self._write_claimed(batch, chunk, size)
+        chunk = self.channel.frame(batch) if key is not None else None  # (None: each pipe frames its own)
+        size = _payload_bytes(batch, chunk, self.frame_prefix) if chunk is not None else sum(map(len, batch))
+        framed[key] = (batch, (chunk, size))
+        return self._write_claimed(batch, chunk, size)
+
+    def _write_claimed(self, batch: list[bytes], chunk: Any = None, size: int = -1) -> int:
+        """Write ``batch`` (already framed as ``chunk`` if given; ``size``: its
+        payload bytes, if known) without blocking
+        from this thread, which claimed the channel (``writing``) with the pipe lock
+        released -- an in-memory channel may deliver into a socket that sends
+        straight back on this thread.
+        Returns the credit to give back now; the writer task takes over a rest."""
+        channel = self.channel
+        counted = False
+        try:
+            if chunk is None:
+                chunk = channel.frame(batch)
+            if size < 0:
+                size = _payload_bytes(batch, chunk, self.frame_prefix)
+            self.note_write(len(batch), size)
+            # Counted as sent before the peer can have it (see Outbox); taken back
+            # below if the channel comes up short. (Only the claim holder writes these.)
+            self.tx_msgs += len(batch)
+            self.tx_bytes += size
+            counted = True
+            if self.hands_over:
+                handed_over[0] = (chunk, size)
+                n = channel.write_nowait(chunk)
+                handed_over[0] = None  # (pins no payloads)
+            else:
+                n = channel.write_nowait(chunk)
+        except _WRITE_ERRORS:
+            n = 0
+        except BaseException:
+            # Interrupted (Ctrl-C) inside the write: how much of the chunk went out
+            # is unknown, so this pipe's stream cannot go on. Give the claim back
+            # (a closing pipe waits for it) and end the pipe.
+            with self.lock:
+                self.writing = False
+                if counted:
+                    self.tx_msgs -= len(batch)
+                    self.tx_bytes -= size
+                    if self.sent_log is not None:  # (how much went is unknown: in doubt)
+                        self.sent_log.wrote(batch, len(chunk), len(chunk))
+                        self.sent_log.doubt(len(chunk))
+            self.close_soon()
+            raise
+        sent_log = self.sent_log
+        if sent_log is not None:  # (still the channel's only writer)
+            sent_log.wrote(batch, len(chunk), n)
+        lock = self.lock
+        lock.acquire()
+        try:
+            self.writing = False
+            self.last_tx = self.now()  # a long write is not a pause in the burst
+            if n >= len(chunk):
+                done = len(batch)
+            else:
+                if counted:  # (counted again when the writer task writes the rest)
+                    self.tx_msgs -= len(batch)
+                    self.tx_bytes -= size
+                self.tail = memoryview(chunk)[n:] if isinstance(chunk, bytes) else chunk[n:]
+                self.tail_credit = len(batch)
+                self._tail_batch = batch
+                self.tail_bytes = size  # (counted as sent once the writer task wrote the rest)
+                done = 0
+            if self.tail is not None or self.outbox or self.control is not None or self._idle_event is not None:
+                self._kick_writer()  # something is left (or a flush waits): the writer task goes on
+        finally:
+            lock.release()
+        return done
+
+    def send_control(self, frame: bytes, append: bool = False) -> bool:
+        """Queue a control frame ahead of every payload (reader task; see
+        ChannelConnection.attach_control); True if one not yet written was there:
+        replaced, or with ``append`` kept and ``frame`` written after it (ZMTP commands).
+        An empty ``frame`` only asks (queues nothing)."""
+        with self.lock:
+            if self.closed:
+                return False
+            control = self.control
+            if not frame:
+                return control is not None
+            self.control = control + frame if append and control is not None else frame
+            if not self.writing:
+                self._kick_writer()
+        return control is not None
+
+    def _kick_writer(self) -> None:
+        event = self._writer_event
+        if event is not None:
+            self._writer_event = None
+            self.engine.run_soon(event.set)
+
+    def close_soon(self) -> None:
+        """Close this pipe (from any thread holding neither the socket's nor this
+        pipe's lock); the reader and writer stop."""
+        self.sock.pipe_ending(self)  # (sets ``closed``; what it never wrote goes back)
+        self.engine.run_soon(self._scope.cancel)
+
+    # -- engine thread ---------------------------------------------------------
+    async def run(self) -> None:
+        """Drive the pipe until it fails, the peer leaves, or it is closed."""
+        try:
+            with self._scope:
+                if not self.closed:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(self._until_failure, self._writer, nursery.cancel_scope)
+                        conn = self.conn
+                        keepalive = conn.keepalive if isinstance(conn, PeerWatching) else None
+                        if keepalive is not None:
+                            nursery.start_soon(
+                                self._until_failure, partial(keepalive, self._busy), nursery.cancel_scope
+                            )
+                        guard = self._window_guard_for()
+                        if guard is not None:
+                            nursery.start_soon(self._until_failure, guard, nursery.cancel_scope)
+                        await self._until_failure(self._reader, nursery.cancel_scope)
+        finally:  # also when the socket's task tree is cancelled around it
+            await self._stopped()
+
+    async def _stopped(self) -> None:
+        """The pipe's tasks are over: no thread may read or write it any more
+        (its waits are shielded: it also runs while being cancelled)."""
+        with self.read_lock:  # no thread reads the connection from now on
+            with self.lock:
+                self.closed = True
+                wake_fd = self.role_wake_fd
+                claimed = self.writing
+        while claimed:
+            # A sending thread is inside a non-blocking write: let it finish before
+            # the connection (and its descriptor) may be closed. It never blocks.
+            with trio.CancelScope(shield=True):
+                await trio.lowlevel.checkpoint()
+            with self.lock:
+                claimed = self.writing
+        with self.lock:  # (after any write: the rest it left is unwritten too)
+            orphans = self.take_unwritten()
+        if wake_fd >= 0:
+            try:
+                os.eventfd_write(wake_fd, 1)  # the role holder stops polling this pipe
+            except OSError:
+                pass
+        self.unacked = kernel_unacked(self.conn)  # (before the connection is closed)
+        with self.lock:
+            self.orphans = self.settle_unacked(orphans, self.unacked)
+        self._notify_idle()
+
+    async def _until_failure(self, loop: Any, scope: trio.CancelScope) -> None:
+        """Run the reader or writer loop; when it fails, end the whole pipe."""
+        try:
+            await loop()
+        except (
+            EOFError,
+            OSError,
+            RemoteProtocolError,
+            MessageTooLarge,
+            trio.BrokenResourceError,
+            trio.ClosedResourceError,
+        ) as exc:
+            self._failed(exc)
+        finally:
+            self.sock.pipe_ending(self)  # (the first loop to end: at once, before any later send)
+            scope.cancel()
+
+    def _failed(self, exc: BaseException) -> None:
+        """Note how the pipe ended, once (a reading thread and the reader task may
+        both meet the same stored error)."""
+        with self.lock:
+            if self._failure_noted:
+                return
+            self._failure_noted = True
+        if isinstance(exc, (RemoteProtocolError, MessageTooLarge)):
+            self.note_protocol_error(self.pipe, exc)
+        elif isinstance(exc, OSError) and exc.errno == errno.ETIMEDOUT:
+            # The kernel's keepalive or user timeout, or the ws PINGs, gave up on it.
+            self.dead = True
+            self._log_dead("the peer stopped answering", exc.strerror or str(exc))
+        elif isinstance(exc, (EOFError, OSError)) and (blamed := silence_blamed(self.conn)):
+            self.dead = True  # the peer gave up on us (a ZMTP TTL we announced)
+            self._log_dead("the peer took us for dead and closed it", blamed)
+        else:
+            log.debug("%s: pipe %d closed: %s", self.name, self.pid, exc)
+
+    def _log_dead(self, what: str, why: str) -> None:
+        """The one INFO line of a pipe ended for silence (docs/partitions.md)."""
+        log.info("%s: pipe %d to %s: %s (%s); closing it", self.name, self.pid,
+                 self.pipe.remote_address or "?", what, why)
+
+    async def _writer(self) -> None:
+        channel = self.channel
+        lingering = False  # a burst is under way: let the sender write its own batches
+        while True:
+            if lingering:
+                await self._linger()
+            with self.lock:
+                if self.writing or self.closed or (self.tail is None and self.control is None and not self.outbox):
+                    idle = not self.writing
+                    event = self._writer_event = trio.Event()
+                else:
+                    event = None
+                    tail_bytes = self.tail_bytes
+                    tail, credit, control, batch = self.claim_write()
+                    cut = bool(self.outbox)  # (a write takes at most write_step messages)
+            if event is not None:
+                if idle:
+                    self._notify_idle()
+                await event.wait()
+                lingering = True
+                continue
+            stage = 0
+            piece: Any = tail  # what is being written (for the sent log, if it fails)
+            sent_log = self.sent_log
+            self._in_write = True
+            event = self._guard_event
+            if event is not None:
+                self._guard_event = None
+                event.set()  # the window guard watches this write
+            try:
+                # A chunk's rest first (it may end in the middle of a frame), then
+                # the control frame, then the payloads.
+                if tail is not None:
+                    await channel.write_all(tail)
+                    self.wrote(credit, tail_bytes)
+                    if sent_log is not None:
+                        sent_log.advance(len(tail))
+                stage, piece = 1, None
+                if control is not None:
+                    piece = channel.control_chunk(control)
+                    await channel.write_all(piece)
+                    if sent_log is not None:
+                        sent_log.advance(len(piece))
+                stage, piece = 2, None
+                if batch:
+                    piece = chunk = channel.frame(batch)
+                    size = _payload_bytes(batch, chunk, self.frame_prefix)
+                    self.note_write(len(batch), size)
+                    self.framed(size)
+                    await channel.write_all(chunk)
+                    self.wrote(len(batch), size)
+                    if sent_log is not None:
+                        sent_log.wrote(batch, len(chunk), len(chunk))
+            except BaseException:
+                if sent_log is not None:
+                    self.note_failed_write(piece, batch if stage == 2 else None)
+                # The connection failed under the write: what never reached the
+                # kernel may still go out on another pipe (Socket._run_pipe).
+                if tail is not None and stage == 0:
+                    self.orphans += unwritten(channel, self._tail_batch, write_shortfall(channel))
+                if batch:
+                    self.orphans += batch if stage < 2 else unwritten(channel, batch, write_shortfall(channel))
+                raise
+            finally:
+                self._in_write = False
+                self.end_write()
+            credit += len(batch)
+            if credit:
+                self.sock.credit(self.pid, credit)
+            # Keep lingering only for small flushes; a full outbox means the
+            # sender outruns the socket, so write again at once (as after a cut batch).
+            lingering = not cut and len(batch) < CALLER_BATCH
+
+    async def _linger(self) -> None:
+        """Wait while a burst goes on, so the sender keeps writing full batches itself
+        (see :func:`wait_out_burst`); also done when a full batch, a chunk's rest or
+        a control frame is waiting. A sender that writes its own batches in time is
+        never interrupted by a partial flush."""
+        await wait_out_burst(
+            lambda: self.appended,
+            # (read without the lock: a stale view never holds a payload past MAX_HOLD)
+            lambda: self.first_at + MAX_HOLD if self.outbox else None,
+            self.now,
+            lambda: self.tail is not None or self.control is not None or len(self.outbox) >= CALLER_BATCH_MAX,
+        )
+
+    def _notify_idle(self) -> None:
+        event, self._idle_event = self._idle_event, None
+        if event is not None:
+            event.set()
+
+
+def _payload_bytes(batch: list[bytes], chunk: Any, prefix: int) -> int:
+    """The payload bytes of ``batch``, framed as ``chunk``: from the chunk's length
+    when every frame adds ``prefix`` bytes (SP over a stream), else summed."""
+    if prefix >= 0:
+        return len(chunk) - prefix * len(batch)
+    return len(batch[0]) if len(batch) == 1 else sum(map(len, batch))

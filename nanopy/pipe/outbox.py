@@ -1,0 +1,155 @@
+"""A pipe's outbox: what is queued and not yet written, and how much one write takes.
+
+Owns: the batch a write takes from the outbox (``take_batch``), the size of
+that batch (``write_step``, learned by ``note_write``), and the questions asked of
+what is left unwritten (``queued_out``, ``flushed``, ``wait_flushed``).
+
+A write frames its batch into one chunk -- a copy of every payload plus its
+header -- and holds that chunk until the connection has taken all of it. A peer
+that stops reading leaves the pipe holding its whole send window (``send_buffer``
+messages) queued; if one write took it all, the pipe would also hold a framed copy
+of all of it, doubling what a stalled peer costs. So a write takes at most
+``write_step`` messages, about ``WRITE_CHUNK_BYTES`` of payload. The step is
+learned from the writes before it (one division per write, no sum per message);
+a pipe's first write judges by its oldest message. The rest stays queued, in
+order, for the next write.
+
+May call: nothing outside the pipe (all of it under the pipe's lock, except
+``wait_flushed``, which takes it).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import trio
+
+#: about how many payload bytes one write frames at most (see the module docstring)
+WRITE_CHUNK_BYTES = 256 * 1024
+#: ``write_step`` of a pipe whose chunk is its batch itself (inproc, a plug-in's
+#: ``send``): nothing is framed, so nothing is gained by cutting
+UNCUT = sys.maxsize
+#: what each message is assumed to add to a chunk in framing (a header), so an
+#: empty payload still counts
+FRAME_ALLOWANCE = 16
+
+
+class Outbox:
+    """The outbox side of :class:`~nanopy.pipe.driver.PipeDriver` (see the module docstring)."""
+
+    lock: Any
+    outbox: list[bytes]
+    tail: Any
+    tail_credit: int
+    tail_bytes: int
+    control: bytes | None
+    writing: bool
+    closed: bool
+    _idle_event: trio.Event | None
+    channel: Any
+    tx_msgs: int
+    tx_bytes: int
+    #: messages the writer task is writing now (taken from the outbox or a rest),
+    #: and their payload bytes once framed
+    in_write = 0
+    in_write_bytes = 0
+    #: the channel says when a write waits for room (ReportsWriteWait): ``in_write``
+    #: counts only then; otherwise until the write returns
+    reports_wait = False
+    #: the most messages one write takes from the outbox (0: not known before the
+    #: first write, which judges by the size of its oldest message)
+    write_step = 0
+
+    def take_batch(self) -> list[bytes]:
+        """Take the next batch to write (pipe lock held): the whole outbox, or its
+        oldest ``write_step`` messages when it holds more; the rest stays queued."""
+        outbox = self.outbox
+        step = self.write_step
+        if not step and outbox:  # nothing written yet: judge by the oldest message
+            self.write_step = step = max(1, WRITE_CHUNK_BYTES // (len(outbox[0]) + FRAME_ALLOWANCE))
+        if len(outbox) <= step:
+            self.outbox = []
+            return outbox
+        self.outbox = outbox[step:]
+        del outbox[step:]
+        return outbox
+
+    def note_write(self, n: int, size: int) -> None:
+        """A write framed ``n`` messages of ``size`` payload bytes: if it was too big,
+        or took a full step, learn from it how many messages make
+        ``WRITE_CHUNK_BYTES``. A plain store, without the lock: a stale step only
+        sizes one write."""
+        step = self.write_step
+        if (size > WRITE_CHUNK_BYTES or n >= step) and step != UNCUT:
+            self.write_step = max(1, n * WRITE_CHUNK_BYTES // (size + n * FRAME_ALLOWANCE))
+
+    # A write is counted as sent (``tx_msgs``, ``tx_bytes``) from the moment it is
+    # handed to the channel, and taken back if the channel comes up short: inside
+    # that call a peer may already receive it, and must never find its sender
+    # still counting it as queued. While a write waits for room (a peer reading
+    # nothing, see ReportsWriteWait) it counts as queued instead.
+    def claim_write(self) -> tuple[Any, int, bytes | None, list[bytes]]:
+        """The writer task takes the channel (pipe lock held), and with it a chunk's
+        rest (and its message count), the control frame and the next batch; the
+        rest and the batch count as sent from now (their bytes once framed)."""
+        self.writing = True
+        tail, credit, control, batch = self.tail, self.tail_credit, self.control, self.take_batch()
+        self.in_write = credit + len(batch)
+        self.in_write_bytes = self.tail_bytes
+        self.tx_msgs += self.in_write
+        self.tx_bytes += self.tail_bytes
+        self.tail = self.control = None
+        self.tail_credit = self.tail_bytes = 0
+        return tail, credit, control, batch
+
+    def framed(self, size: int) -> None:
+        """The writer task framed its batch: ``size`` payload bytes count as sent."""
+        with self.lock:
+            self.tx_bytes += size
+            self.in_write_bytes += size
+
+    def wrote(self, n: int, size: int) -> None:
+        """The writer task's channel took ``n`` messages of ``size`` bytes of its write."""
+        with self.lock:
+            self.in_write -= n
+            self.in_write_bytes -= size
+
+    def end_write(self) -> None:
+        """The writer task's write ended; what the channel never took is taken back."""
+        with self.lock:
+            self.writing = False
+            self.tx_msgs -= self.in_write
+            self.tx_bytes -= self.in_write_bytes
+            self.in_write = self.in_write_bytes = 0
+
+    def _stalled(self) -> bool:
+        """The writer task's write waits for room (pipe lock held)."""
+        return bool(self.in_write) and (not self.reports_wait or self.channel.waiting_for_room)
+
+    def queued_out(self) -> int:
+        """Messages queued on this pipe and not yet written: the outbox, a chunk's
+        rest, and a write waiting for room (a stalled peer's window)."""
+        with self.lock:
+            stalled = self.in_write if self._stalled() else 0
+            return len(self.outbox) + (self.tail_credit if self.tail is not None else 0) + stalled
+
+    def sent_counts(self) -> tuple[int, int]:
+        """Messages and payload bytes this pipe wrote (a write under way counts,
+        unless it waits for room)."""
+        with self.lock:
+            if self._stalled():
+                return self.tx_msgs - self.in_write, self.tx_bytes - self.in_write_bytes
+            return self.tx_msgs, self.tx_bytes
+
+    def flushed(self) -> bool:
+        return self.closed or not (self.outbox or self.writing or self.tail is not None or self.control is not None)
+
+    async def wait_flushed(self) -> None:
+        """Return once everything queued on this pipe has been written."""
+        while True:
+            with self.lock:  # a sending thread ending its write sees the event
+                if self.flushed():
+                    return
+                self._idle_event = event = trio.Event()
+            await event.wait()

@@ -1,0 +1,195 @@
+"""A pipe's read side: the reader task, the inproc sink, and the read role.
+
+Owns: ``paused`` readers' wake-up (``resume_read``), the read role (``role``,
+``lease_until``, ``role_wake_fd``; see the docstring of nanopy/pipe/driver.py) and the
+three reader loops: a plain ``receive()`` loop, an inproc sink's drain, and the
+role reader of a stream connection (tcp, ipc) that stands aside while a
+receiving thread holds the role.
+
+May call: the socket driver's ``deliver`` (the one way read payloads reach the
+core), the connection's read side (``receive``, ``read_nowait``,
+``wait_readable``, ``attach_sink``/``drain_to_sink``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING
+
+import trio
+
+from ..core.errors import MessageTooLarge, RemoteProtocolError
+
+if TYPE_CHECKING:
+    from ..engine.engine import Engine
+    from ..transports._base import Connection, DirectReadable, SinkAttachable
+    from .host import PipeHost
+
+# A thread that lets go of the read role usually comes straight back: the reader
+# task leaves the role to it for this long after it let go.
+READ_LEASE = 5e-3
+# The longest sleep of a reader task standing aside while a thread holds the role.
+STAND_ASIDE_MAX = 50e-3
+
+
+class PipeReading:
+    """The read side of :class:`~nanopy.pipe.driver.PipeDriver` (see the module docstring)."""
+
+    sock: PipeHost
+    conn: Connection
+    pid: int
+    engine: Engine
+    lock: threading.Lock
+    read_lock: threading.Lock
+    closed: bool
+    paused: bool
+    direct: bool  # the connection is DirectReadable (direct_conn)
+    direct_conn: DirectReadable | None
+    hands_over: bool  # the connection is SinkAttachable (sink_conn)
+    sink_conn: SinkAttachable | None
+    role: bool
+    lease_until: float
+    role_wake_fd: int
+    _reader_event: trio.Event | None
+
+    if TYPE_CHECKING:
+
+        def _failed(self, exc: BaseException) -> None: ...
+
+        def close_soon(self) -> None: ...
+
+    def resume_read(self) -> None:
+        with self.lock:
+            self.paused = False
+            event, self._reader_event = self._reader_event, None
+        if event is not None:
+            self.engine.run_soon(event.set)
+
+    # -- the read role (any thread) --------------------------------------------
+    def take_role(self, wake_fd: int) -> bool:
+        """A thread asks for the read role; False if it cannot have it now."""
+        with self.lock:
+            if self.role or self.closed or self.paused or not self.direct:
+                return False
+            self.role = True
+            self.role_wake_fd = wake_fd
+            return True
+
+    def release_role(self) -> None:
+        conn = self.direct_conn
+        if conn is not None and conn.failed and not self.closed:
+            # What we read ended in an error or EOF after good messages: the
+            # reader task may never be woken for it, so end the pipe here.
+            try:
+                self.read_direct()
+            except (EOFError, OSError, RemoteProtocolError, MessageTooLarge) as exc:
+                self.direct_failed(exc)
+        with self.lock:
+            self.role = False
+            self.role_wake_fd = -1
+            self.lease_until = time.monotonic() + READ_LEASE
+
+    def read_direct(self) -> list[bytes] | None:
+        """Read what the kernel holds (role holder only); None if nothing or closed."""
+        with self.read_lock:
+            conn = self.direct_conn
+            if self.closed or conn is None:
+                return None
+            return conn.read_nowait()
+
+    def direct_failed(self, exc: BaseException) -> None:
+        """The role holder met the end of the connection or a bad peer."""
+        self._failed(exc)
+        self.close_soon()
+
+    async def _reader(self) -> None:
+        if self.direct:
+            await self._role_reader()
+            return
+        if self.hands_over:
+            await self._sink_reader()
+            return
+        conn = self.conn
+        deliver = self.sock.deliver
+        pid = self.pid
+        while True:
+            await self._until_resumed()
+            payloads = await conn.receive()
+            if payloads and payloads[0].__class__ is not bytes:
+                # A plug-in transport broke the payload contract (Connection.receive):
+                # cores get bytes, never a buffer that may change or cannot be hashed.
+                payloads = [bytes(p) for p in payloads]
+            deliver(pid, payloads)  # a full queue sets self.paused
+
+    async def _sink_reader(self) -> None:
+        """An in-memory connection delivers from the sender's thread through a sink;
+        this task only drains what queued while the core's queue was full."""
+        conn = self.sink_conn
+        assert conn is not None  # (only for a sink connection: see _reader)
+        deliver = self.sock.deliver
+        pid = self.pid
+
+        def sink(payloads: list[bytes]) -> None:
+            deliver(pid, payloads)  # a full queue sets self.paused
+
+        conn.attach_sink(sink, lambda: self.paused)
+        while True:
+            await self._until_resumed()
+            await conn.drain_to_sink()
+
+    async def _until_resumed(self) -> None:
+        """Wait while the core's queue for this pipe is full."""
+        while True:
+            with self.lock:
+                if not self.paused:
+                    return
+                event = self._reader_event = trio.Event()
+            await event.wait()
+
+    async def _role_reader(self) -> None:
+        """The reader of a connection with a read role: reads only while it holds it."""
+        conn = self.direct_conn
+        assert conn is not None  # (only for a direct connection: see _reader)
+        deliver = self.sock.deliver
+        pid = self.pid
+        read_lock = self.read_lock
+        more = False
+        while True:
+            if self.role or time.monotonic() < self.lease_until:
+                await self._stand_aside()
+                more = False
+                continue
+            await self._until_resumed()
+            if self.role:
+                continue
+            if more or conn.failed:
+                await trio.lowlevel.checkpoint()
+            else:
+                await conn.wait_readable()
+            if self.role:
+                continue  # a thread took the role while we waited: it reads
+            with read_lock:  # read and deliver as one step: reads reach the core in order
+                payloads = conn.read_nowait()
+                if payloads:
+                    deliver(pid, payloads)  # a full queue sets self.paused
+            more = conn.read_more
+
+    async def _stand_aside(self) -> None:
+        """Wait until no thread holds the read role and its lease has run out.
+
+        Polled with sleeps that double while the role stays taken (nothing wakes
+        this task per message): a receive loop costs the engine a few wake-ups a
+        second, and a thread that leaves for good hands reading back within
+        ``STAND_ASIDE_MAX``.
+        """
+        delay = READ_LEASE
+        while True:
+            if self.role:
+                await trio.sleep(delay)
+                delay = min(delay * 2, STAND_ASIDE_MAX)
+                continue
+            left = self.lease_until - time.monotonic()
+            if left <= 0:
+                return
+            await trio.sleep(left)

@@ -1,0 +1,138 @@
+"""A pipe's messages its peer never acknowledged: sent again, or counted lost.
+
+Owns: the pipe's :class:`~nanopy.pipe.sent_log.SentLog` (``sent_log``, kept by TCP
+pipes of PUSH and raw REQ: ``sent_log_for``), what becomes of its unacknowledged
+messages when the pipe ends (``take_unacked``, ``settle_unacked``) and the notes a
+failed write leaves in it (``note_failed_write``).
+
+When the pipe ends while its socket stays open, the kernel's unacknowledged
+byte count (SIOCOUTQ) names the messages the peer may not have: with
+``resend_unacked`` they go back to the socket ahead of what the pipe never wrote
+(nanopy/driver/endings.py: at once, or at the pipe's removal if a write was under
+way); without it they are counted (``lost_messages``: ``stats().
+lost_unacked_messages`` and ``dead_pipe`` drops), measured as the pipe's tasks
+stop, when the kernel has had the longest to hear the peer's last
+acknowledgements.
+
+May call: the connection's kernel socket (``kernel_unacked``, SIOCOUTQ); nothing
+of the socket.
+"""
+
+from __future__ import annotations
+
+import socket
+from functools import partial
+from typing import Any
+
+from ..transports._base import ChannelConnection, CountsUnwritten, KernelSocketBacked
+from ..transports._stream import unacked_bytes
+from .liveness import kernel_unacked
+from .outbox import WRITE_CHUNK_BYTES
+from .sent_log import SentLog, frame_sizes
+
+#: net.ipv4.tcp_wmem's usual ceiling, where /proc does not say
+DEFAULT_WMEM_MAX = 4 << 20
+
+
+class PipeResend:
+    """The sent log of :class:`~nanopy.pipe.driver.PipeDriver` (see the module docstring)."""
+
+    conn: Any
+    channel: Any
+    frame_prefix: int
+    withdrawn: bool
+    #: the pipe's recent writes (None: not kept, see ``sent_log_for``)
+    sent_log: SentLog | None = None
+    #: the socket resends this pipe's unacknowledged messages once its write under
+    #: way ends (set with the pipe lock held, by the round that withdrew it)
+    resend_due = False
+    #: messages taken by ``settle_unacked`` to be sent again at the pipe's removal
+    resent_late = 0
+    #: messages lost unacknowledged (resend_unacked off), counted at removal
+    lost_messages = 0
+    #: the unacknowledged messages were sent again: the kernel's bytes are no loss
+    unacked_resent = False
+
+    def take_unacked_now(self) -> list[bytes]:
+        """``take_unacked`` as the kernel counts now (the pipe lock held, no write
+        under way): its count only falls as acknowledgements come, so this may
+        send again a message the peer has (counted as possibly twice)."""
+        return self.take_unacked(kernel_unacked(self.conn))
+
+    def take_unacked(self, unacked: int | None) -> list[bytes]:
+        """The messages the peer's kernel has not acknowledged, oldest first, to
+        send again; the log is spent (the pipe writes no more)."""
+        log = self.sent_log
+        if log is None:
+            return []
+        self.sent_log = None
+        self.unacked_resent = True
+        return log.unacked(unacked, frame_sizes(self.channel, self.frame_prefix))
+
+    def settle_unacked(self, orphans: list[bytes], unacked: int | None) -> list[bytes]:
+        """As the pipe's tasks stop (its unwritten ``orphans`` taken, ``unacked``
+        read): the payloads to hand back, in order. A resend due waits no more;
+        otherwise what the kernel held is counted lost -- if the pipe ended while its
+        socket stays open (a closing socket's kernel still delivers it)."""
+        if self.resend_due:
+            resend = self.take_unacked(unacked)
+            self.resent_late = len(resend)
+            return resend + orphans
+        log = self.sent_log
+        if log is not None and self.withdrawn:
+            self.sent_log = None
+            self.lost_messages = len(log.unacked(unacked, frame_sizes(self.channel, self.frame_prefix)))
+        return orphans
+
+    def note_failed_write(self, piece: Any, batch: list[bytes] | None) -> None:
+        """A write of ``piece`` (a chunk of ``batch``, or a chunk's rest or a control
+        frame when ``batch`` is None) failed: what the kernel took of it, where the
+        channel knows; otherwise all of it, in doubt."""
+        log = self.sent_log
+        if log is None or piece is None:
+            return
+        n = len(piece)
+        channel = self.channel
+        left = channel.unwritten_bytes() if isinstance(channel, CountsUnwritten) else None
+        taken = n if left is None else n - int(left)
+        if batch is None:
+            log.advance(taken)
+        else:
+            log.wrote(batch, n, taken)
+        if left is None:
+            log.doubt(n)
+
+
+def sent_log_for(conn: Any) -> SentLog | None:
+    """A log for a connection whose kernel counts what its peer has not acknowledged:
+    a channel over a TCP socket (tcp, tls+tcp, ws, wss, zmtp+tcp). None for the
+    others: over ipc and inproc a message the channel took is already in the
+    peer's receive queue, so nothing is ever unacknowledged; a plug-in without a
+    kernel socket cannot say."""
+    if not isinstance(conn, ChannelConnection) or not isinstance(conn, KernelSocketBacked):
+        return None
+    sock = conn.kernel_socket()
+    if getattr(sock, "family", None) not in (socket.AF_INET, socket.AF_INET6):
+        return None
+    if unacked_bytes(sock) is None:
+        return None  # (not Linux: the kernel does not say)
+    try:
+        sndbuf = int(sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF))
+    except (OSError, AttributeError):
+        sndbuf = 0
+    limit = max(sndbuf, _wmem_max()) + 2 * WRITE_CHUNK_BYTES
+    return SentLog(partial(unacked_bytes, sock), limit, conn.unacked_slack)
+
+
+_wmem: list[int] = []
+
+
+def _wmem_max() -> int:
+    """The largest send buffer the kernel's autotuning grows a TCP socket to."""
+    if not _wmem:
+        try:
+            with open("/proc/sys/net/ipv4/tcp_wmem") as f:
+                _wmem.append(int(f.read().split()[2]))
+        except (OSError, ValueError, IndexError):
+            _wmem.append(DEFAULT_WMEM_MAX)
+    return _wmem[0]

@@ -1,0 +1,1 @@
+"""The socket facade: the public Socket and its parts (messaging, pipes, requests, multipart, poller)."""

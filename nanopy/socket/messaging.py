@@ -1,0 +1,362 @@
+"""The socket's message calls: send and receive, sync and async, batches, SUB topics.
+
+Owns: the user-facing fast paths into the driver (``try_send``,
+``try_recv_body``) and the fallback to waiting (``call``/``acall``) when they
+would block; timeout arguments; the closing wait of devices (``_await_closed``).
+
+May call: the socket's driver only (nanopy/driver/socket_driver.py and its parts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from trio.lowlevel import cancel_shielded_checkpoint
+
+from ..core.errors import Closed, WouldBlock
+from ..core.message import Message
+from ..driver.socket_driver import _Blocked, cancellation_point, in_trio
+from ..driver.waiters import WaitQueue
+from ..transports._base import SubscriptionForwarding
+from .util import DEFAULT as _DEFAULT
+from .util import as_bytes, async_twin_of
+
+if TYPE_CHECKING:
+    from ..core.operations import Operations
+    from ..driver.socket_driver import SocketDriver
+
+
+def _never() -> bool:
+    return False
+
+
+class Messaging:
+    """Sending and receiving, mixed into :class:`nanopy.Socket`."""
+
+    _driver: SocketDriver
+    _ops: Operations
+    _options: Any
+    raw: bool
+    name: Any
+    _closing_q: WaitQueue | None
+
+    if TYPE_CHECKING:
+
+        def _outgoing(self, data: Any) -> bytes: ...
+
+    @staticmethod
+    def _timeout(timeout: Any, default: float | None) -> float | None:
+        if timeout is _DEFAULT:
+            return default
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+                raise TypeError(f"timeout must be a number of seconds or None, not {type(timeout).__name__}")
+            if timeout < 0:
+                raise ValueError(f"timeout must be >= 0, got {timeout}")
+        return float(timeout) if timeout is not None else None
+
+    # -- sending and receiving -------------------------------------------------------
+    def send(self, data: Any, *, timeout: float | None = _DEFAULT) -> None:
+        """Send a message; returns once it is queued on a pipe.
+
+        Args:
+            data: bytes-like (``bytes``, ``bytearray``, ``memoryview``); ``str`` is refused.
+            timeout: seconds to wait for room; ``None`` waits forever; ``0`` never
+                waits. Defaults to the ``send_timeout`` option.
+
+        On REP/RESPONDENT it answers the request the calling thread (or task)
+        last received; on REQ each calling thread (or task) has its own request.
+
+        Raises:
+            Timeout: no room in time.
+            Closed: the socket is closed.
+            ProtocolError: the protocol cannot send (SUB, PULL) or not now.
+            TypeError: ``data`` is not bytes-like.
+        """
+        if data.__class__ is not bytes:
+            data = self._outgoing(data)
+        if timeout is _DEFAULT:
+            driver = self._driver
+            lane = driver.lane
+            if lane is not None and not driver.closed:
+                # try_send's lane step (nanopy/driver/lanes.py) written out, a deliberate
+                # exception (docs/architecture.md): a call here costs ~11% of a send.
+                done = lane.transmit(data, None, None, True)
+                if done == 0:
+                    return
+                if done > 0:
+                    driver.credit(lane.pid, done)
+                    return
+            if not driver.try_send(data, b""):  # the fast path: one round, no waiting
+                self._wait_to_send(data, b"", timeout)
+            return
+        self._send(data, b"", timeout)
+
+    def _send(self, body: bytes, header: bytes, timeout: Any) -> None:
+        if timeout is not _DEFAULT:
+            self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
+        if not self._driver.try_send(body, header):
+            self._wait_to_send(body, header, timeout)
+
+    def _wait_to_send(self, body: bytes, header: bytes, timeout: Any) -> None:
+        """A send the fast path could not take now: wait for room."""
+        driver = self._driver
+        timeout = self._timeout(timeout, self._options.send_timeout)
+        driver.call(driver.send_attempt(body, header), driver.send_q, timeout, "send")
+
+    def recv(self, *, timeout: float | None = _DEFAULT) -> bytes:
+        """Receive the next message body.
+
+        On REQ it returns the reply to the calling thread's (or task's) own request.
+
+        Args:
+            timeout: seconds to wait; ``None`` waits forever, ``0`` never waits.
+                Defaults to the socket's ``recv_timeout`` option.
+
+        Returns:
+            The message body.
+
+        Raises:
+            Timeout: nothing arrived in time.
+            Closed: the socket is closed.
+            ProtocolError: the protocol cannot receive (PUB, PUSH) or not now; or
+                the next message has several frames (ZeroMQ multipart, ``zmtp+``
+                pipes), which stays first in line for :meth:`recv_multipart`,
+                :meth:`recv_msg` or :meth:`recv_batch`.
+        """
+        if timeout is not _DEFAULT:
+            self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
+        driver = self._driver
+        run = driver.run
+        if run and not driver.closed:
+            try:
+                return run.popleft()  # try_recv_body's first step written out (docs/architecture.md)
+            except IndexError:
+                pass
+        body = driver.try_recv_body()
+        if body is None:
+            timeout = self._timeout(timeout, self._options.recv_timeout)
+            body = driver.call(driver.recv_body_attempt, driver.recv_q, timeout, "recv")
+        return body
+
+    def recv_msg(self, *, timeout: float | None = _DEFAULT) -> Message:
+        """Receive the next message with its pipe (and header, on raw sockets).
+
+        Args:
+            timeout: seconds to wait; ``None`` waits forever, ``0`` never waits.
+                Defaults to the socket's ``recv_timeout`` option.
+
+        Returns:
+            A :class:`Message`: ``body``, ``pipe``, ``header``; REP and RESPONDENT
+            messages can be answered with ``msg.reply()``.
+
+        Raises:
+            Timeout: nothing arrived in time.
+            Closed: the socket is closed.
+            ProtocolError: the protocol cannot receive.
+        """
+        if timeout is not _DEFAULT:
+            self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
+        driver = self._driver
+        msg = driver.try_once(driver.recv_attempt)
+        if not isinstance(msg, _Blocked):
+            return msg
+        timeout = self._timeout(timeout, self._options.recv_timeout)
+        return driver.call(driver.recv_attempt, driver.recv_q, timeout, "recv")
+
+    def recv_batch(self, max_messages: int, *, timeout: float | None = _DEFAULT) -> list[bytes]:
+        """Receive up to ``max_messages`` message bodies in one call.
+
+        Waits (as :meth:`recv`) for the first message, then takes whatever else is
+        already queued, up to ``max_messages`` in all, under one lock round and
+        without waiting again. Use it to drain a busy socket cheaply.
+
+        A ZeroMQ multipart message (``zmtp+`` pipes) comes back as a
+        :class:`~nanopy.zmtp.Multipart`, first in the batch or not: its frames are
+        in ``.parts``, never joined away and never refused (unlike :meth:`recv`).
+
+        Args:
+            max_messages: the most bodies to return (at least 1).
+            timeout: seconds to wait for the first message; ``None`` waits forever,
+                ``0`` never waits. Defaults to the socket's ``recv_timeout`` option.
+
+        Returns:
+            One to ``max_messages`` message bodies, in arrival order: ``bytes``, or a
+            ``Multipart`` (a ``bytes`` subclass) for a message of several frames.
+
+        Raises:
+            ValueError: ``max_messages`` < 1.
+            Timeout: nothing arrived in time.
+            Closed: the socket is closed.
+            ProtocolError: the protocol cannot receive.
+        """
+        if max_messages < 1:
+            raise ValueError(f"recv_batch: max_messages must be >= 1, got {max_messages}")
+        # The plain receive, not self.recv: a ZMTP socket's recv refuses a multipart
+        # message (nanopy/socket/multipart.py), and a batch takes it as it is.
+        out = [Messaging.recv(self, timeout=timeout)]
+        if max_messages > 1:
+            self._recv_ready(out, max_messages - 1)
+        return out
+
+    @async_twin_of(recv_batch)
+    async def arecv_batch(self, max_messages: int, *, timeout: float | None = _DEFAULT) -> list[bytes]:
+        """Receive up to ``max_messages`` bodies in one call, from trio or asyncio.
+
+        The async form of :meth:`recv_batch`; it is a checkpoint. A multipart
+        message comes back as a ``Multipart``, as there.
+        """
+        if max_messages < 1:
+            raise ValueError(f"arecv_batch: max_messages must be >= 1, got {max_messages}")
+        out = [await Messaging.arecv(self, timeout=timeout)]  # (the plain one: see recv_batch)
+        if max_messages > 1:
+            self._recv_ready(out, max_messages - 1)
+        return out
+
+    def _recv_ready(self, out: list[bytes], limit: int) -> None:
+        """Append up to ``limit`` queued bodies to ``out`` without waiting (one round)."""
+        if self._driver.closed:
+            return  # the caller keeps what it already has
+        try:
+            out.extend(self._driver.recv_bodies(limit))
+        except Closed:
+            pass
+
+    @async_twin_of(send)
+    async def asend(self, data: Any, *, timeout: float | None = _DEFAULT) -> None:
+        """Async :meth:`send` (trio or asyncio); a checkpoint: if cancelled, it sends nothing."""
+        if data.__class__ is not bytes:
+            data = self._outgoing(data)
+        await self._asend(data, b"", timeout)
+
+    async def _asend(self, body: bytes, header: bytes, timeout: Any) -> None:
+        if timeout is not _DEFAULT:
+            self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
+        driver = self._driver
+        # Fast path: the cancellation point, one round, the schedule point.
+        trio_task = in_trio()
+        await cancellation_point(trio_task)
+        if driver.try_send(body, header):
+            if trio_task:
+                await cancel_shielded_checkpoint()
+            return
+        timeout = self._timeout(timeout, self._options.send_timeout)
+        await driver.acall(driver.send_attempt(body, header), driver.send_q, timeout, "send")
+
+    @async_twin_of(recv)
+    async def arecv(self, *, timeout: float | None = _DEFAULT) -> bytes:
+        """Async :meth:`recv` (trio or asyncio); a checkpoint: if cancelled, it takes nothing."""
+        if timeout is not _DEFAULT:
+            self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
+        driver = self._driver
+        # Fast path: the cancellation point, one round, the schedule point.
+        trio_task = in_trio()
+        await cancellation_point(trio_task)
+        body = driver.try_recv_body()
+        if body is not None:
+            if trio_task:
+                await cancel_shielded_checkpoint()
+            return body
+        timeout = self._timeout(timeout, self._options.recv_timeout)
+        return await driver.acall(driver.recv_body_attempt, driver.recv_q, timeout, "recv")
+
+    @async_twin_of(recv_msg)
+    async def arecv_msg(self, *, timeout: float | None = _DEFAULT) -> Message:
+        """Async :meth:`recv_msg` (trio or asyncio); a checkpoint: if cancelled, it takes nothing."""
+        timeout = self._timeout(timeout, self._options.recv_timeout)
+        driver = self._driver
+        return await driver.acall(driver.recv_attempt, driver.recv_q, timeout, "recv")
+
+    # -- protocol conveniences ----------------------------------------------------------
+    # Each delegates to an optional core method; a protocol without it raises
+    # ProtocolError. REQ/REP and SURVEYOR methods live below (issue: protocols).
+    def subscribe(self, topic: bytes | str) -> None:
+        """SUB: receive messages that start with ``topic``.
+
+        Args:
+            topic: a prefix; ``b""`` matches everything. A ``str`` is UTF-8 encoded.
+                Subscribing twice needs two unsubscribes.
+
+        Raises:
+            ProtocolError: not a cooked SUB socket.
+            Closed: the socket is closed.
+        """
+        topic = topic.encode() if isinstance(topic, str) else as_bytes(topic)
+        self._driver.feed(self._ops.topics("subscribe()").subscribe, topic)
+        self._subscriptions_changed()
+
+    def unsubscribe(self, topic: bytes | str) -> None:
+        """SUB: drop one subscription to ``topic``.
+
+        Args:
+            topic: a prefix given to :meth:`subscribe` before.
+
+        Raises:
+            ValueError: not subscribed to ``topic``.
+            ProtocolError: not a cooked SUB socket.
+            Closed: the socket is closed.
+        """
+        topic = topic.encode() if isinstance(topic, str) else as_bytes(topic)
+        self._driver.feed(self._ops.topics("unsubscribe()").unsubscribe, topic)
+        self._subscriptions_changed()
+
+    def _subscriptions_changed(self) -> None:
+        """Pipes that forward subscriptions to the peer (ZMTP) hear of the change."""
+        for driver in self._driver.pipe_drivers():
+            conn = driver.conn
+            if isinstance(conn, SubscriptionForwarding):
+                conn.subscriptions_changed(self._with_topics)
+
+    def _with_topics(self, use: Callable[[frozenset[bytes]], None]) -> None:
+        """``WithTopics`` (nanopy/transports/_base.py): ``use`` the subscriptions in one round."""
+        ops = self._ops.subscribe
+        raw = self.raw
+
+        def op() -> None:
+            use(frozenset((b"",)) if raw or ops is None else frozenset(ops.topics))
+
+        self._driver.feed(op, check_open=False)
+
+    def send_msg(self, msg: Message, *, timeout: float | None = _DEFAULT) -> None:
+        """Send a :class:`Message`, header included: how devices forward on raw sockets.
+
+        Args:
+            msg: the message; on a cooked socket its header is ignored (the
+                protocol makes its own).
+            timeout: seconds to wait; ``None`` waits forever, ``0`` never waits.
+                Defaults to the socket's ``send_timeout`` option.
+
+        Raises:
+            Timeout: no room in time.
+            Closed: the socket is closed.
+            ProtocolError: the protocol cannot send.
+        """
+        body = msg.body if msg.body.__class__ is bytes else self._outgoing(msg.body)
+        self._send(body, msg.header if self.raw else b"", timeout)
+
+    @async_twin_of(send_msg)
+    async def asend_msg(self, msg: Message, *, timeout: float | None = _DEFAULT) -> None:
+        """Async :meth:`send_msg` (trio or asyncio)."""
+        body = msg.body if msg.body.__class__ is bytes else self._outgoing(msg.body)
+        await self._asend(body, msg.header if self.raw else b"", timeout)
+
+    async def _await_closed(self) -> None:
+        """Wait (trio or asyncio) until this socket closes; raises :class:`Closed` then.
+
+        Devices watch both of their sockets with it, so a pump blocked on one
+        socket ends when the *other* one closes. ``close`` wakes every wait queue.
+        """
+        driver = self._driver
+
+        def closing_queue() -> WaitQueue:
+            queue = self._closing_q
+            if queue is None:
+                queue = self._closing_q = WaitQueue(_never)
+                driver.queues.append(queue)
+            return queue
+
+        def attempt() -> None:
+            raise WouldBlock
+
+        await driver.acall(attempt, driver.feed(closing_queue), None, "wait for close")

@@ -1,0 +1,330 @@
+"""The socket's endpoints and pipes: bind, connect, and each pipe's life (engine side).
+
+Owns: the endpoint list, the pipe callbacks, the per-socket connection counters
+(connects, disconnects, reconnects, protocol errors, lost pipes), and
+``_run_pipe``, which runs one pipe from its handshake's end to its close.
+
+May call: the transport registry, :class:`~nanopy.engine.endpoint.Endpoint`, the
+socket's task tree (``_tasks``) and its driver (``add_pipe``/``remove_pipe``/
+``feed``); never the core.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
+
+import trio
+
+from .. import _fork
+from .._registry import transports as _transports
+from ..core.base import PipeInfo
+from ..core.drops import TOO_LARGE
+from ..core.errors import AddressError, AuthenticationFailed, MessageTooLarge
+from ..core.message import Pipe
+from ..core.options import OPTIONS_BY_NAME, validate_priority
+from ..core.stats import PipeLosses
+from ..engine import engine as _engine
+from ..engine.endpoint import Endpoint
+from ..pipe.driver import PipeDriver
+from ..pipe.resend import sent_log_for
+from ..transports._base import Connection, DiscardsMessages, OtherWireProtocol, PipeContext, SubscriptionForwarding
+from .multipart import receive_multipart
+
+if TYPE_CHECKING:
+    from ..driver.socket_driver import SocketDriver
+    from ..engine.lifecycle import SocketTasks
+    from .socket import Socket
+
+log = logging.getLogger("nanopy")
+
+_pipe_ids_lock = _fork.process_lock()
+_pipe_ids = itertools.count(random.randrange(1, 1 << 30))
+
+
+def _new_pipe_id() -> int:
+    with _pipe_ids_lock:
+        return (next(_pipe_ids) % 0x7FFFFFFF) or next(_pipe_ids)
+
+
+class PipeHosting:
+    """Endpoints and pipes, mixed into :class:`nanopy.Socket`."""
+
+    _driver: SocketDriver
+    _tasks: SocketTasks
+    _options: Any
+    raw: bool
+    name: Any
+    _engine_obj: _engine.Engine | None
+    _endpoints: list[Endpoint]
+    _added_callbacks: list[Callable[[Pipe], Any]]
+    _removed_callbacks: list[Callable[[Pipe], Any]]
+    _pipes_changed: threading.Condition
+    _connects: int
+    _disconnects: int
+    _reconnects: int
+    _protocol_errors: int
+    _too_large: int
+    _dial_failures: int
+    _handshake_failures: int
+    _auth_failures: int
+    _reconnected: int
+    _losses: PipeLosses
+    #: called with (socket, url) before an endpoint is made; a running device's guard
+    #: refuses one that would lose frames (nanopy/socket/device.py)
+    _endpoint_checks: tuple[Callable[[Any, str], None], ...] = ()
+
+    if TYPE_CHECKING:
+
+        def _with_topics(self, use: Callable[[frozenset[bytes]], None]) -> None: ...
+
+    # -- endpoints ---------------------------------------------------------------
+    @property
+    def _engine(self) -> _engine.Engine:
+        engine = self._engine_obj
+        if engine is None:
+            engine = self._engine_obj = _engine.get_engine()
+        return engine
+
+    def _make_endpoint(self, url: str, dialer: bool, options: dict[str, Any]) -> Endpoint:
+        self._driver.check_open()
+        if not isinstance(url, str):
+            raise TypeError(f"address must be a str URL, not {type(url).__name__}")
+        scheme, sep, _ = url.partition("://")
+        if not sep or not scheme:
+            raise AddressError(
+                f"{url!r} is not a URL; expected scheme://address with a scheme among: {', '.join(_transports.names())}"
+            )
+        transport = _transports.get(scheme)
+        # A connect must fail now, not in its background dialer, on a bind-only address.
+        if dialer:
+            transport.check_dial_url(url)
+        else:
+            transport.check_url(url)
+        if isinstance(transport, OtherWireProtocol):  # (zmtp+tcp, zmtp+ipc)
+            transport.check_protocol(self._driver.core.name, self.raw, options)
+        for check in self._endpoint_checks:
+            check(self, url)
+        if isinstance(transport, OtherWireProtocol):
+            receive_multipart(self)  # from now on recv() looks for multipart messages
+        priority = validate_priority("priority", options.pop("priority", 8))
+        recv_priority = validate_priority("recv_priority", options.pop("recv_priority", 8))
+        allowed = set(transport.endpoint_options)
+        if dialer:  # every dialing transport honours it (docs/api.md)
+            allowed.add("connect_timeout")
+            if "connect_timeout" in options:
+                options["connect_timeout"] = OPTIONS_BY_NAME["connect_timeout"].check(options["connect_timeout"])
+        unknown = set(options) - allowed
+        if unknown:
+            raise TypeError(
+                f"unknown endpoint option(s) {', '.join(sorted(unknown))} for {scheme}://"
+                f"{'' if dialer else ' bind'}; "
+                f"accepted: priority, recv_priority{''.join(', ' + a for a in sorted(allowed))}"
+            )
+        return Endpoint(cast("Socket", self), url, transport, dialer, priority, recv_priority, options)
+
+    def bind(self, url: str, **options: Any) -> Endpoint:
+        """Listen on ``url``; returns once listening.
+
+        Args:
+            url: ``scheme://address``, e.g. ``tcp://127.0.0.1:0`` (port 0: any free port).
+            **options: endpoint options: ``priority``, ``recv_priority`` (1 = highest
+                .. 16, default 8) and what the transport accepts (``ssl_context``).
+
+        Returns:
+            The :class:`Endpoint`; ``ep.url`` has the real port.
+
+        Raises:
+            AddressInUse: the address is taken.
+            AddressError: unknown scheme or malformed URL.
+            TypeError: an unknown endpoint option.
+            Closed: the socket is closed.
+        """
+        ep = self._make_endpoint(url, False, options)
+        if not self._tasks.reserve():
+            raise self._driver.closed_error()
+        self._engine.run(self._bind, ep)
+        # A close() since the bind began has closed the listener (or will): say so.
+        self._driver.feed(self._endpoints.append, ep)
+        return ep
+
+    def connect(self, url: str, **options: Any) -> Endpoint:
+        """Connect to ``url`` in the background, retrying with back-off; returns at once.
+
+        An absent peer is not an error: the dialer retries every
+        ``reconnect_interval`` (doubling up to ``reconnect_interval_max``).
+
+        Args:
+            url: ``scheme://address`` of the peer.
+            **options: endpoint options, as for :meth:`bind`.
+
+        Returns:
+            The :class:`Endpoint`; ``ep.close()`` stops this connection only.
+
+        Raises:
+            AddressError: unknown scheme or malformed URL.
+            TypeError: an unknown endpoint option.
+            Closed: the socket is closed.
+        """
+        ep = self._make_endpoint(url, True, options)
+        self._driver.feed(self._endpoints.append, ep)
+        self._tasks.start_endpoint(ep, ep.run_dialer)
+        return ep
+
+    async def _bind(self, ep: Endpoint) -> None:
+        """Engine side of :meth:`bind`: open the listener, then run it in the socket's
+        task tree. A close meanwhile waits for this bind (``SocketTasks.bind_begins``)
+        and the listener is closed here, so no address outlives ``close()``."""
+        tasks = self._tasks
+        if not tasks.bind_begins():
+            raise self._driver.closed_error()
+        listener = None
+        try:
+            listener = await ep.open_listener()
+            if not tasks.spawn_endpoint(ep, ep.run_listener, listener):
+                raise self._driver.closed_error()
+            listener = None  # the listener task owns it now
+        finally:
+            if listener is not None:
+                with trio.CancelScope(shield=True):
+                    await listener.aclose()
+            tasks.bind_ends()
+
+    def _forget_endpoint(self, ep: Endpoint) -> None:
+        def forget() -> None:
+            if ep in self._endpoints:
+                self._endpoints.remove(ep)
+
+        self._driver.feed(forget, check_open=False)
+
+    def _pipe_context(self, ep: Endpoint) -> PipeContext:
+        core = self._driver.core
+        opts = self._options
+        return PipeContext(
+            protocol_id=core.protocol_id,
+            peer_id=core.peer_id,
+            protocol_name=core.name,
+            peer_name=core.peer_name,
+            recv_max_size=opts.recv_max_size,
+            handshake_timeout=opts.handshake_timeout,
+            options={"tcp_nodelay": opts.tcp_nodelay, "dead_peer_timeout": opts.dead_peer_timeout,
+                     "connect_timeout": opts.connect_timeout, **ep.options},
+        )
+
+    # -- pipes (engine thread) -----------------------------------------------------
+    async def _run_pipe(self, conn: Connection, ep: Endpoint) -> None:
+        """Run one pipe until it ends (a task of the socket's pipes nursery)."""
+        pipe = Pipe(_new_pipe_id(), conn.remote_address, ep)
+        driver = PipeDriver(self._driver, self.name, conn, pipe, self._engine, self._note_protocol_error)
+        if getattr(self._driver.core, "requeues", False):  # (PUSH, raw REQ: nanopy/pipe/resend.py)
+            driver.sent_log = sent_log_for(conn)
+        try:
+            if ep.closed:
+                return  # its endpoint was closed during the handshake
+            if not self._call_pipe_callbacks(self._added_callbacks, pipe, accept=True):
+                log.info(
+                    "%s: pipe %d from %s rejected: an on_pipe_added callback returned False",
+                    self.name,
+                    pipe.id,
+                    pipe.remote_address or ep.url,
+                )
+                return
+            info = PipeInfo(pipe.id, pipe, ep.priority, ep.recv_priority)
+            if not self._driver.add_pipe(driver, info, self._options.send_buffer):
+                return
+            if ep.closed:
+                driver.close_soon()  # Endpoint.close() swept its pipes before this one was added
+            if isinstance(conn, SubscriptionForwarding):
+                conn.pipe_started(self._with_topics)  # a ZMTP SUB pipe tells its peer the subscriptions
+            if isinstance(conn, DiscardsMessages):
+                conn.count_drops_with(self._drop_counter(pipe.id))
+            self._connects += 1
+            self._notify_pipes_changed()
+            try:
+                await driver.run()
+            finally:
+                self._disconnects += 1
+                self._driver.remove_pipe(pipe.id, driver.orphans, driver.resent_late, driver.lost_messages)
+                self._losses.pipe_ended(driver)
+                self._notify_pipes_changed()
+                self._call_pipe_callbacks(self._removed_callbacks, pipe, accept=False)
+        finally:
+            with trio.CancelScope(shield=True):
+                await conn.aclose()
+
+    def _notify_pipes_changed(self) -> None:
+        with self._pipes_changed:
+            self._pipes_changed.notify_all()
+
+    def _call_pipe_callbacks(self, callbacks: list[Callable[[Pipe], Any]], pipe: Pipe, accept: bool) -> bool:
+        for cb in list(callbacks):
+            try:
+                if cb(pipe) is False and accept:
+                    return False
+            except Exception:
+                log.exception("%s: pipe callback %r failed", self.name, cb)
+        return True
+
+    def _note_protocol_error(self, pipe: Pipe | None, exc: BaseException, endpoint: Any = None) -> None:
+        """Count a misbehaving peer; its endpoint logs it (rate-limited: docs/transports.md)."""
+        self._protocol_errors += 1
+        if isinstance(exc, MessageTooLarge):
+            self._too_large += 1
+            self._driver.count_drop(TOO_LARGE, 1, pipe.id if pipe is not None else None)
+        where = f"pipe {pipe.id} ({pipe.remote_address})" if pipe else "a new connection"
+        ep = pipe.endpoint if pipe is not None else endpoint
+        if ep is not None:
+            ep._log_protocol_error(where, exc)
+        else:
+            log.warning("%s: closing %s: %s", self.name, where, exc)
+
+    def _count_reconnect(self) -> None:
+        self._reconnects += 1
+
+    def _count_dial_failure(self) -> None:
+        self._dial_failures += 1
+        self._reconnects += 1  # (reconnect_attempts: failed dials and a dialer's failed handshakes)
+
+    def _count_handshake(self, ep: Endpoint, failure: BaseException | None) -> None:
+        """A handshake on ``ep`` ended (engine thread): ``failure`` is None if it succeeded."""
+        if failure is None:
+            if ep.dialer and ep._handshakes:
+                self._reconnected += 1
+            ep._handshakes += 1
+            return
+        self._handshake_failures += 1
+        if isinstance(failure, AuthenticationFailed):
+            self._auth_failures += 1
+
+    def _drop_counter(self, pid: int) -> Callable[[str, int], Any]:
+        """What a pipe that discards messages itself counts them with (any thread,
+        any lock held: the count is made on the engine thread, soon)."""
+        engine, count = self._engine, self._driver.count_drop
+
+        def counted(reason: str, n: int) -> None:
+            engine.call_soon(count, reason, n, pid)
+
+        return counted
+
+    def on_pipe_added(self, callback: Callable[[Pipe], Any]) -> None:
+        """Call ``callback(pipe)`` on the engine thread for each new pipe.
+
+        Args:
+            callback: gets the new :class:`Pipe`; returning ``False`` rejects
+                (closes) it before the protocol sees it, and the rejection is
+                logged at INFO on the ``nanopy`` logger with the pipe's address.
+                It must not block; exceptions are logged.
+        """
+        self._added_callbacks.append(callback)
+
+    def on_pipe_removed(self, callback: Callable[[Pipe], Any]) -> None:
+        """Call ``callback(pipe)`` on the engine thread when a pipe goes away.
+
+        Args:
+            callback: gets the departed :class:`Pipe`; it must not block.
+        """
+        self._removed_callbacks.append(callback)
