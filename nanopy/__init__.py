@@ -23,9 +23,9 @@ from .core.message import Message as Message
 from .core.message import Pipe as Pipe
 from .core.stats import PipeStats as PipeStats
 from .core.stats import SocketStats as SocketStats
-from .engine.endpoint import Endpoint as Endpoint
 from .socket.device import adevice as adevice
 from .socket.device import device as device
+from .socket.endpoint import Endpoint as Endpoint
 from .socket.poller import POLLIN as _POLLIN
 from .socket.poller import POLLOUT as _POLLOUT
 from .socket.poller import Poller as Poller

@@ -65,8 +65,8 @@ PROCESS_STATE: dict[str, str] = {
     "nanopy.testing._counter": "kept: names also carry the pid",
     "nanopy.pipe.driver.handed_over": "kept: matched by identity with the chunk in hand, a stale slot only costs a sum",
     # registries
-    "nanopy._registry.protocols": "loading_lock taken before fork; loaded plug-ins kept",
-    "nanopy._registry.transports": "loading_lock taken before fork; loaded plug-ins kept",
+    "nanopy.protocols._registry.protocols": "loading_lock taken before fork; loaded plug-ins kept",
+    "nanopy.transports._registry.transports": "loading_lock taken before fork; loaded plug-ins kept",
     "nanopy.transports.inproc._registry": "ProcessTable: emptied (its listeners were the parent's)",
     "nanopy.transports._ws_server.servers": "ProcessTable: emptied, the child's copies of the ports closed",
     "nanopy.socket.multipart._checking": "kept (classes); its lock is a process_lock",

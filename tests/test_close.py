@@ -31,8 +31,8 @@ from tls_certs import tls_files
 
 import nanopy
 from nanopy.engine import engine as _engine
-from nanopy.engine.endpoint import Endpoint
 from nanopy.pipe.driver import PipeDriver
+from nanopy.socket.endpoint import Endpoint
 from nanopy.testing import wait_pipes
 
 pytestmark = pytest.mark.usefixtures("no_nanopy_errors")

@@ -26,9 +26,11 @@ from forking import FORK_WARNING, fork_child, inherited_socket_is_closed, living
 
 import nanopy
 import nanopy.metrics
-from nanopy import _fork, _registry
+from nanopy import _fork
 from nanopy.discovery import Discovery
+from nanopy.protocols import _registry as protocol_registry
 from nanopy.testing import engine_in_this_loop, local_url, wait_no_pipes, wait_pipes
+from nanopy.transports import _registry as transport_registry
 
 pytestmark = [pytest.mark.filterwarnings(FORK_WARNING), pytest.mark.timeout(60)]
 
@@ -197,7 +199,7 @@ def test_nanopy_locks_held_at_fork_are_free_in_the_child(home: tuple[nanopy.Sock
     thread at the fork: the child's new socket works (it needs the pipe-id lock)."""
     pull, url = home
     locks = [lock for lock in _fork._locks if lock not in _fork._loading]
-    assert _registry.transports._lock in _fork._loading
+    assert transport_registry.transports._lock in _fork._loading
     with ExitStack() as stack:
         for lock in locks:
             stack.enter_context(held(lock))
@@ -221,8 +223,8 @@ def test_a_plugin_loading_in_another_thread_at_fork_is_whole_in_the_child(
         "from nanopy.protocols.pipeline import Push0 as SlowPush\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setitem(_registry.BUILTIN_PROTOCOLS, "slowpush", f"{name}:SlowPush")
-    monkeypatch.delitem(_registry.protocols._loaded, "slowpush", raising=False)
+    monkeypatch.setitem(protocol_registry.BUILTIN_PROTOCOLS, "slowpush", f"{name}:SlowPush")
+    monkeypatch.delitem(protocol_registry.protocols._loaded, "slowpush", raising=False)
     first_use = threading.Thread(target=lambda: nanopy.Socket("slowpush").close(), daemon=True)
     first_use.start()
     assert gate.importing.wait(BOUND)  # type: ignore[attr-defined]
@@ -241,7 +243,7 @@ def test_a_plugin_loading_in_another_thread_at_fork_is_whole_in_the_child(
         hear(pull, pid)
     finally:
         first_use.join(BOUND)
-        _registry.protocols._loaded.pop("slowpush", None)
+        protocol_registry.protocols._loaded.pop("slowpush", None)
 
 
 # Events set as a fork begins (before nanopy's own before-fork hook, registered earlier:

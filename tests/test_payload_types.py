@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from nanopy._registry import protocols
 from nanopy.core.base import ARM_TIMER, CANCEL_TIMER, READY, READY_CALLER, TRANSMIT, PipeInfo
 from nanopy.core.errors import WouldBlock
 from nanopy.core.options import new_options
+from nanopy.protocols._registry import protocols
 
 PAYLOAD_TYPES = [bytes, bytearray, memoryview]
 BODIES = [b"", b"a", b"ab", b"multi-byte body \x00\xff" * 20]

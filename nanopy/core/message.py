@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, ClassVar, Protocol
 
-if TYPE_CHECKING:
-    from ..socket.socket import Socket
-    from .stats import PipeStats
+from .errors import ProtocolError
+from .stats import PipeStats
+
+
+class Replier(Protocol):
+    """What a message needs of its socket to be answered (a cooked REP or RESPONDENT)."""
+
+    def _reply(self, token: tuple[int, bytes], data: Any, timeout: float | None) -> None: ...
+
+    async def _areply(self, token: tuple[int, bytes], data: Any) -> None: ...
 
 
 class Pipe:
@@ -22,6 +30,10 @@ class Pipe:
 
     __slots__ = ("id", "remote_address", "endpoint", "connected_at", "_driver", "__weakref__")
 
+    #: how a snapshot of a pipe driver is taken: set by the socket layer
+    #: (nanopy/socket/observe.py) when it loads, so this value type needs nothing above it
+    snapshot: ClassVar[Callable[[Any], PipeStats]]
+
     def __init__(self, pid: int, remote_address: str, endpoint: Any) -> None:
         self.id = pid
         self.remote_address = remote_address
@@ -35,9 +47,7 @@ class Pipe:
         Returns:
             A frozen :class:`PipeStats`; a pipe that is gone keeps its last counts.
         """
-        from ..socket.observe import pipe_stats
-
-        return pipe_stats(self._driver)
+        return Pipe.snapshot(self._driver)
 
     def close(self) -> None:
         """Close this pipe only; a dialer will reconnect."""
@@ -158,9 +168,7 @@ class Message:
         sock, token = self._replier()
         await sock._areply(token, data)
 
-    def _replier(self) -> tuple[Socket, tuple[int, bytes]]:
-        from .errors import ProtocolError
-
+    def _replier(self) -> tuple[Replier, tuple[int, bytes]]:
         route = self._reply_to
         sock = getattr(getattr(self.pipe, "endpoint", None), "socket", None)
         if route is None or sock is None:

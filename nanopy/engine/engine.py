@@ -3,7 +3,7 @@
 Started lazily by the first socket that needs it (never at import), re-created in
 a child after ``os.fork()`` (nanopy/_fork.py), and shut down at interpreter exit
 after live sockets have had their ``linger`` to flush. All pipe I/O, dialers, listeners and timers run
-here, each socket's tasks in one tree (nanopy/engine/lifecycle.py); user threads only
+here, each socket's tasks in one tree (nanopy/socket/lifecycle.py); user threads only
 touch socket state under each socket's lock and wake the loop when a task there is
 parked.
 """

@@ -10,7 +10,6 @@ are exported for third-party protocols.
 
 from __future__ import annotations
 
-from .._registry import protocols as _registry
 from ..core.base import ARM_TIMER as ARM_TIMER
 from ..core.base import CANCEL_TIMER as CANCEL_TIMER
 from ..core.base import CLOSE_PIPE as CLOSE_PIPE
@@ -26,6 +25,7 @@ from ..core.base import FairQueuing as FairQueuing
 from ..core.base import LoadBalancer as LoadBalancer
 from ..core.base import LoadBalancing as LoadBalancing
 from ..core.base import PipeInfo as PipeInfo
+from ._registry import protocols as _registry
 
 
 def register(name: str, core: type[Core], *, override: bool = False) -> None:

@@ -28,7 +28,7 @@ from .util import DEFAULT, as_bytes
 if TYPE_CHECKING:
     from ..core.message import Message
     from ..driver.socket_driver import SocketDriver
-    from ..engine.endpoint import Endpoint
+    from .endpoint import Endpoint
 
 #: the socket types whose messages may have several frames on ZMTP pipes
 MULTIPART_PROTOCOLS = frozenset({"pair", "push", "pull", "pub", "sub", "req", "rep"})

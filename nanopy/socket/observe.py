@@ -100,3 +100,6 @@ def socket_stats(sock: Socket) -> SocketStats:
         auth_failures=sock._auth_failures,
         reconnects=sock._reconnected,
     )
+
+
+Pipe.snapshot = pipe_stats  # (the user-visible Pipe is a core value type: see its docstring)

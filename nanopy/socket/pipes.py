@@ -4,7 +4,7 @@ Owns: the endpoint list, the pipe callbacks, the per-socket connection counters
 (connects, disconnects, reconnects, protocol errors, lost pipes), and
 ``_run_pipe``, which runs one pipe from its handshake's end to its close.
 
-May call: the transport registry, :class:`~nanopy.engine.endpoint.Endpoint`, the
+May call: the transport registry, :class:`~nanopy.socket.endpoint.Endpoint`, the
 socket's task tree (``_tasks``) and its driver (``add_pipe``/``remove_pipe``/
 ``feed``); never the core.
 """
@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any, cast
 import trio
 
 from .. import _fork
-from .._registry import transports as _transports
 from ..core.base import PipeInfo
 from ..core.drops import TOO_LARGE
 from ..core.errors import AddressError, AuthenticationFailed, MessageTooLarge
@@ -29,15 +28,16 @@ from ..core.message import Pipe
 from ..core.options import OPTIONS_BY_NAME, validate_priority
 from ..core.stats import PipeLosses
 from ..engine import engine as _engine
-from ..engine.endpoint import Endpoint
 from ..pipe.driver import PipeDriver
 from ..pipe.resend import sent_log_for
 from ..transports._base import Connection, DiscardsMessages, OtherWireProtocol, PipeContext, SubscriptionForwarding
+from ..transports._registry import transports as _transports
+from .endpoint import Endpoint
 from .multipart import receive_multipart
 
 if TYPE_CHECKING:
     from ..driver.socket_driver import SocketDriver
-    from ..engine.lifecycle import SocketTasks
+    from .lifecycle import SocketTasks
     from .socket import Socket
 
 log = logging.getLogger("nanopy")

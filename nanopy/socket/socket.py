@@ -20,7 +20,6 @@ from typing import Any
 
 import trio
 
-from .._registry import protocols as _protocols
 from ..core.base import Core
 from ..core.message import Pipe
 from ..core.operations import Operations
@@ -29,10 +28,11 @@ from ..core.stats import PipeLosses, SocketStats
 from ..driver.socket_driver import SocketDriver, checkpoint_after, checkpoint_before
 from ..driver.waiters import WaitQueue
 from ..engine import engine as _engine
-from ..engine.endpoint import Endpoint
-from ..engine.lifecycle import SocketTasks
 from ..pipe.driver import PipeDriver
+from ..protocols._registry import protocols as _protocols
 from . import series as _series
+from .endpoint import Endpoint
+from .lifecycle import SocketTasks
 from .messaging import Messaging
 from .multipart import MultipartMixin
 from .observe import PipeList, socket_stats
@@ -112,7 +112,7 @@ class Socket(Messaging, PipeHosting, RequestMethods, MultipartMixin, Pollable, O
         self._driver = SocketDriver(core_cls(self._options, raw=raw), self._get_name, lambda: self._engine)
         # What the core offers beyond send/recv, looked up once (nanopy/core/operations.py).
         self._ops = Operations(self._driver.core, raw, self._driver.core.name, self._get_name)
-        # Every engine task of this socket runs in this tree (nanopy/engine/lifecycle.py).
+        # Every engine task of this socket runs in this tree (nanopy/socket/lifecycle.py).
         self._tasks = SocketTasks(self._get_name, lambda: self._engine, lambda: list(self._driver.pipe_drivers()))
         self._driver.spawn_task = self._tasks.start_task
         self._tasks.on_finished = lambda: _series.leave(self)  # (its counts stay in its series)
@@ -225,7 +225,7 @@ class Socket(Messaging, PipeHosting, RequestMethods, MultipartMixin, Pollable, O
         return socket_stats(self)
 
     # -- closing -------------------------------------------------------------------------
-    # Both halves of closing are in _close_start; nanopy/engine/lifecycle.py has the order.
+    # Both halves of closing are in _close_start; nanopy/socket/lifecycle.py has the order.
     def close(self, linger: float | None = None) -> None:
         """Close the socket; idempotent and callable from any thread.
 

@@ -13,12 +13,12 @@ See ``docs/transports.md`` for the interface and a worked example.
 
 from __future__ import annotations
 
-from .._registry import transports as _registry
 from ._base import ChannelConnection as ChannelConnection
 from ._base import Connection as Connection
 from ._base import Listener as Listener
 from ._base import PipeContext as PipeContext
 from ._base import Transport as Transport
+from ._registry import transports as _registry
 
 
 def register(scheme: str, transport: Transport | type[Transport], *, override: bool = False) -> None:

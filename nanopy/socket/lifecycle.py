@@ -45,9 +45,9 @@ from ..core.errors import Closed
 from ..driver.waiters import ThreadWaiter, async_waiter
 
 if TYPE_CHECKING:
+    from ..engine.engine import Engine
     from ..pipe.driver import PipeDriver
     from .endpoint import Endpoint
-    from .engine import Engine
 
 log = logging.getLogger("nanopy")
 

@@ -1,4 +1,5 @@
-"""Plug-in registries for transports (by URL scheme) and protocols (by name).
+"""The plug-in loader behind the transport and protocol registries
+(nanopy/transports/_registry.py, nanopy/protocols/_registry.py).
 
 Lookup order: in-process registrations, then built-ins, then the entry-point
 group. Built-ins win: a third-party distribution cannot take over ``tcp`` unless
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import re
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
@@ -21,6 +21,10 @@ log = logging.getLogger("nanopy")
 
 
 class Registry:
+    """Names to plug-ins of one kind: in-process registrations, built-ins (``module:attr``
+    text, imported on first use), then the entry-point ``group``. ``extras`` names the
+    nanopy extra a built-in's optional dependency comes with."""
+
     def __init__(
         self,
         group: str,
@@ -28,8 +32,10 @@ class Registry:
         builtins: dict[str, str],
         validate: Callable[[str, Any], Any],
         error: Callable[[str], Exception],
+        extras: dict[str, str] | None = None,
     ) -> None:
         self.group = group
+        self._extras = extras or {}
         self.kind = kind
         self._builtins = builtins
         self._validate = validate
@@ -125,7 +131,7 @@ class Registry:
             try:
                 obj = getattr(importlib.import_module(module), attr)
             except ModuleNotFoundError as exc:
-                extra = OPTIONAL_EXTRAS.get(name)
+                extra = self._extras.get(name)
                 if extra is None or not exc.name or exc.name.startswith("nanopy"):
                     raise
                 raise self._error(
@@ -136,90 +142,3 @@ class Registry:
             return self._validate(name, obj)
         except Exception as exc:
             raise self._error(f"{self.kind} plug-in {name!r} is broken: {exc}") from exc
-
-
-# RFC 3986 scheme syntax, lower case only (URLs are matched exactly).
-_SCHEME = re.compile(r"[a-z][a-z0-9+.\-]*\Z")
-_PROTOCOL_NAME = re.compile(r"[A-Za-z0-9_.\-]+\Z")
-
-
-def _validate_protocol(name: str, obj: Any) -> Any:
-    from .core.base import Core
-
-    if not _PROTOCOL_NAME.match(name):
-        raise ValueError(f"protocol name {name!r} may hold only letters, digits, '_', '.' and '-'")
-    if not (isinstance(obj, type) and issubclass(obj, Core)):
-        raise TypeError(f"protocol {name!r} must be a nanopy.protocols.Core subclass, got {obj!r}")
-    for attr in ("protocol_id", "peer_id"):
-        value = getattr(obj, attr, None)
-        if not isinstance(value, int) or not 0 <= value <= 0xFFFF:
-            raise TypeError(f"protocol {name!r}: class attribute {attr} must be an int 0..65535, got {value!r}")
-    for attr in ("name", "peer_name"):
-        if not isinstance(getattr(obj, attr, None), str):
-            raise TypeError(f"protocol {name!r}: class attribute {attr} must be a str")
-    return obj
-
-
-def _validate_transport(name: str, obj: Any) -> Any:
-    from .transports._base import Transport
-
-    if not _SCHEME.match(name):
-        raise ValueError(
-            f"transport scheme {name!r} is not a valid URL scheme (lower-case letter, then a-z 0-9 + . -)"
-        )
-    if isinstance(obj, type) and issubclass(obj, Transport):
-        obj = obj()
-    if not isinstance(obj, Transport):
-        raise TypeError(f"transport {name!r} must be a nanopy.transports.Transport, got {obj!r}")
-    for method in ("listen", "dial", "check_url"):
-        if not callable(getattr(obj, method, None)):
-            raise TypeError(f"transport {name!r} lacks {method}()")
-    options = getattr(obj, "endpoint_options", ())
-    if isinstance(options, str) or not all(isinstance(o, str) for o in options):
-        raise TypeError(f"transport {name!r}: endpoint_options must be a tuple of str, got {options!r}")
-    schemes = tuple(getattr(obj, "schemes", ()) or ())
-    if schemes and name not in schemes:
-        raise ValueError(f"transport registered as {name!r} declares schemes {schemes!r}")
-    return obj
-
-
-def _protocol_error(msg: str) -> Exception:
-    return ValueError(msg)
-
-
-def _address_error(msg: str) -> Exception:
-    from .core.errors import AddressError
-
-    return AddressError(msg)
-
-
-BUILTIN_PROTOCOLS = {
-    "pair": "nanopy.protocols.pair:Pair0",
-    "pair1": "nanopy.protocols.pair1:Pair1",
-    "push": "nanopy.protocols.pipeline:Push0",
-    "pull": "nanopy.protocols.pipeline:Pull0",
-    "pub": "nanopy.protocols.pubsub:Pub0",
-    "sub": "nanopy.protocols.pubsub:Sub0",
-    "req": "nanopy.protocols.reqrep:Req0",
-    "rep": "nanopy.protocols.reqrep:Rep0",
-    "surveyor": "nanopy.protocols.survey:Surveyor0",
-    "respondent": "nanopy.protocols.survey:Respondent0",
-    "bus": "nanopy.protocols.bus:Bus0",
-}
-
-BUILTIN_TRANSPORTS = {
-    "tcp": "nanopy.transports.tcp:transport",
-    "ipc": "nanopy.transports.ipc:transport",
-    "inproc": "nanopy.transports.inproc:transport",
-    "ws": "nanopy.transports.ws:transport",
-    "wss": "nanopy.transports.ws:secure_transport",
-    "tls+tcp": "nanopy.transports.tls:transport",
-    "zmtp+tcp": "nanopy.transports.zmtp._transport:tcp_transport",
-    "zmtp+ipc": "nanopy.transports.zmtp._transport:ipc_transport",
-}
-
-# Built-ins that need an optional dependency: name -> the nanopy extra that installs it.
-OPTIONAL_EXTRAS = {"ws": "ws", "wss": "ws"}
-
-protocols = Registry("nanopy.protocols", "protocol", BUILTIN_PROTOCOLS, _validate_protocol, _protocol_error)
-transports = Registry("nanopy.transports", "transport", BUILTIN_TRANSPORTS, _validate_transport, _address_error)

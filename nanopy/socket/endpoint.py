@@ -1,6 +1,6 @@
 """Endpoints: a socket's binds (listeners) and connects (dialers).
 
-Each endpoint is one task in its socket's task tree (nanopy/engine/lifecycle.py). A
+Each endpoint is one task in its socket's task tree (nanopy/socket/lifecycle.py). A
 dialer connects, completes the handshake, waits while the pipe runs, then redials
 after an exponential, jittered back-off (``reconnect_interval`` doubling up to
 ``reconnect_interval_max``, reset after a pipe that lived; a failed dial's own wait,
@@ -23,7 +23,7 @@ from ..core.errors import MessageTooLarge, RemoteProtocolError
 from ..transports._base import Connection, Listener, PipeContext, Transport
 
 if TYPE_CHECKING:
-    from ..socket.socket import Socket
+    from .socket import Socket
 
 log = logging.getLogger("nanopy")
 

@@ -1,0 +1,187 @@
+"""The layer rules of docs/architecture.md, read from every import in nanopy/.
+
+Every ``import`` and ``from ... import`` counts: at module level, under
+``if TYPE_CHECKING:`` and inside functions. A layer is a subpackage of nanopy
+(``nanopy.core``, ``nanopy.pipe``, ...; ``nanopy.transports.zmtp`` is one of its
+own) or a module at the root (``nanopy._fork``).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+NANOPY = ROOT / "nanopy"
+
+#: what each layer may import of nanopy besides itself (None: no rule beyond "no cycle")
+MAY_IMPORT: dict[str, set[str] | None] = {
+    # Sans-I/O: protocol core bases, queues, the SP codec, messages, errors, options, stats
+    "core": set(),
+    "protocols": {"core", "_plugins"},
+    # the process-wide leaves: nothing of nanopy
+    "_fork": set(),
+    "_plugins": {"_fork"},
+    "engine": {"_fork"},
+    # the pipe side sees the socket side only through the seam
+    "pipe": {"core", "engine", "transports", "_fork", "_seam"},
+    "driver": {"core", "engine", "transports", "_seam"},
+    "_seam": {"core"},
+}
+
+#: the modules of ``core`` a transport may use: the wire codec, messages, errors
+TRANSPORT_MAY_USE = {"nanopy.core.wire", "nanopy.core.message", "nanopy.core.errors"}
+#: the transport modules that are the registry's face, not a transport
+TRANSPORT_REGISTRY = {"nanopy.transports", "nanopy.transports._registry"}
+
+#: imports that break a rule above, each to be removed by the issue-33 step named
+#: (the list may only shrink: a listed import that is gone fails the test too)
+KNOWN_BREACHES: dict[tuple[str, str], str] = {
+    ("nanopy.driver.direct", "nanopy.pipe.driver"): "one seam between socket and pipe",
+    ("nanopy.driver.endings", "nanopy.pipe.driver"): "one seam between socket and pipe",
+    ("nanopy.driver.lanes", "nanopy.pipe.driver"): "one seam between socket and pipe",
+    ("nanopy.driver.lanes", "nanopy.pipe.fanout"): "one seam between socket and pipe",
+    ("nanopy.driver.round", "nanopy.pipe.driver"): "one seam between socket and pipe",
+    ("nanopy.driver.round", "nanopy.pipe.fanout"): "one seam between socket and pipe",
+    ("nanopy.driver.socket_driver", "nanopy.pipe.driver"): "one seam between socket and pipe",
+    ("nanopy.transports.zmtp._roles", "nanopy.core.radix"): "ZMTP subscriptions reach the socket",
+    ("nanopy.transports.zmtp._roles", "nanopy.core.drops"): "ZMTP subscriptions reach the socket",
+    ("nanopy.spark._sink", "nanopy.testing"): "Spark through public or documented internal APIs",
+}
+
+#: the most private modules the package root may hold
+MAX_ROOT_PRIVATE = 15
+
+
+def _module_name(path: Path) -> tuple[str, bool]:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    if parts[-1] == "__init__":
+        return ".".join(parts[:-1]), True
+    return ".".join(parts), False
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    found = {}
+    for path in sorted(NANOPY.rglob("*.py")):
+        name, is_pkg = _module_name(path)
+        found[name] = (path, is_pkg)
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path, is_pkg: bool) -> set[str]:
+    """Every nanopy module ``name`` imports, at any place in its code."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".") if is_pkg else name.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                target = node.module or ""
+            if not (target == "nanopy" or target.startswith("nanopy.")):
+                continue
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                out.add(sub if sub in MODULES else target)
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.startswith("nanopy.")}
+    out.discard(name)
+    return out
+
+
+def _breaches_tolerated(module: str, target: str) -> bool:
+    return (module, target) in KNOWN_BREACHES
+
+
+GRAPH = {name: _imports(name, path, is_pkg) for name, (path, is_pkg) in MODULES.items()}
+
+
+def layer_of(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "nanopy"
+    if parts[1] == "transports" and len(parts) > 2 and parts[2] == "zmtp":
+        return "transports.zmtp"
+    return parts[1]
+
+
+def _layer_edges() -> dict[str, dict[str, list[str]]]:
+    edges: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for module, targets in GRAPH.items():
+        for target in targets:
+            a, b = layer_of(module), layer_of(target)
+            if a != b and not _breaches_tolerated(module, target):
+                edges[a][b].append(f"{module} -> {target}")
+    return edges
+
+
+def test_no_import_cycle_between_layers() -> None:
+    edges = _layer_edges()
+    # "nanopy" (the package's face) may import anything; nothing below imports it back
+    # but the faces that need its version (metrics) or its names (the CLI)
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(edges.get(node, {})):
+            if state.get(nxt) == 1:
+                cycle = path[path.index(nxt):] + [nxt]
+                detail = "; ".join(edges[a][b][0] for a, b in zip(cycle, cycle[1:]))
+                raise AssertionError(f"import cycle between layers: {' -> '.join(cycle)} ({detail})")
+            if nxt not in state:
+                visit(nxt)
+        path.pop()
+        state[node] = 2
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node)
+
+
+def test_each_layer_imports_only_what_it_may() -> None:
+    bad = []
+    for a, targets in _layer_edges().items():
+        allowed = MAY_IMPORT.get(a)
+        if allowed is None:
+            continue
+        for b, where in targets.items():
+            if b not in allowed:
+                bad.append(f"{a} may not import {b}: {where[0]}")
+    assert not bad, "\n".join(bad)
+
+
+def test_transports_use_only_the_codec_errors_and_their_base() -> None:
+    bad = []
+    for module, targets in GRAPH.items():
+        if layer_of(module) not in ("transports", "transports.zmtp") or module in TRANSPORT_REGISTRY:
+            continue
+        for target in targets:
+            if layer_of(target) in ("transports", "transports.zmtp", "_fork") or target in TRANSPORT_MAY_USE:
+                continue
+            if _breaches_tolerated(module, target):
+                continue
+            bad.append(f"{module} imports {target}")
+    assert not bad, "a transport may import only nanopy.core's wire codec, messages and errors:\n" + "\n".join(bad)
+
+
+def test_no_library_module_imports_the_testing_kit() -> None:
+    users = [m for m, targets in GRAPH.items() if layer_of(m) != "testing"
+             and any(layer_of(t) == "testing" and not _breaches_tolerated(m, t) for t in targets)]
+    assert not users, f"library code must not import nanopy.testing: {users}"
+
+
+def test_the_root_holds_few_private_modules() -> None:
+    private = sorted(p.name for p in NANOPY.glob("_*.py") if p.name not in ("__init__.py", "__main__.py"))
+    assert len(private) <= MAX_ROOT_PRIVATE, f"{len(private)} private modules at nanopy/'s root: {private}"
+
+
+def test_every_known_breach_is_still_there() -> None:
+    gone = [pair for pair in KNOWN_BREACHES if pair[1] not in GRAPH.get(pair[0], set())]
+    assert not gone, f"fixed: take them off KNOWN_BREACHES: {gone}"
