@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -12,11 +14,29 @@ from typing import Any
 import pytest
 
 import nanopy
+from nanopy import platform
 from nanopy.testing import local_url
 
+#: Python has Unix domain sockets here (not on Windows): ipc and zmtp+ipc
+UNIX_SOCKETS = hasattr(socket, "AF_UNIX")
 # Transports every socket-level test can run over.
-TRANSPORTS = ("tcp", "ipc", "inproc")
-STREAM_TRANSPORTS = ("tcp", "ipc")
+TRANSPORTS = ("tcp", "ipc", "inproc") if UNIX_SOCKETS else ("tcp", "inproc")
+STREAM_TRANSPORTS = ("tcp", "ipc") if UNIX_SOCKETS else ("tcp",)
+
+
+def needs_platform(capability: str) -> pytest.MarkDecorator:
+    """Skip where the platform backend cannot do ``capability`` (a field of
+    ``nanopy.platform.CAPABILITIES``: unacked_bytes, user_timeout, fork, unix_sockets);
+    NANOPY_BACKEND=portable turns them off on Linux too."""
+    return pytest.mark.skipif(
+        not getattr(platform.CAPABILITIES, capability),
+        reason=f"the {platform.NAME} platform backend on {sys.platform} has no {capability.replace('_', ' ')} "
+               "(docs/architecture.md, 'The platform layer')",
+    )
+
+
+#: tests of what only Linux has (/proc, network namespaces, Debian's tools)
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason=f"needs Linux, not {sys.platform}")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -34,6 +34,8 @@ MAY_IMPORT: dict[str, set[str] | None] = {
 
 #: the modules of ``core`` a transport may use: the wire codec, messages, errors
 TRANSPORT_MAY_USE = {"nanopy.core.wire", "nanopy.core.message", "nanopy.core.errors"}
+#: the layers a transport may use whole: its own, the platform layer and fork safety
+TRANSPORT_MAY_USE_LAYERS = ("transports", "transports.zmtp", "_fork", "platform")
 #: the transport modules that are the registry's face, not a transport
 TRANSPORT_REGISTRY = {"nanopy.transports", "nanopy.transports._registry"}
 
@@ -165,7 +167,7 @@ def test_transports_use_only_the_codec_errors_and_their_base() -> None:
         if layer_of(module) not in ("transports", "transports.zmtp") or module in TRANSPORT_REGISTRY:
             continue
         for target in targets:
-            if layer_of(target) in ("transports", "transports.zmtp", "_fork", "platform") or target in TRANSPORT_MAY_USE:
+            if layer_of(target) in TRANSPORT_MAY_USE_LAYERS or target in TRANSPORT_MAY_USE:
                 continue
             if _breaches_tolerated(module, target):
                 continue

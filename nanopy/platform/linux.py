@@ -17,7 +17,7 @@ import termios
 from collections.abc import Callable
 from typing import IO, Any
 
-from ._common import Capabilities, Ipv4Interface, Waker, broadcast_of, prefix_of
+from ._common import Capabilities, Ipv4Interface, ReadyWait, Waker, broadcast_of, prefix_of
 
 NAME = "linux"
 CAPABILITIES = Capabilities(unacked_bytes=True, user_timeout=True, fork=True, unix_sockets=True)
@@ -36,7 +36,7 @@ class EventWaker:
     def wake(self) -> None:
         try:
             os.eventfd_write(self.fd, 1)
-        except OSError:  # closed meanwhile: nobody left to wake
+        except (OSError, ValueError):  # closed meanwhile: nobody left to wake
             pass
 
     def clear(self) -> None:
@@ -51,7 +51,7 @@ class EventWaker:
             os.close(fd)
 
 
-def new_waker() -> EventWaker:
+def new_waker() -> Waker:
     """A wake for a thread blocked in a :func:`ready_wait` (an eventfd)."""
     return EventWaker()
 
@@ -78,7 +78,7 @@ class EpollWait:
         self._epoll.close()
 
 
-def ready_wait(fd: int, waker: Waker) -> EpollWait:
+def ready_wait(fd: int, waker: Waker) -> ReadyWait:
     """A wait for ``fd`` or ``waker`` (raises OSError when ``fd`` is closed)."""
     return EpollWait(fd, waker)
 

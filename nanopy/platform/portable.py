@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable
 from typing import IO, Any
 
-from ._common import Capabilities, Ipv4Interface, Waker, broadcast_of
+from ._common import Capabilities, Ipv4Interface, ReadyWait, Waker, broadcast_of
 
 log = logging.getLogger("nanopy")
 
@@ -69,7 +69,7 @@ class SocketPairWaker:
         self._writer.close()
 
 
-def new_waker() -> SocketPairWaker:
+def new_waker() -> Waker:
     """A wake for a thread blocked in a :func:`ready_wait` (a socket pair)."""
     return SocketPairWaker()
 
@@ -99,7 +99,7 @@ class SelectorWait:
         self._selector.close()
 
 
-def ready_wait(fd: int, waker: Waker) -> SelectorWait:
+def ready_wait(fd: int, waker: Waker) -> ReadyWait:
     """A wait for ``fd`` or ``waker`` (raises OSError when ``fd`` is closed)."""
     return SelectorWait(fd, waker)
 
