@@ -463,3 +463,29 @@ def test_mypy_finds_no_missing_os_call_on_other_systems(system: str) -> None:
     allowed = tuple(ALLOWED) + ("nanopy/platform/linux.py",)
     bad = [line for line in lines if not line.startswith(allowed)]
     assert not bad, "\n".join(bad)
+
+
+DEGRADED = """
+import nanopy
+from nanopy import platform
+from nanopy.testing import wait_pipes
+with nanopy.Socket("push", resend_unacked=True) as push, nanopy.Socket("pull") as pull:
+    push.connect(pull.bind("tcp://127.0.0.1:0").url)
+    wait_pipes(push)
+    push.send(b"m")
+    assert pull.recv(timeout=10) == b"m"
+    logs = [d.sent_log for d in push._driver.pipe_drivers()]
+    pull.close()
+    stats = push.stats()
+    print(platform.NAME, logs, stats.lost_unacked_bytes, stats.lost_unacked_messages, stats.messages_resent)
+"""
+
+
+@pytest.mark.skipif(not LINUX, reason="forces the portable backend on Linux")
+def test_without_the_kernel_count_resend_unacked_keeps_no_log() -> None:
+    """The portable backend cannot count unacknowledged bytes: a TCP pipe of PUSH with
+    ``resend_unacked`` keeps no sent log, and the loss counters stay 0 (docs/partitions.md)."""
+    done = _run_python(DEGRADED, NANOPY_BACKEND="portable")
+    assert done.stdout.split() == ["portable", "[None]", "0", "0", "0"], done.stderr
+    done = _run_python(DEGRADED)
+    assert done.stdout.split()[0] == "linux" and done.stdout.split()[1] != "[None]", done.stderr
