@@ -19,6 +19,10 @@ from typing import IO, Any
 
 from ._common import Capabilities, Ipv4Interface, ReadyWait, Waker, broadcast_of, prefix_of
 
+# nanopy.platform.load imports this module on Linux only; the assertion tells mypy, so that
+# checking nanopy for another system (mypy --platform darwin) skips the rest of this module.
+assert sys.platform.startswith("linux"), "nanopy.platform.linux runs on Linux only"
+
 NAME = "linux"
 CAPABILITIES = Capabilities(unacked_bytes=True, user_timeout=True, fork=True, unix_sockets=True)
 UNIX_PATH_MAX = 107  # sun_path is 108 bytes, including the NUL
