@@ -50,6 +50,39 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "multihost: hosts in network namespaces (root); skip with -m 'not multihost'")
 
 
+_NO_UNIX = "ipc needs Unix domain sockets (no socket.AF_UNIX here)"
+#: what a test's code uses that only some systems have, and why it skips elsewhere
+_NEEDS_IN_SOURCE = (
+    (("ipc://", "ipc_url(", '"ipc"', "zmtp+ipc"), UNIX_SOCKETS, _NO_UNIX),
+    (("/proc/",), sys.platform.startswith("linux"), "reads /proc (Linux)"),
+    (("os.fork(",), hasattr(os, "fork"), "forks"),
+    (("fork_child(", "living_child("), hasattr(os, "pidfd_open"), "reaps a forked child by a pidfd (Linux)"),
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Off Linux, skip with the reason each test that needs what this system lacks: an ipc
+    parameter or address without AF_UNIX, /proc, fork with a pidfd (the CI workflow for
+    macOS and Windows, .github/workflows/ci.yml, relies on it). On Linux nothing changes."""
+    if sys.platform.startswith("linux"):
+        return
+    import inspect
+
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if not UNIX_SOCKETS and any(str(v).endswith("ipc") for v in params.values()):
+            item.add_marker(pytest.mark.skip(reason=f"{_NO_UNIX}, not on {sys.platform}"))
+            continue
+        try:
+            source = inspect.getsource(item.obj)  # type: ignore[attr-defined]
+        except (AttributeError, OSError, TypeError):
+            continue
+        for needles, available, reason in _NEEDS_IN_SOURCE:
+            if not available and any(needle in source for needle in needles):
+                item.add_marker(pytest.mark.skip(reason=f"{reason}, not on {sys.platform}"))
+                break
+
+
 def bind_url(transport: str, tag: str = "t") -> str:
     """A fresh address to bind for ``transport`` (tcp port 0 = any free port)."""
     return local_url(transport, tag)
