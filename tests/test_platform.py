@@ -139,44 +139,43 @@ def test_a_wake_is_readable_until_cleared(backend: Any) -> None:
     waker.close()
 
 
-def test_ready_wait_returns_for_a_wake_from_another_thread(backend: Any, pair: Any) -> None:
+@pytest.fixture
+def waiting(backend: Any, pair: Any) -> Iterator[tuple[Any, Any, socket.socket, socket.socket]]:
+    """``(waker, wait, a, b)``: a wait on ``b`` (a socket pair's end ``a`` writes to) and the waker."""
     a, b = pair
     waker = backend.new_waker()
     wait = backend.ready_wait(b.fileno(), waker)
-    try:
-        woken = threading.Event()
-
-        def blocked() -> None:
-            wait.wait(None)
-            woken.set()
-
-        thread = threading.Thread(target=blocked, daemon=True)
-        thread.start()
-        waker.wake()
-        thread.join(10)
-        assert woken.is_set()
-        assert any(_readable(fd) for fd in wait.fds)  # an event loop sees it too
-        waker.clear()
-        wait.wait(0)  # nothing ready: returns at once
-        assert not any(_readable(fd) for fd in wait.fds)
-    finally:
-        wait.close()
-        waker.close()
+    yield waker, wait, a, b
+    wait.close()
+    waker.close()
 
 
-def test_ready_wait_returns_for_the_pipe_and_loops_see_it(backend: Any, pair: Any) -> None:
-    a, b = pair
-    waker = backend.new_waker()
-    wait = backend.ready_wait(b.fileno(), waker)
-    try:
-        a.send(b"x")
-        wait.wait(10)  # returns at once: b is readable
-        assert any(_readable(fd) for fd in wait.fds)
-        assert b.recv(10) == b"x"
-        assert not any(_readable(fd) for fd in wait.fds)
-    finally:
-        wait.close()
-        waker.close()
+def test_ready_wait_returns_for_a_wake_from_another_thread(waiting: Any) -> None:
+    waker, wait, _, _ = waiting
+    woken = threading.Event()
+
+    def blocked() -> None:
+        wait.wait(None)
+        woken.set()
+
+    thread = threading.Thread(target=blocked, daemon=True)
+    thread.start()
+    waker.wake()
+    thread.join(10)
+    assert woken.is_set()
+    assert any(_readable(fd) for fd in wait.fds)  # an event loop sees it too
+    waker.clear()
+    wait.wait(0)  # nothing ready: returns at once
+    assert not any(_readable(fd) for fd in wait.fds)
+
+
+def test_ready_wait_returns_for_the_pipe_and_loops_see_it(waiting: Any) -> None:
+    _, wait, a, b = waiting
+    a.send(b"x")
+    wait.wait(10)  # returns at once: b is readable
+    assert any(_readable(fd) for fd in wait.fds)
+    assert b.recv(10) == b"x"
+    assert not any(_readable(fd) for fd in wait.fds)
 
 
 def test_ready_wait_on_a_closed_descriptor_is_an_oserror(backend: Any) -> None:

@@ -9,6 +9,7 @@ same signatures and behave alike on Linux, where both run.
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -89,6 +90,15 @@ class Ipv4Interface:
 def broadcast_of(address: str, prefix_len: int) -> str:
     """The directed broadcast address of ``address/prefix_len`` (its host bits all set)."""
     return str(ipaddress.IPv4Network(f"{address}/{prefix_len}", strict=False).broadcast_address)
+
+
+def fsync_directory(path: str) -> None:
+    """Make a rename in directory ``path`` durable (POSIX: fsync the directory itself)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def prefix_of(netmask: str) -> int:

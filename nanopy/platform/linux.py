@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from ._common import Capabilities, Ipv4Interface, ReadyWait, Waker, broadcast_of, prefix_of
+from ._common import fsync_directory as fsync_directory  # (POSIX's: the portable backend's too)
 
 # nanopy.platform.load imports this module on Linux only; the assertion tells mypy, so that
 # checking nanopy for another system (mypy --platform darwin) skips the rest of this module.
@@ -220,15 +221,6 @@ def lock_file(file: IO[Any], *, wait: bool) -> None:
     """An exclusive lock on ``file`` for as long as it stays open (flock); without
     ``wait``, BlockingIOError (an OSError) when another open file holds it."""
     fcntl.flock(file, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-
-
-def fsync_directory(path: str) -> None:
-    """Make a rename in directory ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def user_tag() -> str:

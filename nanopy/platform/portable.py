@@ -22,6 +22,7 @@ import sys
 from collections.abc import Callable
 from typing import IO, Any
 
+from . import _common
 from ._common import Capabilities, Ipv4Interface, ReadyWait, Waker, broadcast_of
 
 log = logging.getLogger("nanopy")
@@ -252,13 +253,8 @@ def lock_file(file: IO[Any], *, wait: bool) -> None:
 def fsync_directory(path: str) -> None:
     """Make a rename in directory ``path`` durable (Windows cannot open a directory:
     NTFS journals the rename itself)."""
-    if sys.platform == "win32":
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    if sys.platform != "win32":
+        _common.fsync_directory(path)
 
 
 def user_tag() -> str:
