@@ -10,6 +10,7 @@ them to nanopy.platform and empties it. The list may only shrink.
 from __future__ import annotations
 
 import ast
+import errno
 import importlib.util
 import inspect
 import os
@@ -205,6 +206,26 @@ def tcp_pair() -> Iterator[tuple[socket.socket, socket.socket]]:
 def _tcp_option(sock: socket.socket, name: str) -> int | None:
     option = getattr(socket, name, None)
     return None if option is None else sock.getsockopt(socket.IPPROTO_TCP, option)
+
+
+def test_a_listening_port_stays_exclusive(backend: Any) -> None:
+    with socket.socket() as first, socket.socket() as second:
+        for sock in (first, second):
+            backend.reuse_listen_address(sock)
+        first.bind(("127.0.0.1", 0))
+        first.listen()
+        with pytest.raises(OSError) as refused:
+            second.bind(first.getsockname())
+        assert refused.value.errno == errno.EADDRINUSE
+
+
+def test_a_datagram_port_is_shared(backend: Any) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as first, \
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as second:
+        for sock in (first, second):
+            backend.share_datagram_port(sock)
+        first.bind(("127.0.0.1", 0))
+        second.bind(first.getsockname())  # (a second process listening for beacons)
 
 
 def test_keepalive_is_set_with_the_options_the_system_has(backend: Any, tcp_pair: Any) -> None:

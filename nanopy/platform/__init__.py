@@ -63,6 +63,8 @@ CAPABILITIES = backend.CAPABILITIES
 UNIX_PATH_MAX = backend.UNIX_PATH_MAX
 new_waker = backend.new_waker
 ready_wait = backend.ready_wait
+reuse_listen_address = backend.reuse_listen_address
+share_datagram_port = backend.share_datagram_port
 set_keepalive = backend.set_keepalive
 set_user_timeout = backend.set_user_timeout
 user_timeout = backend.user_timeout
@@ -79,9 +81,9 @@ user_tag = backend.user_tag
 is_unix_socket = backend.is_unix_socket
 
 __all__ = [
-    "BACKENDS", "CAPABILITIES", "NAME", "UNIX_PATH_MAX", "Backend", "BackendError", "Capabilities",
-    "Ipv4Interface", "ReadyWait", "Waker", "backend", "broadcast_of", "default_name", "fsync_directory",
-    "ipv4_interfaces", "ipv6_link_interfaces", "is_unix_socket", "load", "lock_file", "new_waker", "ready_wait",
-    "register_at_fork", "send_buffer_ceiling", "send_window_state", "set_keepalive", "set_user_timeout",
-    "unacked_bytes", "unread_bytes", "user_tag", "user_timeout",
+    "BACKENDS", "Backend", "BackendError", "CAPABILITIES", "Capabilities", "Ipv4Interface", "NAME", "ReadyWait",
+    "UNIX_PATH_MAX", "Waker", "backend", "broadcast_of", "default_name", "fsync_directory", "ipv4_interfaces",
+    "ipv6_link_interfaces", "is_unix_socket", "load", "lock_file", "new_waker", "ready_wait", "register_at_fork",
+    "reuse_listen_address", "send_buffer_ceiling", "send_window_state", "set_keepalive", "set_user_timeout",
+    "share_datagram_port", "unacked_bytes", "unread_bytes", "user_tag", "user_timeout",
 ]

@@ -88,6 +88,19 @@ def ready_wait(fd: int, waker: Waker) -> ReadyWait:
     return EpollWait(fd, waker)
 
 
+# -- addresses ------------------------------------------------------------------------------------
+def reuse_listen_address(sock: socket.socket) -> None:
+    """Before a TCP listener binds: the port of a listener that closed a moment ago may be
+    bound again (its connections in TIME_WAIT), while one that listens still refuses."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+
+
+def share_datagram_port(sock: socket.socket) -> None:
+    """Before a UDP socket binds: every process on the host listening on the port gets
+    its own copy of each broadcast."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+
+
 # -- TCP: dead-peer detection and the kernel's counters -------------------------------------------
 def set_keepalive(sock: socket.socket, idle: int, interval: int, count: int) -> None:
     """Keepalive probes after ``idle`` s of silence, every ``interval`` s, ``count`` of them."""

@@ -105,6 +105,27 @@ def ready_wait(fd: int, waker: Waker) -> ReadyWait:
     return SelectorWait(fd, waker)
 
 
+# -- addresses ------------------------------------------------------------------------------------
+def reuse_listen_address(sock: socket.socket) -> None:
+    """Before a TCP listener binds: the port of a listener that closed a moment ago may be
+    bound again, while one that listens still refuses. SO_REUSEADDR on POSIX systems;
+    on Windows it would let a second listener take a port in use, so Windows gets
+    SO_EXCLUSIVEADDRUSE (its default already lets a closed listener's port be bound)."""
+    if sys.platform == "win32":
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_EXCLUSIVEADDRUSE, 1)
+    else:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+
+
+def share_datagram_port(sock: socket.socket) -> None:
+    """Before a UDP socket binds: every process on the host listening on the port gets
+    its own copy of each broadcast (SO_REUSEADDR; macOS and the BSDs also want
+    SO_REUSEPORT for a second bind of the same port)."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if sys.platform != "win32" and not sys.platform.startswith("linux"):  # (macOS, the BSDs)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+
+
 # -- TCP: dead-peer detection and the kernel's counters -------------------------------------------
 #: the option that sets the idle time before the first keepalive probe: TCP_KEEPIDLE
 #: (Linux, Windows 10 and later, the BSDs), TCP_KEEPALIVE (macOS)

@@ -120,7 +120,7 @@ def bind_tcp_socket(url: str, scheme: str) -> socket.socket:
         host = str(addr[0])
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        platform.reuse_listen_address(sock)  # (not SO_REUSEADDR on Windows: it would share a port in use)
         sock.bind((host or ("::" if family == socket.AF_INET6 else "0.0.0.0"), port))
         sock.listen(1024)
     except OSError as exc:
