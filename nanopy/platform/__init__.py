@@ -10,7 +10,7 @@ Two backends offer the same functions (:class:`~nanopy.platform._common.Backend`
   where the standard library cannot tell. The default everywhere else.
 
 ``NANOPY_BACKEND=portable`` (or ``linux``) in the environment picks one when nanopy
-is imported, for debugging: CI runs the suite with each (docs/contributing.md).
+is imported, for debugging and so that Linux can run the suite on each (docs/contributing.md).
 The names below are the chosen backend's own functions, bound at import: a call
 through this module costs what a call to the backend does.
 

@@ -8,7 +8,7 @@ kernel's unacknowledged bytes, a TCP user timeout and the window state that guar
 it -- is reported as unknown, never guessed.
 
 On Linux, ``NANOPY_BACKEND=portable`` runs nanopy on this backend for debugging
-and so that CI exercises it (docs/contributing.md).
+and so that the suite can exercise it there (docs/contributing.md).
 """
 
 from __future__ import annotations
