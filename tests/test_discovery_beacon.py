@@ -203,6 +203,8 @@ def test_cli_discover_and_announce_with_beacons(port: int, capsys: pytest.Captur
     )
     try:
         assert ann.stderr is not None
+        first = ann.stderr.readline()  # without --secret-file: the open-group warning, once
+        assert "has no secret: its discovery group is open" in first
         assert "beacons on UDP port" in ann.stderr.readline()  # listening from now on
         status = discover_main(["--beacon", "--bind", "tcp://127.0.0.1:0", "--beacon-to", LOOPBACK_BROADCAST,
                                 "--beacon-port", str(port), "--group", "cli", "--interval", "0.2",

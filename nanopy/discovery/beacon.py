@@ -28,11 +28,14 @@ from typing import Any
 
 from .. import _fork, platform
 from ..transports.tcp import sockaddr_host
+from .signing import BEACON_STAMP, KIND_BEACON, MAC_SIZE, Signer, Verifier
 
 log = logging.getLogger("nanopy.discovery")
 
 MAGIC = b"SPDB"  # "SP discovery beacon"
 BEACON_VERSION = 1
+SIGNED_VERSION = 2  # version 1's fields, then a stamp, a counter and an HMAC-SHA256 (see signing.py)
+_SIGNATURE_SIZE = BEACON_STAMP.size + MAC_SIZE
 DEFAULT_BEACON_PORT = 5606
 """UDP port beacons are sent to when ``beacon_port`` is not given."""
 
@@ -79,8 +82,9 @@ def _text(label: str, value: str, limit: int = MAX_TEXT) -> bytes:
     return bytes([len(data)]) + data
 
 
-def encode_beacon(beacon: Beacon) -> bytes:
-    """The datagram for ``beacon`` (see docs/discovery.md, "Beacon format")."""
+def encode_beacon(beacon: Beacon, signer: Signer | None = None) -> bytes:
+    """The datagram for ``beacon`` (see docs/discovery.md, "Beacon format"): version 1,
+    or version 2 signed by ``signer`` (whose instance id it carries)."""
     if beacon.scheme not in _SCHEMES:
         raise ValueError(f"beacons point at tcp, ws, wss or tls+tcp addresses, not {beacon.scheme!r}")
     if not 1 <= beacon.port <= 65535:
@@ -90,9 +94,10 @@ def encode_beacon(beacon: Beacon) -> bytes:
         raise ValueError(f"beacon interval must be 1 ms .. 49 days, got {beacon.interval} s")
     if len(beacon.instance) != 8:
         raise ValueError("the instance id is 8 bytes")
-    head = _HEAD.pack(MAGIC, BEACON_VERSION, FLAG_BYE if beacon.bye else 0, beacon.port, interval_ms,
-                      beacon.instance)
-    return head + _text("scheme", beacon.scheme) + _text("group", beacon.group) + _text("path", beacon.path)
+    version = BEACON_VERSION if signer is None else SIGNED_VERSION
+    head = _HEAD.pack(MAGIC, version, FLAG_BYE if beacon.bye else 0, beacon.port, interval_ms, beacon.instance)
+    body = head + _text("scheme", beacon.scheme) + _text("group", beacon.group) + _text("path", beacon.path)
+    return body if signer is None else body + signer.beacon_tail(body)
 
 
 def _take_text(data: bytes, at: int, label: str) -> tuple[str, int]:
@@ -107,12 +112,17 @@ def _take_text(data: bytes, at: int, label: str) -> tuple[str, int]:
         raise ValueError(f"the {label} is not UTF-8") from None
 
 
-def decode_beacon(data: bytes) -> Beacon:
+def decode_beacon(data: bytes, verifier: Verifier | None = None) -> Beacon:
     """Parse a datagram; bytes after the last field are ignored (room for additions).
 
+    With a ``verifier`` (a secret) only signed version-2 beacons are taken; without
+    one, versions 1 and 2 are read and a signature is not checked.
+
     Raises:
-        ValueError: not a version-1 beacon (wrong magic or version, truncated,
-            too long, port or interval 0, unknown scheme, text not UTF-8).
+        ValueError: not a beacon (wrong magic or version, truncated, too long, port
+            or interval 0, unknown scheme, text not UTF-8).
+        Dropped: (a ValueError) with a verifier: unsigned, badly signed, stale or
+            replayed; counted by the verifier.
     """
     if len(data) > MAX_BEACON_SIZE:
         raise ValueError("too long for a beacon")
@@ -121,17 +131,22 @@ def decode_beacon(data: bytes) -> Beacon:
     magic, version, flags, port, interval_ms, instance = _HEAD.unpack_from(data)
     if magic != MAGIC:
         raise ValueError("not a beacon (wrong magic)")
-    if version != BEACON_VERSION:
+    if version not in (BEACON_VERSION, SIGNED_VERSION):
         raise ValueError(f"unsupported beacon version {version}")
     if port == 0 or interval_ms == 0:
         raise ValueError("port and interval must not be 0")
-    scheme, at = _take_text(data, _HEAD.size, "scheme")
-    group, at = _take_text(data, at, "group")
-    path, at = _take_text(data, at, "path")
+    fields = data[:-_SIGNATURE_SIZE] if version == SIGNED_VERSION else data
+    scheme, at = _take_text(fields, _HEAD.size, "scheme")
+    group, at = _take_text(fields, at, "group")
+    path, at = _take_text(fields, at, "path")
     if scheme not in _SCHEMES:
         raise ValueError(f"unknown scheme {scheme!r}")
     if path and (not path.startswith("/") or scheme not in ("ws", "wss")):
         raise ValueError("a path must start with '/' and belong to a ws/wss address")
+    if verifier is not None:
+        if version != SIGNED_VERSION:
+            raise verifier.drop(KIND_BEACON, "unsigned", "a version-1 beacon")
+        verifier.check_beacon(instance, fields, data[len(fields):])
     return Beacon(instance, port, interval_ms / 1000, scheme, group, path, bool(flags & FLAG_BYE))
 
 
@@ -266,9 +281,10 @@ class BeaconListener:
     MAX_RATE = 4000  # datagrams read per second, at most
 
     def __init__(self, hosts: Iterable[str], port: int, handler: BeaconHandler, tick: Callable[[bool], None],
-                 *, tick_every: float = 0.25, name: str = "nanopy-beacons") -> None:
+                 *, tick_every: float = 0.25, name: str = "nanopy-beacons", verifier: Verifier | None = None) -> None:
         self.received = 0  #: datagrams read
-        self.ignored = 0  #: datagrams that were not valid beacons
+        self.ignored = 0  #: datagrams that were not valid beacons (malformed; with a secret, also unverified)
+        self._verifier = verifier
         self.deaf_ticks = 0  #: ticks in which the read budget ran out (a flood)
         self._handler, self._tick, self._tick_every = handler, tick, tick_every
         self._budget_per_tick = max(1, int(self.MAX_RATE * tick_every))
@@ -328,8 +344,8 @@ class BeaconListener:
             budget -= 1
             self.received += 1
             try:
-                beacon = decode_beacon(data)
-            except ValueError:
+                beacon = decode_beacon(data, self._verifier)
+            except ValueError:  # (Dropped too: the verifier counted its reason)
                 self.ignored += 1
                 continue
             self._safely(self._handler, beacon, sockaddr_host(source))

@@ -24,7 +24,8 @@ from typing import Any
 from .. import _fork
 from ..socket.socket import Socket
 from ..socket.util import ClosingContext, run_in_worker_thread
-from .beacon import Beacon, BeaconSender, encode_beacon, new_instance_id
+from .beacon import Beacon, BeaconSender, encode_beacon
+from .signing import Signer
 
 log = logging.getLogger("nanopy.discovery")
 
@@ -200,7 +201,8 @@ class _SocketThread(ClosingContext):
 class _BeaconSending:
     """A Discovery's beacons: the datagram built once from the bound URL, sent every round."""
 
-    def __init__(self, bound_url: str, interval: float, group: str, port: int, to: str | Iterable[str] | None) -> None:
+    def __init__(self, bound_url: str, interval: float, group: str, port: int, to: str | Iterable[str] | None,
+                 instance: bytes, signer: Signer | None) -> None:
         parts = urllib.parse.urlsplit(bound_url)
         if parts.port is None:
             raise ValueError(f"beacons carry a port: bind a tcp, ws, wss or tls+tcp address, not {bound_url!r}")
@@ -213,16 +215,18 @@ class _BeaconSending:
                 "or LAN address, or keep beacons on loopback with beacon_to='127.255.255.255'",
                 bound_url,
             )
-        self.beacon = Beacon(new_instance_id(), parts.port, interval, parts.scheme, group, parts.path)
+        self.beacon = Beacon(instance, parts.port, interval, parts.scheme, group, parts.path)
+        self._signer = signer
         self.datagram = encode_beacon(self.beacon)  # raises ValueError for an unsuitable scheme or group
         self.sender = BeaconSender(_beacon_port(port), None if to is None else _as_list(to), ipv6=ipv6)
 
     def send(self) -> None:
-        self.sender.send(self.datagram)
+        # (signed beacons are signed afresh each round: a new stamp and counter)
+        self.sender.send(self.datagram if self._signer is None else encode_beacon(self.beacon, self._signer))
 
     def close(self) -> None:
         """Say goodbye (announcers forget this service at once), then close."""
-        self.sender.send(encode_beacon(replace(self.beacon, bye=True)))
+        self.sender.send(encode_beacon(replace(self.beacon, bye=True), self._signer))
         self.sender.close()
 
 
