@@ -259,3 +259,40 @@ def test_ipv6_link_local_beacons(hosts: dict[str, netns.Host]) -> None:
     assert client.expect(r"^answer (\S+) (\S+)", timeout=15).groups() == (address, "hi@svc2")
     (followed,) = stats(service)["discoveries"]  # type: ignore[misc]
     assert str(followed).startswith("tcp://[fe80::")
+
+
+# Announcers only (no service behind them): several on one host, each with its own port.
+ANNOUNCER = """
+import json, sys
+from nanopy.discovery import Announcer
+ann = Announcer(sys.argv[1], f"tcp://0.0.0.0:{sys.argv[2]}", beacon=True)
+print("ready", flush=True)
+for line in sys.stdin:
+    print("stats", json.dumps({"discoveries": ann.discoveries, "relayed": ann._listener.relayed}), flush=True)
+"""
+
+UNICAST_CLIENT = """
+import sys
+from nanopy.discovery import Discovery
+disco = Discovery(beacon=True, interval=0.5, beacon_to=sys.argv[1:])
+disco.on_change(lambda name, address, added: print("+" if added else "-", name, address, flush=True))
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_unicast_beacons_reach_every_listener_on_the_host(hosts: dict[str, netns.Host]) -> None:
+    """beacon_to= a host's unicast address: the kernel gives each datagram to one socket; the
+    listener that gets it relays it over loopback, so all three announcers on svc1 follow."""
+    svc1 = hosts["svc1"]
+    announcers = [svc1.python(ANNOUNCER, f"svc{i}", str(7000 + i)) for i in range(3)]
+    other = hosts["svc2"].python(ANNOUNCER, "elsewhere", "7000")
+    for proc in (*announcers, other):
+        proc.expect("^ready", timeout=20)
+    client = hosts["client"].python(UNICAST_CLIENT, svc1.addr)
+    client.expect("^ready", timeout=20)
+    found = sorted(client.expect(r"^\+ (\S+) (\S+)", timeout=10).groups() for _ in range(3))
+    assert found == [(f"svc{i}", f"tcp://{svc1.addr}:{7000 + i}") for i in range(3)]
+    relayed = [int(stats(proc)["relayed"]) for proc in announcers]  # type: ignore[call-overload]
+    assert sum(relayed) >= 1  # one of them got each unicast datagram and handed it on
+    assert stats(other)["discoveries"] == []  # unicast to svc1 only: svc2 heard nothing

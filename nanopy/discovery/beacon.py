@@ -45,6 +45,9 @@ MAX_TEXT = 255  # group and path are length-prefixed by one byte
 _HEAD = struct.Struct("!4sBBHI8s")  # magic, version, flags, port, interval (ms), instance id
 _SCHEMES = ("tcp", "ws", "wss", "tls+tcp")  # transports a beacon can point at (they have a port)
 IPV6_ALL_NODES = "ff02::1"  # link-local multicast every IPv6 host has joined
+RELAY_MAGIC = b"SPDR"  # a unicast beacon handed on to this host's other listeners (see BeaconListener)
+LOOPBACK_BROADCAST = "127.255.255.255"
+_RESCAN_TICKS = 40  # re-read this host's addresses every 40 ticks (10 s): interfaces come and go
 
 
 @dataclass(frozen=True)
@@ -244,12 +247,28 @@ class BeaconSender:
 BeaconHandler = Callable[[Beacon, str], None]
 
 
+def relay_datagram(source: str, data: bytes) -> bytes:
+    """A datagram that reached this host by unicast, wrapped for the host's other listeners:
+    ``SPDR``, the sender's address (length byte + ASCII), then the datagram as received."""
+    host = source.encode()
+    return RELAY_MAGIC + bytes([len(host)]) + host + data
+
+
+def unwrap_relay(data: bytes) -> tuple[str, bytes]:
+    """``(sender's address, datagram)`` of a relayed datagram; ValueError if malformed."""
+    if len(data) < 6 or data[:4] != RELAY_MAGIC or len(data) < 5 + data[4]:
+        raise ValueError("a malformed relay")
+    try:
+        return data[5 : 5 + data[4]].decode("ascii"), data[5 + data[4]:]
+    except UnicodeDecodeError:
+        raise ValueError("a malformed relay") from None
+
+
 def _listening_socket(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_DGRAM)
     try:
-        # Every process on the host that listens for beacons gets its own copy of each broadcast.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        platform.share_datagram_port(sock)  # every process listening on the port gets each broadcast
         if family == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         sock.bind((host, port))
@@ -272,6 +291,15 @@ class BeaconListener:
             is True when datagrams were left unread since the last tick (see below),
             so silence proves nothing.
 
+    Unicast beacons (``beacon_to=`` a host's address) reach every listener of the host:
+    the kernel gives a unicast datagram to one socket only, so when listening on the
+    IPv4 wildcard the listener also binds the port on each of the host's IPv4 addresses
+    (and 127.0.0.1). A socket bound to an address wins a unicast datagram over the
+    wildcard ones and never sees broadcasts; whichever listener gets it hands it on,
+    wrapped with the sender's address (:func:`relay_datagram`), to 127.255.255.255,
+    where every wildcard listener of the host (the relaying one included) hears it.
+    Relays are taken only from loopback sources and never relayed again.
+
     Bounded cost whatever arrives: memory is constant (one datagram at a time, parsed
     at once, nothing queued) and at most ``MAX_RATE`` datagrams a second are read;
     beyond that the listener stops reading until the next tick and the kernel drops
@@ -288,7 +316,16 @@ class BeaconListener:
         self.deaf_ticks = 0  #: ticks in which the read budget ran out (a flood)
         self._handler, self._tick, self._tick_every = handler, tick, tick_every
         self._budget_per_tick = max(1, int(self.MAX_RATE * tick_every))
-        self._sockets = self._open(list(hosts), port)
+        hosts = list(hosts)
+        self._sockets = self._open(hosts, port)
+        self._port = self.port
+        self._relays = "0.0.0.0" in hosts  # (the wildcard hears the relays; see above)
+        self._unicast: dict[str, socket.socket] = {}
+        self._relay_out: socket.socket | None = None
+        self.relayed = 0  #: unicast datagrams handed on to this host's other listeners
+        self._rescan_in = 0
+        if self._relays:
+            self._rescan()
         # (owned: a child's close must not wake the parent's thread through its copy)
         self._wake_r, self._wake_w = map(_fork.own, socket.socketpair())
         self._stopping = False
@@ -315,11 +352,23 @@ class BeaconListener:
     def port(self) -> int:
         return int(self._sockets[0].getsockname()[1])
 
+    def _rescan(self) -> None:
+        """Bind the port on this host's IPv4 addresses as they are now (see the class doc)."""
+        wanted = {"127.0.0.1", *(interface.address for interface in platform.ipv4_interfaces())}
+        for address in set(self._unicast) - wanted:
+            self._unicast.pop(address).close()
+        for address in wanted - set(self._unicast):
+            try:
+                self._unicast[address] = _listening_socket(address, self._port)
+            except OSError as exc:  # an address going away, or the port taken without sharing
+                log.debug("beacons sent to %s:%d will not be relayed: %s", address, self._port, exc)
+        self._rescan_in = _RESCAN_TICKS
+
     def _run(self) -> None:
         next_tick = time.monotonic() + self._tick_every
         budget = self._budget_per_tick
         while not self._stopping:
-            watched = [*self._sockets, self._wake_r] if budget > 0 else [self._wake_r]
+            watched = [*self._sockets, *self._unicast.values(), self._wake_r] if budget > 0 else [self._wake_r]
             try:
                 ready, _, _ = select.select(watched, [], [], max(0.0, next_tick - time.monotonic()))
             except (OSError, ValueError):  # closed under us
@@ -333,23 +382,49 @@ class BeaconListener:
                 next_tick = time.monotonic() + self._tick_every
                 budget = self._budget_per_tick
                 self._safely(self._tick, deaf)
+                if self._relays:
+                    self._rescan_in -= 1
+                    if self._rescan_in <= 0:
+                        self._safely(self._rescan)
 
     def _drain(self, sock: socket.socket, budget: int) -> int:
         """Read and handle datagrams until none is waiting or the budget is spent; returns what is left."""
         while budget > 0:
             try:
-                data, source = sock.recvfrom(MAX_BEACON_SIZE + 1)
+                data, source = sock.recvfrom(MAX_BEACON_SIZE + 262)  # (room for a relay's header)
             except OSError:  # nothing waiting (BlockingIOError), or an ICMP error reported on the socket
                 return budget
             budget -= 1
             self.received += 1
+            host = sockaddr_host(source)
+            if sock in self._unicast.values():  # (a unicast socket: hand it on, see the class doc)
+                self._relay(host, data)
+                continue
             try:
+                if data[:4] == RELAY_MAGIC:
+                    if not host.startswith("127."):
+                        raise ValueError("a relay from off this host")
+                    host, data = unwrap_relay(data)
                 beacon = decode_beacon(data, self._verifier)
             except ValueError:  # (Dropped too: the verifier counted its reason)
                 self.ignored += 1
                 continue
-            self._safely(self._handler, beacon, sockaddr_host(source))
+            self._safely(self._handler, beacon, host)
         return budget
+
+    def _relay(self, source: str, data: bytes) -> None:
+        if len(data) > MAX_BEACON_SIZE or data[:4] != MAGIC:  # (not a beacon: nobody else needs it)
+            self.ignored += 1
+            return
+        if self._relay_out is None:
+            self._relay_out = _fork.own(socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
+            self._relay_out.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+            self._relay_out.setblocking(False)
+        try:
+            self._relay_out.sendto(relay_datagram(source, data), (LOOPBACK_BROADCAST, self._port))
+            self.relayed += 1
+        except OSError as exc:
+            log.debug("beacon listener: relaying a unicast beacon failed: %s", exc)
 
     @staticmethod
     def _safely(fn: Callable[..., None], *args: Any) -> None:
@@ -367,5 +442,7 @@ class BeaconListener:
             self._wake_w.send(b"x")
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout=5.0)
-        for sock in [*self._sockets, self._wake_r, self._wake_w]:
+        for sock in [*self._sockets, *self._unicast.values(), self._wake_r, self._wake_w]:
             sock.close()
+        if self._relay_out is not None:
+            self._relay_out.close()
