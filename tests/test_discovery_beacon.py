@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from nanopy.discovery import MAX_DISCOVERIES, Announcer, Discovery
+from nanopy.discovery import MAX_DISCOVERIES, MAX_OPEN_DISCOVERIES, Announcer, Discovery
 from nanopy.discovery.beacon import MAGIC, Beacon, decode_beacon, encode_beacon, interface_broadcasts
 from nanopy.testing import wait_no_pipes, wait_pipes
 
@@ -180,14 +180,22 @@ def test_junk_is_counted_and_changes_nothing(port: int) -> None:
 
 
 def test_discoveries_followed_are_capped(port: int) -> None:
-    """A flood of valid beacons from strangers costs at most MAX_DISCOVERIES dialers."""
-    with listening("svc", "tcp://h:1", port) as ann:
+    """A flood of valid beacons from strangers costs at most max_discoveries dialers (counted)."""
+    with listening("svc", "tcp://h:1", port, max_discoveries=5) as ann:
         closed_port = port  # UDP port number, so no TCP listener: the dials just fail and retry
-        send(port, *[encode_beacon(Beacon(os.urandom(8), closed_port, 0.2)) for _ in range(MAX_DISCOVERIES + 8)])
-        until(lambda: ann.beacons_heard == MAX_DISCOVERIES + 8)
-        assert len(ann.discoveries) == MAX_DISCOVERIES  # one dialer per stranger, up to the cap
-        assert ann.beacons_refused == 8
+        send(port, *[encode_beacon(Beacon(os.urandom(8), closed_port, 0.2)) for _ in range(5 + 8)])
+        until(lambda: ann.beacons_heard == 5 + 8)
+        assert len(ann.discoveries) == 5  # one dialer per stranger, up to the cap
+        assert ann.beacons_refused == ann.stats()["beacons_refused"] == 8
         until(lambda: ann.discoveries == [])  # silent strangers are forgotten
+
+
+def test_the_default_caps_are_bounded_by_memory_not_32(port: int) -> None:
+    with listening("svc", "tcp://h:1", port) as open_, listening("svc", "tcp://h:1", port, secret=b"k" * 16) as signed:
+        assert (open_.max_discoveries, signed.max_discoveries) == (MAX_OPEN_DISCOVERIES, MAX_DISCOVERIES)
+    assert MAX_OPEN_DISCOVERIES == 256 and MAX_DISCOVERIES == 1024
+    with pytest.raises(ValueError, match="max_discoveries"):
+        Announcer("svc", "tcp://h:1", connect="tcp://127.0.0.1:1", max_discoveries=0)
 
 
 # -- the command line ----------------------------------------------------------------------------------

@@ -268,7 +268,7 @@ from nanopy.discovery import Announcer
 ann = Announcer(sys.argv[1], f"tcp://0.0.0.0:{sys.argv[2]}", beacon=True)
 print("ready", flush=True)
 for line in sys.stdin:
-    print("stats", json.dumps({"discoveries": ann.discoveries, "relayed": ann._listener.relayed}), flush=True)
+    print("stats", json.dumps({"discoveries": ann.discoveries, "relayed": ann.stats()["beacons_relayed"]}), flush=True)
 """
 
 UNICAST_CLIENT = """

@@ -60,6 +60,7 @@ from .services import (
 )
 from .services import MAX_ANSWER_SIZE as MAX_ANSWER_SIZE
 from .services import MAX_DISCOVERIES as MAX_DISCOVERIES
+from .services import MAX_OPEN_DISCOVERIES as MAX_OPEN_DISCOVERIES
 from .services import MAX_SILENCE as MAX_SILENCE
 from .services import WILDCARD_HOSTS as WILDCARD_HOSTS
 from .signing import (

@@ -26,6 +26,7 @@ from .services import (
     BEACON_MISSES,
     DEFAULT_PRIORITY,
     MAX_DISCOVERIES,
+    MAX_OPEN_DISCOVERIES,
     MAX_SILENCE,
     WILDCARD_HOSTS,
     _as_list,
@@ -98,6 +99,9 @@ class Announcer(_SocketThread):
             surveys are answered, and answers are signed; drops are counted by
             reason (:meth:`stats`). Without one the group is open (a WARNING is
             logged once per process).
+        max_discoveries: follow at most this many discovery services by beacon
+            (default :data:`MAX_DISCOVERIES`, 1024, with a secret; :data:`MAX_OPEN_DISCOVERIES`,
+            256, without); beacons of new ones beyond it are counted in ``beacons_refused``.
         **socket_options: extra :class:`nanopy.Socket` options for the RESPONDENT.
 
     Answers start at once, on a background thread, until :meth:`close`.
@@ -121,9 +125,15 @@ class Announcer(_SocketThread):
         beacon_port: int = DEFAULT_BEACON_PORT,
         beacon_bind: str | Iterable[str] = ("0.0.0.0", "::"),
         secret: SecretSource | None = None,
+        max_discoveries: int | None = None,
         **socket_options: Any,
     ) -> None:
         key = load_secret(secret)
+        if max_discoveries is None:
+            max_discoveries = MAX_OPEN_DISCOVERIES if key is None else MAX_DISCOVERIES
+        if isinstance(max_discoveries, bool) or not isinstance(max_discoveries, int) or max_discoveries < 1:
+            raise ValueError(f"max_discoveries must be an int >= 1, got {max_discoveries!r}")
+        self.max_discoveries = max_discoveries
         if key is None:
             warn_open_group("Announcer")
         self._signer = None if key is None else Signer(key, new_instance_id())
@@ -139,7 +149,7 @@ class Announcer(_SocketThread):
         self.update()
         self.answered = 0  #: surveys answered
         self.beacons_heard = 0  #: valid beacons of this announcer's group
-        self.beacons_refused = 0  #: beacons of new discovery services past MAX_DISCOVERIES
+        self.beacons_refused = 0  #: beacons of new discovery services past max_discoveries
         self.redialled = 0  #: followed discovery services dialled again at a newer beacon's address
         self._other_group = 0
         self._local_hosts: dict[str, str] = {}  # discovery host -> our address towards it
@@ -186,7 +196,8 @@ class Announcer(_SocketThread):
 
     def stats(self) -> dict[str, Any]:
         """Counters: ``answered``, ``beacons_heard``, ``beacons_ignored``,
-        ``beacons_refused``, ``redialled``, ``discoveries`` (followed now), and, by
+        ``beacons_refused``, ``beacons_relayed`` (unicast beacons handed on to this
+        host's other listeners), ``redialled``, ``discoveries`` (followed now), and, by
         reason (``unsigned``, ``bad_signature``, ``stale``, ``replayed``; all 0
         without a secret), ``beacons_dropped`` and ``surveys_dropped`` (surveys left
         unanswered)."""
@@ -195,6 +206,7 @@ class Announcer(_SocketThread):
         return {"signed": self.signed, "answered": self.answered, "beacons_heard": self.beacons_heard,
                 "beacons_ignored": self.beacons_ignored, "beacons_refused": self.beacons_refused,
                 "redialled": self.redialled, "discoveries": followed,
+                "beacons_relayed": 0 if self._listener is None else self._listener.relayed,
                 "beacons_dropped": dict(drop_counts(self._verifier, KIND_BEACON)),
                 "surveys_dropped": dict(drop_counts(self._verifier, KIND_SURVEY))}
 
@@ -297,7 +309,7 @@ class Announcer(_SocketThread):
                 # beacon may have been a replay from another address. Dial the newer one.
                 self._unfollow(beacon.instance, f"no signed survey came from it; now heard from {source}")
                 self.redialled += 1
-            if len(self._followed) >= MAX_DISCOVERIES:
+            if len(self._followed) >= self.max_discoveries:
                 self.beacons_refused += 1
                 return
             url = beacon.url(source)

@@ -40,7 +40,12 @@ DEFAULT_PRIORITY = 8
 BEACON_MISSES = 3
 """An announcer forgets a discovery service after this many beacon intervals of silence."""
 MAX_SILENCE = 180.0  # ...but after at most this many seconds, whatever interval a beacon claims
-MAX_DISCOVERIES = 32  # discovery services one announcer follows by beacon (bounds a flood's cost)
+MAX_DISCOVERIES = 1024
+"""Discovery services one announcer of a signed group follows by beacon, by default (each
+costs about 7 KiB, and a dialer while it cannot connect); ``max_discoveries=`` changes it."""
+MAX_OPEN_DISCOVERIES = 256
+"""The same for an open group, where anyone can make an announcer dial (a flood of made-up
+beacons costs at most this many dialers until they fall silent)."""
 WILDCARD_HOSTS = ("0.0.0.0", "::", "*", "")
 
 ChangeCallback = Callable[[str, str, bool], Any]
