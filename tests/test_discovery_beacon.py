@@ -201,27 +201,38 @@ def test_the_default_caps_are_bounded_by_memory_not_32(port: int) -> None:
 # -- the command line ----------------------------------------------------------------------------------
 
 
-def test_cli_discover_and_announce_with_beacons(port: int, capsys: pytest.CaptureFixture[str]) -> None:
+def cli_beacon_round_trip(port: int, capsys: pytest.CaptureFixture[str], *extra: str) -> list[str]:
+    """``nanopy announce --beacon`` in a child, ``nanopy discover --beacon --once`` here, both with
+    ``extra`` options: the discovery lists the announced service; returns the announcer's
+    stderr lines up to its status line."""
     from nanopy._cli.discover import discover_main
 
     ann = subprocess.Popen(
         [sys.executable, "-m", "nanopy", "announce", "web", "tcp://0.0.0.0:80", "--beacon", "--group", "cli",
-         "--beacon-port", str(port), "--beacon-bind", LOOPBACK_BROADCAST],
+         "--beacon-port", str(port), "--beacon-bind", LOOPBACK_BROADCAST, *extra],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     try:
         assert ann.stderr is not None
-        first = ann.stderr.readline()  # without --secret-file: the open-group warning, once
-        assert "has no secret: its discovery group is open" in first
-        assert "beacons on UDP port" in ann.stderr.readline()  # listening from now on
+        lines = [ann.stderr.readline()]
+        while "beacons on UDP port" not in lines[-1]:  # listening from now on
+            assert lines[-1], f"the announcer exited: {lines}"
+            lines.append(ann.stderr.readline())
         status = discover_main(["--beacon", "--bind", "tcp://127.0.0.1:0", "--beacon-to", LOOPBACK_BROADCAST,
                                 "--beacon-port", str(port), "--group", "cli", "--interval", "0.2",
-                                "--once", "--wait", "1.5", "--json"])
+                                "--once", "--wait", "1.5", "--json", *extra])
         assert status == 0
         assert json.loads(capsys.readouterr().out) == {"web": ["tcp://127.0.0.1:80"]}
+        return lines
     finally:
         ann.kill()
         ann.wait(10)
+
+
+def test_cli_discover_and_announce_with_beacons(port: int, capsys: pytest.CaptureFixture[str]) -> None:
+    first, status = cli_beacon_round_trip(port, capsys)
+    assert "has no secret: its discovery group is open" in first  # (no --secret-file: warned, once)
+    assert not status.rstrip().endswith("(signed)")
 
 
 def test_cli_refuses_to_run_without_an_address_or_beacons() -> None:

@@ -1,7 +1,7 @@
 """Signed discovery on loopback: the formats, the replay window, secrets and key files, a
 signed group among forgers, the open-group warning and the CLI's --secret-file.
 
-Across namespaced hosts with a hostile host, see tests/test_multihost_discovery_signed.py.
+Across namespaced hosts with a hostile host, see tests/test_multihost_discovery.py.
 """
 
 from __future__ import annotations
@@ -9,13 +9,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
-import json
 import logging
 import os
 import socket
 import struct
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -23,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from test_discovery_beacon import LOOPBACK_BROADCAST, beaconing, listening, send, until
+from test_discovery_beacon import LOOPBACK_BROADCAST, beaconing, cli_beacon_round_trip, listening, send, until
 
 import nanopy
 from nanopy.discovery import Announcer, Discovery, encode_answer, signing
@@ -259,22 +256,8 @@ def test_open_group_takes_a_forged_answer_as_documented(port: int) -> None:
 def test_cli_secret_file(port: int, key_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from nanopy._cli.discover import discover_main
 
-    ann = subprocess.Popen(
-        [sys.executable, "-m", "nanopy", "announce", "web", "tcp://0.0.0.0:80", "--beacon", "--secret-file",
-         str(key_file), "--beacon-port", str(port), "--beacon-bind", LOOPBACK_BROADCAST],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )
-    try:
-        assert ann.stderr is not None
-        assert ann.stderr.readline().rstrip().endswith("(signed)")  # no open-group warning before it
-        status = discover_main(["--beacon", "--bind", "tcp://127.0.0.1:0", "--beacon-to", LOOPBACK_BROADCAST,
-                                "--beacon-port", str(port), "--interval", "0.2", "--secret-file", str(key_file),
-                                "--once", "--wait", "1.5", "--json"])
-        assert status == 0
-        assert json.loads(capsys.readouterr().out) == {"web": ["tcp://127.0.0.1:80"]}
-    finally:
-        ann.kill()
-        ann.wait(10)
+    (status,) = cli_beacon_round_trip(port, capsys, "--secret-file", str(key_file))  # no warning before it
+    assert status.rstrip().endswith("(signed)")
     key_file.chmod(0o644)
     with pytest.raises(SystemExit) as exit_:
         discover_main(["--bind", "tcp://127.0.0.1:0", "--secret-file", str(key_file)])
