@@ -63,18 +63,7 @@ from .services import MAX_DISCOVERIES as MAX_DISCOVERIES
 from .services import MAX_OPEN_DISCOVERIES as MAX_OPEN_DISCOVERIES
 from .services import MAX_SILENCE as MAX_SILENCE
 from .services import WILDCARD_HOSTS as WILDCARD_HOSTS
-from .signing import (
-    KIND_ANSWER,
-    KIND_SURVEY,
-    Dropped,
-    SecretSource,
-    Signer,
-    Verifier,
-    drop_counts,
-    load_secret,
-    split_signed,
-    warn_open_group,
-)
+from .signing import KIND_ANSWER, KIND_SURVEY, Dropped, SecretSource, drop_counts, group_keys, split_signed
 from .signing import MAX_SKEW as MAX_SKEW
 
 __all__ = [
@@ -135,12 +124,8 @@ class Discovery(_SocketThread):
         secret: SecretSource | None = None,
         **socket_options: Any,
     ) -> None:
-        key = load_secret(secret)
-        if key is None:
-            warn_open_group("Discovery")
         self._instance = new_instance_id()
-        self._signer = None if key is None else Signer(key, self._instance)
-        self._verifier = None if key is None else Verifier(key)
+        self._signer, self._verifier = group_keys(secret, "Discovery", self._instance)
         if url is None:
             if not beacon:
                 raise TypeError("Discovery needs the address to bind (e.g. 'tcp://0.0.0.0:5600') or beacon=True")

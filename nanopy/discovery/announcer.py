@@ -35,18 +35,7 @@ from .services import (
     _SocketThread,
     encode_answer,
 )
-from .signing import (
-    KIND_ANSWER,
-    KIND_BEACON,
-    KIND_SURVEY,
-    Dropped,
-    SecretSource,
-    Signer,
-    Verifier,
-    drop_counts,
-    load_secret,
-    warn_open_group,
-)
+from .signing import KIND_ANSWER, KIND_BEACON, KIND_SURVEY, Dropped, SecretSource, drop_counts, group_keys
 
 log = logging.getLogger("nanopy.discovery")
 
@@ -128,16 +117,12 @@ class Announcer(_SocketThread):
         max_discoveries: int | None = None,
         **socket_options: Any,
     ) -> None:
-        key = load_secret(secret)
+        self._signer, self._verifier = group_keys(secret, "Announcer", new_instance_id())
         if max_discoveries is None:
-            max_discoveries = MAX_OPEN_DISCOVERIES if key is None else MAX_DISCOVERIES
+            max_discoveries = MAX_OPEN_DISCOVERIES if self._signer is None else MAX_DISCOVERIES
         if isinstance(max_discoveries, bool) or not isinstance(max_discoveries, int) or max_discoveries < 1:
             raise ValueError(f"max_discoveries must be an int >= 1, got {max_discoveries!r}")
         self.max_discoveries = max_discoveries
-        if key is None:
-            warn_open_group("Announcer")
-        self._signer = None if key is None else Signer(key, new_instance_id())
-        self._verifier = None if key is None else Verifier(key)
         connect = _as_list(connect)
         if not connect and not beacon:
             raise ValueError("Announcer needs a discovery address (connect=...) or beacon=True")

@@ -108,6 +108,16 @@ def warn_open_group(what: str) -> None:
                 "(see docs/security.md)", what)
 
 
+def group_keys(secret: SecretSource | None, what: str, instance: bytes) -> tuple[Signer | None, Verifier | None]:
+    """The signer and verifier of a discovery object named ``what`` (both None, and the
+    open-group warning, without a secret)."""
+    key = load_secret(secret)
+    if key is None:
+        warn_open_group(what)
+        return None, None
+    return Signer(key, instance), Verifier(key)
+
+
 def _mac(key: bytes, kind: bytes, signed: bytes) -> bytes:
     return hmac.new(key, _DOMAIN + kind + signed, hashlib.sha256).digest()
 
