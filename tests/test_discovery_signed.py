@@ -282,3 +282,15 @@ def test_a_relayed_beacon_heard_first_is_outgrown(port: int) -> None:
             until(lambda: ann.discoveries == [disco.url], timeout=5.0)
             assert ann.stats()["redialled"] == 1
             assert disco.resolve("echo", timeout=5.0) == "tcp://192.0.2.1:7000"
+
+
+def test_copies_of_one_round_are_no_replays(port: int) -> None:
+    """A beacon round sent to two targets that one announcer hears both of (IPv4 and IPv6, two
+    interfaces on one LAN): each copy is signed on its own, so no drop is counted."""
+    with Discovery("tcp://127.0.0.1:0", interval=0.1, beacon=True, beacon_port=port,
+                   beacon_to=[LOOPBACK_BROADCAST, LOOPBACK_BROADCAST], secret=KEY) as disco, \
+            listening("echo", "tcp://192.0.2.1:7000", port, secret=KEY) as ann:
+        until(lambda: ann.beacons_heard >= 6)
+        assert disco.beacons_sent >= 6
+        assert ann.stats()["beacons_dropped"] == dict.fromkeys(signing.REASONS, 0)
+        assert ann.discoveries == [disco.url]

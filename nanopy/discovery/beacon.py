@@ -220,15 +220,19 @@ class BeaconSender:
             self._sockets[family] = _fork.own(sock)
         return sock
 
-    def send(self, datagram: bytes) -> int:
-        """Send ``datagram`` to this round's targets; returns how many were sent (0 once closed)."""
+    def send(self, datagram: bytes | Callable[[], bytes]) -> int:
+        """Send ``datagram`` to this round's targets; returns how many were sent (0 once closed).
+
+        A callable makes each target's datagram: a signed beacon is signed for each, so
+        that two copies heard by one announcer (IPv4 and IPv6) are not taken for a replay.
+        """
         count = 0
         if self._closed:
             return count
         for target in beacon_targets(self.port, self.to, self.ipv6):
             family = socket.AF_INET6 if len(target) == 4 else socket.AF_INET
             try:
-                self._socket(family).sendto(datagram, target)
+                self._socket(family).sendto(datagram() if callable(datagram) else datagram, target)
                 count += 1
             except OSError as exc:  # e.g. an IPv6 address still tentative, a full send buffer
                 log.debug("beacon to %s not sent: %s", target[0], exc)

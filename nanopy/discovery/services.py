@@ -226,12 +226,16 @@ class _BeaconSending:
         self.sender = BeaconSender(_beacon_port(port), None if to is None else _as_list(to), ipv6=ipv6)
 
     def send(self) -> None:
-        # (signed beacons are signed afresh each round: a new stamp and counter)
-        self.sender.send(self.datagram if self._signer is None else encode_beacon(self.beacon, self._signer))
+        self.sender.send(self.datagram if self._signer is None else self._signed(self.beacon))
+
+    def _signed(self, beacon: Beacon) -> Callable[[], bytes]:
+        """Each copy signed afresh (a new stamp and counter), so no copy replays another."""
+        return lambda: encode_beacon(beacon, self._signer)
 
     def close(self) -> None:
         """Say goodbye (announcers forget this service at once), then close."""
-        self.sender.send(encode_beacon(replace(self.beacon, bye=True), self._signer))
+        bye = replace(self.beacon, bye=True)
+        self.sender.send(encode_beacon(bye) if self._signer is None else self._signed(bye))
         self.sender.close()
 
 
