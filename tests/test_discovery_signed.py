@@ -147,8 +147,13 @@ def test_secrets_and_key_files(key_file: Path) -> None:
         load_secret(b"short")
     with pytest.raises(TypeError, match="bytes or the path"):
         load_secret(1234)  # type: ignore[arg-type]
-    with pytest.raises(FileNotFoundError):
-        load_secret(key_file.parent / "missing.key")
+    with pytest.raises(FileNotFoundError, match="pass bytes for the secret itself"):
+        load_secret("correct horse battery staple")  # a key given as str: taken for a path, and said so
+    big = key_file.parent / "bundle.pem"
+    big.write_bytes(b"x" * 5000)
+    big.chmod(0o600)
+    with pytest.raises(ValueError, match="larger than 4096 bytes"):
+        load_secret(big)
 
 
 def test_an_open_group_warns_once_per_process(caplog: pytest.LogCaptureFixture,

@@ -11,6 +11,7 @@ May call: the standard library only.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import logging
@@ -27,6 +28,7 @@ log = logging.getLogger("nanopy.discovery")
 
 MIN_SECRET = 16
 """Bytes a secret must have, at least (a key file's content after stripping whitespace)."""
+MAX_KEY_FILE = 4096  # bytes; a larger file is not a key (a certificate bundle, a log...)
 MAX_SKEW = 30.0
 """Seconds a signed message's timestamp may differ from this host's clock (either way)."""
 MAX_SENDERS = 65536  # counters remembered per kind; only holders of the secret add to them
@@ -61,8 +63,9 @@ def load_secret(secret: SecretSource | None) -> bytes | None:
 
     Raises:
         TypeError: neither bytes nor a path.
-        ValueError: shorter than :data:`MIN_SECRET` bytes, or a key file that others may read.
-        OSError: the key file cannot be read.
+        ValueError: shorter than :data:`MIN_SECRET` bytes, a key file that others may
+            read, or one larger than :data:`MAX_KEY_FILE` bytes.
+        OSError: the key file cannot be read (FileNotFoundError: there is none).
     """
     if secret is None:
         return None
@@ -71,9 +74,16 @@ def load_secret(secret: SecretSource | None) -> bytes | None:
         where = "the secret"
     elif isinstance(secret, (str, os.PathLike)):
         path = os.fspath(secret)
-        _check_key_file(path)
+        try:
+            _check_key_file(path)
+        except FileNotFoundError:
+            raise FileNotFoundError(errno.ENOENT, "no such key file (a str secret is the path of a key file; "
+                                    "pass bytes for the secret itself)", path) from None
         with open(path, "rb") as file:
-            key = file.read(65537).strip()
+            key = file.read(MAX_KEY_FILE + 1)
+        if len(key) > MAX_KEY_FILE:
+            raise ValueError(f"the key file {path} is larger than {MAX_KEY_FILE} bytes: not a discovery key")
+        key = key.strip()
         where = f"the key file {path}"
     else:
         raise TypeError(f"secret must be bytes or the path of a key file, not {type(secret).__name__}")
