@@ -33,7 +33,8 @@ FORMAT_VERSION = 1
 """Version of the survey/answer format (the ``"v"`` field)."""
 
 SURVEY = b'{"v":1,"survey":"services"}'
-"""The survey body a :class:`Discovery` sends (announcers answer any survey body)."""
+"""The survey body a :class:`Discovery` sends (announcers of an open group answer any survey
+body); with a secret it is followed by the signed trailer (``docs/discovery.md``)."""
 
 MAX_ANSWER_SIZE = 65536
 DEFAULT_PRIORITY = 8
