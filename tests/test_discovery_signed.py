@@ -158,7 +158,7 @@ def test_secrets_and_key_files(key_file: Path) -> None:
 
 def test_an_open_group_warns_once_per_process(caplog: pytest.LogCaptureFixture,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(signing, "_warned_open", False)
+    monkeypatch.setattr(signing, "_warned_open", [])
     with caplog.at_level(logging.WARNING, logger="nanopy.discovery"):
         with Discovery("tcp://127.0.0.1:0") as disco, Announcer("echo", "tcp://192.0.2.1:7000", connect=disco.url):
             pass

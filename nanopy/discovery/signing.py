@@ -102,17 +102,14 @@ def _check_key_file(path: str) -> None:
                          f"read or change the discovery secret; run: chmod 600 {path}")
 
 
-_warned_open = False
-_warn_lock = threading.Lock()
+_warned_open: list[bool] = []  # (a list: appended to, never rebound)
 
 
 def warn_open_group(what: str) -> None:
     """Log once per process that discovery runs without a secret."""
-    global _warned_open
-    with _warn_lock:
-        if _warned_open:
-            return
-        _warned_open = True
+    if _warned_open:
+        return
+    _warned_open.append(True)
     log.warning("%s has no secret: its discovery group is open, anyone on the network can announce "
                 "services, delist them or learn them; pass secret= (or --secret-file) to sign it "
                 "(see docs/security.md)", what)
