@@ -299,3 +299,14 @@ def test_copies_of_one_round_are_no_replays(port: int) -> None:
         assert disco.beacons_sent >= 6
         assert ann.stats()["beacons_dropped"] == dict.fromkeys(signing.REASONS, 0)
         assert ann.discoveries == [disco.url]
+
+
+def test_a_mixed_group_shows_in_the_counters(port: int) -> None:
+    """One side without the secret: nothing is listed, and the counters say why."""
+    with beaconing(port, secret=KEY) as signed_disco, listening("old", "tcp://192.0.2.1:7000", port) as unsigned:
+        until(lambda: unsigned.discoveries == [signed_disco.url])  # v2 beacons read, unchecked...
+        until(lambda: signed_disco.stats()["dropped"]["unsigned"] >= 1)  # ...its answers dropped
+        assert signed_disco.services() == {}
+    with beaconing(port) as unsigned_disco, listening("new", "tcp://192.0.2.1:7000", port, secret=KEY) as signed:
+        until(lambda: signed.stats()["beacons_dropped"]["unsigned"] >= 2)  # v1 beacons: not followed
+        assert signed.discoveries == [] and unsigned_disco.services() == {}
