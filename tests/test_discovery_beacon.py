@@ -201,10 +201,10 @@ def test_the_default_caps_are_bounded_by_memory_not_32(port: int) -> None:
 # -- the command line ----------------------------------------------------------------------------------
 
 
-def cli_beacon_round_trip(port: int, capsys: pytest.CaptureFixture[str], *extra: str) -> list[str]:
+def cli_beacon_round_trip(port: int, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[list[str], str]:
     """``nanopy announce --beacon`` in a child, ``nanopy discover --beacon --once`` here, both with
     ``extra`` options: the discovery lists the announced service; returns the announcer's
-    stderr lines up to its status line."""
+    stderr lines up to its status line, and what the discovery wrote on stderr."""
     from nanopy._cli.discover import discover_main
 
     ann = subprocess.Popen(
@@ -222,15 +222,17 @@ def cli_beacon_round_trip(port: int, capsys: pytest.CaptureFixture[str], *extra:
                                 "--beacon-port", str(port), "--group", "cli", "--interval", "0.2",
                                 "--once", "--wait", "1.5", "--json", *extra])
         assert status == 0
-        assert json.loads(capsys.readouterr().out) == {"web": ["tcp://127.0.0.1:80"]}
-        return lines
+        written = capsys.readouterr()
+        assert json.loads(written.out) == {"web": ["tcp://127.0.0.1:80"]}
+        return lines, written.err
     finally:
         ann.kill()
         ann.wait(10)
 
 
 def test_cli_discover_and_announce_with_beacons(port: int, capsys: pytest.CaptureFixture[str]) -> None:
-    first, status = cli_beacon_round_trip(port, capsys)
+    (first, status), err = cli_beacon_round_trip(port, capsys)
+    assert "dropped" not in err
     assert "has no secret: its discovery group is open" in first  # (no --secret-file: warned, once)
     assert not status.rstrip().endswith("(signed)")
 

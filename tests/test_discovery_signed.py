@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import logging
 import os
+import re
 import socket
 import struct
 import threading
@@ -261,8 +262,11 @@ def test_open_group_takes_a_forged_answer_as_documented(port: int) -> None:
 def test_cli_secret_file(port: int, key_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from nanopy._cli.discover import discover_main
 
-    (status,) = cli_beacon_round_trip(port, capsys, "--secret-file", str(key_file))  # no warning before it
-    assert status.rstrip().endswith("(signed)")
+    with Announcer("old", "tcp://192.0.2.1:80", beacon=True, beacon_port=port, group="cli",
+                   beacon_bind=LOOPBACK_BROADCAST):  # no secret: follows, answers, is dropped
+        (status,), err = cli_beacon_round_trip(port, capsys, "--secret-file", str(key_file))
+    assert status.rstrip().endswith("(signed)")  # (and no open-group warning before it)
+    assert re.search(r"nanopy discover: dropped answers that did not verify: unsigned \d+$", err.strip())
     key_file.chmod(0o644)
     with pytest.raises(SystemExit) as exit_:
         discover_main(["--bind", "tcp://127.0.0.1:0", "--secret-file", str(key_file)])

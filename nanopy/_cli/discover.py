@@ -183,6 +183,14 @@ def _show(args: argparse.Namespace, disco: Any, out: Any, live: bool) -> int:
     finally:
         _ignore_interrupts()
         disco.close()
+        _report_drops("nanopy discover", "answers", disco.stats()["dropped"])
+
+
+def _report_drops(prog: str, what: str, dropped: dict[str, int]) -> None:
+    """On exit, one stderr line saying what a signed group dropped (nothing when nothing was)."""
+    reasons = ", ".join(f"{reason} {count}" for reason, count in dropped.items() if count)
+    if reasons:
+        print(f"{prog}: dropped {what} that did not verify: {reasons}", file=sys.stderr, flush=True)
 
 
 def _beacon_arguments(ap: argparse.ArgumentParser) -> None:
@@ -268,4 +276,7 @@ def announce_main(argv: Sequence[str]) -> int:
         finally:
             _ignore_interrupts()
             ann.close()
+            stats = ann.stats()
+            _report_drops("nanopy announce", "beacons", stats["beacons_dropped"])
+            _report_drops("nanopy announce", "surveys", stats["surveys_dropped"])
     return 0
