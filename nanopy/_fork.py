@@ -85,6 +85,7 @@ PROCESS_STATE: dict[str, str] = {
     "nanopy.socket.series._counter_fields": "kept: a cache of dataclass fields, read only once filled",
     "nanopy.pipe.resend._wmem": "kept: the kernel's tcp_wmem ceiling, read once",
     "nanopy.platform.portable._warned_no_ifaddr": "kept: the missing ifaddr package is reported once",
+    "nanopy.discovery.signing._warned_open": "kept: an open discovery group is reported once",
     "nanopy.socket.series._registry": "reset_in_child: emptied, the child's series start anew (it also checks its pid)",
     # Spark workers (the caches are keyed by os.getpid(): a child never uses the parent's entries)
     "nanopy.spark._source._receivers": "kept, keyed by pid: the parent's receivers are never used",

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from nanopy.discovery import MAX_DISCOVERIES, Announcer, Discovery
+from nanopy.discovery import MAX_DISCOVERIES, MAX_OPEN_DISCOVERIES, Announcer, Discovery
 from nanopy.discovery.beacon import MAGIC, Beacon, decode_beacon, encode_beacon, interface_broadcasts
 from nanopy.testing import wait_no_pipes, wait_pipes
 
@@ -180,38 +180,61 @@ def test_junk_is_counted_and_changes_nothing(port: int) -> None:
 
 
 def test_discoveries_followed_are_capped(port: int) -> None:
-    """A flood of valid beacons from strangers costs at most MAX_DISCOVERIES dialers."""
-    with listening("svc", "tcp://h:1", port) as ann:
+    """A flood of valid beacons from strangers costs at most max_discoveries dialers (counted)."""
+    with listening("svc", "tcp://h:1", port, max_discoveries=5) as ann:
         closed_port = port  # UDP port number, so no TCP listener: the dials just fail and retry
-        send(port, *[encode_beacon(Beacon(os.urandom(8), closed_port, 0.2)) for _ in range(MAX_DISCOVERIES + 8)])
-        until(lambda: ann.beacons_heard == MAX_DISCOVERIES + 8)
-        assert len(ann.discoveries) == MAX_DISCOVERIES  # one dialer per stranger, up to the cap
-        assert ann.beacons_refused == 8
+        send(port, *[encode_beacon(Beacon(os.urandom(8), closed_port, 0.2)) for _ in range(5 + 8)])
+        until(lambda: ann.beacons_heard == 5 + 8)
+        assert len(ann.discoveries) == 5  # one dialer per stranger, up to the cap
+        assert ann.beacons_refused == ann.stats()["beacons_refused"] == 8
         until(lambda: ann.discoveries == [])  # silent strangers are forgotten
+
+
+def test_the_default_caps_are_bounded_by_memory_not_32(port: int) -> None:
+    with listening("svc", "tcp://h:1", port) as open_, listening("svc", "tcp://h:1", port, secret=b"k" * 16) as signed:
+        assert (open_.max_discoveries, signed.max_discoveries) == (MAX_OPEN_DISCOVERIES, MAX_DISCOVERIES)
+    assert MAX_OPEN_DISCOVERIES == 256 and MAX_DISCOVERIES == 1024
+    with pytest.raises(ValueError, match="max_discoveries"):
+        Announcer("svc", "tcp://h:1", connect="tcp://127.0.0.1:1", max_discoveries=0)
 
 
 # -- the command line ----------------------------------------------------------------------------------
 
 
-def test_cli_discover_and_announce_with_beacons(port: int, capsys: pytest.CaptureFixture[str]) -> None:
+def cli_beacon_round_trip(port: int, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[list[str], str]:
+    """``nanopy announce --beacon`` in a child, ``nanopy discover --beacon --once`` here, both with
+    ``extra`` options: the discovery lists the announced service; returns the announcer's
+    stderr lines up to its status line, and what the discovery wrote on stderr."""
     from nanopy._cli.discover import discover_main
 
     ann = subprocess.Popen(
         [sys.executable, "-m", "nanopy", "announce", "web", "tcp://0.0.0.0:80", "--beacon", "--group", "cli",
-         "--beacon-port", str(port), "--beacon-bind", LOOPBACK_BROADCAST],
+         "--beacon-port", str(port), "--beacon-bind", LOOPBACK_BROADCAST, *extra],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     try:
         assert ann.stderr is not None
-        assert "beacons on UDP port" in ann.stderr.readline()  # listening from now on
+        lines = [ann.stderr.readline()]
+        while "beacons on UDP port" not in lines[-1]:  # listening from now on
+            assert lines[-1], f"the announcer exited: {lines}"
+            lines.append(ann.stderr.readline())
         status = discover_main(["--beacon", "--bind", "tcp://127.0.0.1:0", "--beacon-to", LOOPBACK_BROADCAST,
                                 "--beacon-port", str(port), "--group", "cli", "--interval", "0.2",
-                                "--once", "--wait", "1.5", "--json"])
+                                "--once", "--wait", "1.5", "--json", *extra])
         assert status == 0
-        assert json.loads(capsys.readouterr().out) == {"web": ["tcp://127.0.0.1:80"]}
+        written = capsys.readouterr()
+        assert json.loads(written.out) == {"web": ["tcp://127.0.0.1:80"]}
+        return lines, written.err
     finally:
         ann.kill()
         ann.wait(10)
+
+
+def test_cli_discover_and_announce_with_beacons(port: int, capsys: pytest.CaptureFixture[str]) -> None:
+    (first, status), err = cli_beacon_round_trip(port, capsys)
+    assert "dropped" not in err
+    assert "has no secret: its discovery group is open" in first  # (no --secret-file: warned, once)
+    assert not status.rstrip().endswith("(signed)")
 
 
 def test_cli_refuses_to_run_without_an_address_or_beacons() -> None:

@@ -132,17 +132,19 @@ def discover_main(argv: Sequence[str]) -> int:
         ap.error("--misses must be at least 1")
     if args.deadline is not None and args.deadline > args.interval:
         ap.error("--deadline must not exceed --interval")
+    secret = _secret(ap, args)
 
     out = sys.stdout
     live = not args.once and not args.events and out.isatty()
     try:
         disco = Discovery(args.bind, interval=args.interval, deadline=args.deadline, misses=args.misses,
                           beacon=args.beacon, group=args.group, beacon_port=args.beacon_port,
-                          beacon_to=args.beacon_to)
+                          beacon_to=args.beacon_to, secret=secret)
     except (NanopyError, OSError, ValueError) as exc:
         print(f"nanopy discover: can't bind {args.bind or 'a beacon address'}: {exc}", file=sys.stderr)
         return 3
     beacons = f", beacons to UDP port {args.beacon_port}{_group_text(args.group)}" if args.beacon else ""
+    beacons += ", signed" if secret is not None else ""
     print(f"nanopy discover: surveying at {disco.url} every {disco.interval:g}s{beacons}", file=sys.stderr,
           flush=True)
     lock = threading.Lock()
@@ -181,6 +183,14 @@ def _show(args: argparse.Namespace, disco: Any, out: Any, live: bool) -> int:
     finally:
         _ignore_interrupts()
         disco.close()
+        _report_drops("nanopy discover", "answers", disco.stats()["dropped"])
+
+
+def _report_drops(prog: str, what: str, dropped: dict[str, int]) -> None:
+    """On exit, one stderr line saying what a signed group dropped (nothing when nothing was)."""
+    reasons = ", ".join(f"{reason} {count}" for reason, count in dropped.items() if count)
+    if reasons:
+        print(f"{prog}: dropped {what} that did not verify: {reasons}", file=sys.stderr, flush=True)
 
 
 def _beacon_arguments(ap: argparse.ArgumentParser) -> None:
@@ -191,6 +201,20 @@ def _beacon_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--group", default="", help="with --beacon: only this group's beacons count (default: none)")
     ap.add_argument("--beacon-port", type=int, default=DEFAULT_BEACON_PORT, metavar="PORT",
                     help=f"with --beacon: UDP port of the beacons ({DEFAULT_BEACON_PORT})")
+    ap.add_argument("--secret-file", metavar="PATH", help="sign and verify beacons, surveys and answers "
+                    "with the group secret in PATH (mode 600; see docs/security.md)")
+
+
+def _secret(ap: argparse.ArgumentParser, args: argparse.Namespace) -> bytes | None:
+    """The secret of ``--secret-file`` (exits with a usage error when it is unusable)."""
+    from ..discovery.signing import load_secret
+
+    if args.secret_file is None:
+        return None
+    try:
+        return load_secret(args.secret_file)
+    except (OSError, ValueError) as exc:
+        ap.error(f"--secret-file: {exc}")
 
 
 def _group_text(group: str) -> str:
@@ -227,9 +251,10 @@ def announce_main(argv: Sequence[str]) -> int:
     args = ap.parse_args(argv)
     if not args.connect and not args.beacon:
         ap.error("give --connect URL, or --beacon to find discovery services without an address")
+    secret = _secret(ap, args)
     try:
         ann = Announcer(args.name, args.address, args.connect, priority=args.priority, metadata=dict(args.meta),
-                        beacon=args.beacon, group=args.group, beacon_port=args.beacon_port,
+                        beacon=args.beacon, group=args.group, beacon_port=args.beacon_port, secret=secret,
                         **({"beacon_bind": args.beacon_bind} if args.beacon_bind else {}))
     except (TypeError, ValueError) as exc:
         ap.error(str(exc))
@@ -238,7 +263,9 @@ def announce_main(argv: Sequence[str]) -> int:
         return 3
     targets = [*args.connect, *([f"beacons on UDP port {args.beacon_port}{_group_text(args.group)}"]
                                 if args.beacon else [])]
-    print(f"nanopy announce: {args.name} at {args.address} -> {', '.join(targets)}", file=sys.stderr, flush=True)
+    signed = " (signed)" if secret is not None else ""
+    print(f"nanopy announce: {args.name} at {args.address} -> {', '.join(targets)}{signed}", file=sys.stderr,
+          flush=True)
     stop = threading.Event()
     with _restored_signals():
         _stop_on_sigterm()
@@ -249,4 +276,7 @@ def announce_main(argv: Sequence[str]) -> int:
         finally:
             _ignore_interrupts()
             ann.close()
+            stats = ann.stats()
+            _report_drops("nanopy announce", "beacons", stats["beacons_dropped"])
+            _report_drops("nanopy announce", "surveys", stats["surveys_dropped"])
     return 0

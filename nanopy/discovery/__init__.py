@@ -31,6 +31,7 @@ library can announce a service (see ``docs/discovery.md``)::
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 import time
@@ -41,7 +42,7 @@ from ..core.errors import Closed
 from ..driver.waiters import async_waiter
 from ..socket.socket import Socket
 from .announcer import Announcer
-from .beacon import DEFAULT_BEACON_PORT
+from .beacon import DEFAULT_BEACON_PORT, new_instance_id
 from .services import BEACON_MISSES as BEACON_MISSES  # (the module's constants stay importable here)
 from .services import DEFAULT_PRIORITY as DEFAULT_PRIORITY
 from .services import (
@@ -59,8 +60,11 @@ from .services import (
 )
 from .services import MAX_ANSWER_SIZE as MAX_ANSWER_SIZE
 from .services import MAX_DISCOVERIES as MAX_DISCOVERIES
+from .services import MAX_OPEN_DISCOVERIES as MAX_OPEN_DISCOVERIES
 from .services import MAX_SILENCE as MAX_SILENCE
 from .services import WILDCARD_HOSTS as WILDCARD_HOSTS
+from .signing import KIND_ANSWER, KIND_SURVEY, Dropped, SecretSource, drop_counts, group_keys, split_signed
+from .signing import MAX_SKEW as MAX_SKEW
 
 __all__ = [
     "DEFAULT_BEACON_PORT",
@@ -96,6 +100,10 @@ class Discovery(_SocketThread):
         beacon_to: send beacons to these hosts instead of the interfaces' broadcast
             addresses (e.g. ``["127.255.255.255"]`` to stay on loopback, or unicast
             addresses across routers).
+        secret: the group secret (bytes, or the path of a key file; see
+            ``docs/security.md``): beacons, surveys and answers are signed, and answers
+            that do not verify are dropped and counted (:meth:`stats`). Without one
+            the group is open (a WARNING is logged once per process).
         **socket_options: extra :class:`nanopy.Socket` options for the SURVEYOR.
 
     Surveying starts at once, on a background thread. Change callbacks run on that
@@ -113,8 +121,11 @@ class Discovery(_SocketThread):
         group: str = "",
         beacon_port: int = DEFAULT_BEACON_PORT,
         beacon_to: str | Iterable[str] | None = None,
+        secret: SecretSource | None = None,
         **socket_options: Any,
     ) -> None:
+        self._instance = new_instance_id()
+        self._signer, self._verifier = group_keys(secret, "Discovery", self._instance)
         if url is None:
             if not beacon:
                 raise TypeError("Discovery needs the address to bind (e.g. 'tcp://0.0.0.0:5600') or beacon=True")
@@ -130,6 +141,7 @@ class Discovery(_SocketThread):
         self.misses = misses
         self.rounds = 0  #: surveys completed
         self.rejected = 0  #: answers that were not valid version-1 answers
+        self.answers = 0  #: answers taken (valid, and verified when there is a secret)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._live: dict[tuple[str, str], _Entry] = {}
@@ -145,7 +157,8 @@ class Discovery(_SocketThread):
             self._endpoint = self._sock.bind(url)
             self._sock.on_pipe_added(self._newcomer)
             if beacon:
-                self._beacon = _BeaconSending(self._endpoint.url, self.interval, group, beacon_port, beacon_to)
+                self._beacon = _BeaconSending(self._endpoint.url, self.interval, group, beacon_port, beacon_to,
+                                              self._instance, self._signer)
         self._start_thread(f"nanopy-discovery {url}")
 
     @property
@@ -162,6 +175,22 @@ class Discovery(_SocketThread):
     def beacons_sent(self) -> int:
         """Beacon datagrams sent so far (0 without ``beacon=True``)."""
         return 0 if self._beacon is None else self._beacon.sender.sent
+
+    @property
+    def signed(self) -> bool:
+        """True when this discovery service has a secret (its group is closed)."""
+        return self._signer is not None
+
+    def stats(self) -> dict[str, Any]:
+        """Counters: ``rounds``, ``beacons_sent``, ``answers`` (taken), ``rejected``
+        (malformed answers), ``providers`` (live now) and ``dropped``: answers that
+        failed verification, by reason (``unsigned``, ``bad_signature``, ``stale``,
+        ``replayed``, ``wrong_survey``; all 0 without a secret)."""
+        with self._lock:
+            providers = len(self._live)
+        return {"signed": self.signed, "rounds": self.rounds, "beacons_sent": self.beacons_sent,
+                "answers": self.answers, "rejected": self.rejected, "providers": providers,
+                "dropped": dict(drop_counts(self._verifier, KIND_ANSWER))}
 
     def __repr__(self) -> str:
         return f"<nanopy.discovery.Discovery {self.url} {len(self._live)} providers>"
@@ -281,9 +310,14 @@ class Discovery(_SocketThread):
 
     def _survey(self, seen: set[tuple[str, str]]) -> bool:
         """One survey, its answers recorded in ``seen``; False once the socket is closed."""
+        nonce = b""
+        survey = SURVEY
+        if self._signer is not None:  # each survey its own nonce: its answers cannot be replayed into another
+            nonce = os.urandom(16)
+            survey = self._signer.sign(KIND_SURVEY, SURVEY, nonce)
         try:
-            for body in self._sock.survey(SURVEY):
-                self._answer(body, seen)
+            for body in self._sock.survey(survey):
+                self._answer(body, seen, nonce)
         except Closed:
             return False
         except Exception:  # keep surveying whatever happened to this round
@@ -306,13 +340,22 @@ class Discovery(_SocketThread):
                 self._newcomers = False
                 self._survey(set())
 
-    def _answer(self, body: bytes, seen: set[tuple[str, str]]) -> None:
+    def _answer(self, body: bytes, seen: set[tuple[str, str]], nonce: bytes) -> None:
         try:
-            provider = decode_answer(body)
+            if self._verifier is not None:
+                payload = self._verifier.open(KIND_ANSWER, body, nonce).payload
+            else:
+                payload = split_signed(body).payload
+        except Dropped as exc:  # (counted by the verifier)
+            log.debug("discovery: dropping an answer: %s", exc)
+            return
+        try:
+            provider = decode_answer(payload)
         except ValueError as exc:
             self.rejected += 1
             log.debug("discovery: ignoring an answer: %s", exc)
             return
+        self.answers += 1
         key = (provider.name, provider.address)
         seen.add(key)
         with self._changed:

@@ -21,11 +21,12 @@ from typing import Any
 from ..core.errors import Closed, NanopyError
 from ..socket.socket import Socket
 from ..transports.tcp import ipv6_sockaddr, sockaddr_host
-from .beacon import DEFAULT_BEACON_PORT, Beacon, BeaconListener
+from .beacon import DEFAULT_BEACON_PORT, Beacon, BeaconListener, new_instance_id
 from .services import (
     BEACON_MISSES,
     DEFAULT_PRIORITY,
     MAX_DISCOVERIES,
+    MAX_OPEN_DISCOVERIES,
     MAX_SILENCE,
     WILDCARD_HOSTS,
     _as_list,
@@ -34,6 +35,7 @@ from .services import (
     _SocketThread,
     encode_answer,
 )
+from .signing import KIND_ANSWER, KIND_BEACON, KIND_SURVEY, Dropped, SecretSource, drop_counts, group_keys
 
 log = logging.getLogger("nanopy.discovery")
 
@@ -41,11 +43,19 @@ log = logging.getLogger("nanopy.discovery")
 class _Followed:
     """A discovery service an announcer dials because it heard its beacons."""
 
-    __slots__ = ("endpoint", "last_heard", "silence", "url")
+    __slots__ = ("endpoint", "host", "last_heard", "last_surveyed", "silence", "since", "url")
 
-    def __init__(self, url: str, endpoint: Any, beacon: Beacon) -> None:
-        self.url, self.endpoint = url, endpoint
+    def __init__(self, url: str, host: str, endpoint: Any, beacon: Beacon) -> None:
+        self.url, self.host, self.endpoint = url, host, endpoint
+        self.since = time.monotonic()
+        self.last_surveyed = 0.0  # monotonic time of its latest verified survey (signed groups)
         self.heard(beacon)
+
+    def unproven(self, now: float) -> bool:
+        """Dialled for a while, and no verified survey came through that connection lately:
+        it may have been a replay sent from an address the real service does not have."""
+        window = 2 * min(self.silence, MAX_SILENCE) / BEACON_MISSES + 1.0
+        return now - self.since > window and now - self.last_surveyed > window
 
     def heard(self, beacon: Beacon) -> None:
         self.last_heard = time.monotonic()
@@ -73,6 +83,14 @@ class Announcer(_SocketThread):
         beacon_port: UDP port to listen on (default :data:`DEFAULT_BEACON_PORT`, 5606).
         beacon_bind: local address(es) to listen on: ``0.0.0.0`` and ``::`` by
             default; ``127.255.255.255`` hears only loopback beacons.
+        secret: the group secret (bytes, or the path of a key file; see
+            ``docs/security.md``): only signed beacons are followed, only signed
+            surveys are answered, and answers are signed; drops are counted by
+            reason (:meth:`stats`). Without one the group is open (a WARNING is
+            logged once per process).
+        max_discoveries: follow at most this many discovery services by beacon
+            (default :data:`MAX_DISCOVERIES`, 1024, with a secret; :data:`MAX_OPEN_DISCOVERIES`,
+            256, without); beacons of new ones beyond it are counted in ``beacons_refused``.
         **socket_options: extra :class:`nanopy.Socket` options for the RESPONDENT.
 
     Answers start at once, on a background thread, until :meth:`close`.
@@ -95,8 +113,16 @@ class Announcer(_SocketThread):
         group: str = "",
         beacon_port: int = DEFAULT_BEACON_PORT,
         beacon_bind: str | Iterable[str] = ("0.0.0.0", "::"),
+        secret: SecretSource | None = None,
+        max_discoveries: int | None = None,
         **socket_options: Any,
     ) -> None:
+        self._signer, self._verifier = group_keys(secret, "Announcer", new_instance_id())
+        if max_discoveries is None:
+            max_discoveries = MAX_OPEN_DISCOVERIES if self._signer is None else MAX_DISCOVERIES
+        if isinstance(max_discoveries, bool) or not isinstance(max_discoveries, int) or max_discoveries < 1:
+            raise ValueError(f"max_discoveries must be an int >= 1, got {max_discoveries!r}")
+        self.max_discoveries = max_discoveries
         connect = _as_list(connect)
         if not connect and not beacon:
             raise ValueError("Announcer needs a discovery address (connect=...) or beacon=True")
@@ -108,7 +134,8 @@ class Announcer(_SocketThread):
         self.update()
         self.answered = 0  #: surveys answered
         self.beacons_heard = 0  #: valid beacons of this announcer's group
-        self.beacons_refused = 0  #: beacons of new discovery services past MAX_DISCOVERIES
+        self.beacons_refused = 0  #: beacons of new discovery services past max_discoveries
+        self.redialled = 0  #: followed discovery services dialled again at a newer beacon's address
         self._other_group = 0
         self._local_hosts: dict[str, str] = {}  # discovery host -> our address towards it
         self._followed: dict[bytes, _Followed] = {}
@@ -127,6 +154,7 @@ class Announcer(_SocketThread):
                     self._heard,
                     self._forget_silent,
                     name=f"nanopy-beacons {name}",
+                    verifier=self._verifier,
                 )
         self._start_thread(f"nanopy-announce {name}")
 
@@ -145,6 +173,27 @@ class Announcer(_SocketThread):
     def beacons_ignored(self) -> int:
         """Datagrams on the beacon port that were malformed, foreign or of another group."""
         return self._other_group + (0 if self._listener is None else self._listener.ignored)
+
+    @property
+    def signed(self) -> bool:
+        """True when this announcer has a secret (its group is closed)."""
+        return self._signer is not None
+
+    def stats(self) -> dict[str, Any]:
+        """Counters: ``answered``, ``beacons_heard``, ``beacons_ignored``,
+        ``beacons_refused``, ``beacons_relayed`` (unicast beacons handed on to this
+        host's other listeners), ``redialled``, ``discoveries`` (followed now), and, by
+        reason (``unsigned``, ``bad_signature``, ``stale``, ``replayed``; all 0
+        without a secret), ``beacons_dropped`` and ``surveys_dropped`` (surveys left
+        unanswered)."""
+        with self._follow_lock:
+            followed = len(self._followed)
+        return {"signed": self.signed, "answered": self.answered, "beacons_heard": self.beacons_heard,
+                "beacons_ignored": self.beacons_ignored, "beacons_refused": self.beacons_refused,
+                "redialled": self.redialled, "discoveries": followed,
+                "beacons_relayed": 0 if self._listener is None else self._listener.relayed,
+                "beacons_dropped": dict(drop_counts(self._verifier, KIND_BEACON)),
+                "surveys_dropped": dict(drop_counts(self._verifier, KIND_SURVEY))}
 
     def __repr__(self) -> str:
         return f"<nanopy.discovery.Announcer {self.name!r} at {self.address!r}>"
@@ -191,12 +240,33 @@ class Announcer(_SocketThread):
             self._local_hosts[host] = local
         return local
 
+    def _signed_reply(self, survey: bytes, remote: str) -> bytes | None:
+        """The answer to ``survey``, signed and bound to it; None when the survey does not verify."""
+        assert self._verifier is not None and self._signer is not None
+        try:
+            opened = self._verifier.open(KIND_SURVEY, survey)
+        except Dropped as exc:  # (counted by the verifier)
+            log.debug("announcer %s: not answering a survey from %s: %s", self.name, remote, exc)
+            return None
+        with self._follow_lock:
+            followed = self._followed.get(opened.instance)
+            if followed is not None and remote.rpartition(":")[0].strip("[]") == followed.host:
+                followed.last_surveyed = time.monotonic()
+        return self._signer.sign(KIND_ANSWER, self._answer_for(remote), opened.nonce)
+
     def _run(self) -> None:
         sock = self._sock
         while True:
             try:
                 msg = sock.recv_msg()
-                msg.reply(self._answer_for(msg.pipe.remote_address if msg.pipe else ""))
+                remote = msg.pipe.remote_address if msg.pipe else ""
+                if self._signer is None:
+                    msg.reply(self._answer_for(remote))
+                else:
+                    answer = self._signed_reply(msg.body, remote)
+                    if answer is None:
+                        continue
+                    msg.reply(answer)
             except Closed:
                 return
             except NanopyError:
@@ -217,9 +287,14 @@ class Announcer(_SocketThread):
                     self._unfollow(beacon.instance, "said goodbye")
                 return
             if followed is not None:
-                followed.heard(beacon)  # first address heard wins (one connection per discovery)
-                return
-            if len(self._followed) >= MAX_DISCOVERIES:
+                followed.heard(beacon)  # first address heard wins (one connection per discovery)...
+                if self._signer is None or source == followed.host or not followed.unproven(time.monotonic()):
+                    return
+                # ...unless, in a signed group, no verified survey came through it: the first
+                # beacon may have been a replay from another address. Dial the newer one.
+                self._unfollow(beacon.instance, f"no signed survey came from it; now heard from {source}")
+                self.redialled += 1
+            if len(self._followed) >= self.max_discoveries:
                 self.beacons_refused += 1
                 return
             url = beacon.url(source)
@@ -229,7 +304,7 @@ class Announcer(_SocketThread):
                 self._other_group += 1
                 log.debug("announcer %s: cannot dial %s from a beacon: %s", self.name, url, exc)
                 return
-            self._followed[beacon.instance] = _Followed(url, endpoint, beacon)
+            self._followed[beacon.instance] = _Followed(url, source, endpoint, beacon)
         log.info("announcer %s: following discovery service %s", self.name, url)
 
     def _forget_silent(self, deaf: bool) -> None:

@@ -28,11 +28,14 @@ from typing import Any
 
 from .. import _fork, platform
 from ..transports.tcp import sockaddr_host
+from .signing import BEACON_STAMP, KIND_BEACON, MAC_SIZE, Signer, Verifier
 
 log = logging.getLogger("nanopy.discovery")
 
 MAGIC = b"SPDB"  # "SP discovery beacon"
 BEACON_VERSION = 1
+SIGNED_VERSION = 2  # version 1's fields, then a stamp, a counter and an HMAC-SHA256 (see signing.py)
+_SIGNATURE_SIZE = BEACON_STAMP.size + MAC_SIZE
 DEFAULT_BEACON_PORT = 5606
 """UDP port beacons are sent to when ``beacon_port`` is not given."""
 
@@ -42,6 +45,9 @@ MAX_TEXT = 255  # group and path are length-prefixed by one byte
 _HEAD = struct.Struct("!4sBBHI8s")  # magic, version, flags, port, interval (ms), instance id
 _SCHEMES = ("tcp", "ws", "wss", "tls+tcp")  # transports a beacon can point at (they have a port)
 IPV6_ALL_NODES = "ff02::1"  # link-local multicast every IPv6 host has joined
+RELAY_MAGIC = b"SPDR"  # a unicast beacon handed on to this host's other listeners (see BeaconListener)
+LOOPBACK_BROADCAST = "127.255.255.255"
+_RESCAN_TICKS = 40  # re-read this host's addresses every 40 ticks (10 s): interfaces come and go
 
 
 @dataclass(frozen=True)
@@ -79,8 +85,9 @@ def _text(label: str, value: str, limit: int = MAX_TEXT) -> bytes:
     return bytes([len(data)]) + data
 
 
-def encode_beacon(beacon: Beacon) -> bytes:
-    """The datagram for ``beacon`` (see docs/discovery.md, "Beacon format")."""
+def encode_beacon(beacon: Beacon, signer: Signer | None = None) -> bytes:
+    """The datagram for ``beacon`` (see docs/discovery.md, "Beacon format"): version 1,
+    or version 2 signed by ``signer`` (whose instance id it carries)."""
     if beacon.scheme not in _SCHEMES:
         raise ValueError(f"beacons point at tcp, ws, wss or tls+tcp addresses, not {beacon.scheme!r}")
     if not 1 <= beacon.port <= 65535:
@@ -90,9 +97,10 @@ def encode_beacon(beacon: Beacon) -> bytes:
         raise ValueError(f"beacon interval must be 1 ms .. 49 days, got {beacon.interval} s")
     if len(beacon.instance) != 8:
         raise ValueError("the instance id is 8 bytes")
-    head = _HEAD.pack(MAGIC, BEACON_VERSION, FLAG_BYE if beacon.bye else 0, beacon.port, interval_ms,
-                      beacon.instance)
-    return head + _text("scheme", beacon.scheme) + _text("group", beacon.group) + _text("path", beacon.path)
+    version = BEACON_VERSION if signer is None else SIGNED_VERSION
+    head = _HEAD.pack(MAGIC, version, FLAG_BYE if beacon.bye else 0, beacon.port, interval_ms, beacon.instance)
+    body = head + _text("scheme", beacon.scheme) + _text("group", beacon.group) + _text("path", beacon.path)
+    return body if signer is None else body + signer.beacon_tail(body)
 
 
 def _take_text(data: bytes, at: int, label: str) -> tuple[str, int]:
@@ -107,12 +115,17 @@ def _take_text(data: bytes, at: int, label: str) -> tuple[str, int]:
         raise ValueError(f"the {label} is not UTF-8") from None
 
 
-def decode_beacon(data: bytes) -> Beacon:
+def decode_beacon(data: bytes, verifier: Verifier | None = None) -> Beacon:
     """Parse a datagram; bytes after the last field are ignored (room for additions).
 
+    With a ``verifier`` (a secret) only signed version-2 beacons are taken; without
+    one, versions 1 and 2 are read and a signature is not checked.
+
     Raises:
-        ValueError: not a version-1 beacon (wrong magic or version, truncated,
-            too long, port or interval 0, unknown scheme, text not UTF-8).
+        ValueError: not a beacon (wrong magic or version, truncated, too long, port
+            or interval 0, unknown scheme, text not UTF-8).
+        Dropped: (a ValueError) with a verifier: unsigned, badly signed, stale or
+            replayed; counted by the verifier.
     """
     if len(data) > MAX_BEACON_SIZE:
         raise ValueError("too long for a beacon")
@@ -121,17 +134,22 @@ def decode_beacon(data: bytes) -> Beacon:
     magic, version, flags, port, interval_ms, instance = _HEAD.unpack_from(data)
     if magic != MAGIC:
         raise ValueError("not a beacon (wrong magic)")
-    if version != BEACON_VERSION:
+    if version not in (BEACON_VERSION, SIGNED_VERSION):
         raise ValueError(f"unsupported beacon version {version}")
     if port == 0 or interval_ms == 0:
         raise ValueError("port and interval must not be 0")
-    scheme, at = _take_text(data, _HEAD.size, "scheme")
-    group, at = _take_text(data, at, "group")
-    path, at = _take_text(data, at, "path")
+    fields = data[:-_SIGNATURE_SIZE] if version == SIGNED_VERSION else data
+    scheme, at = _take_text(fields, _HEAD.size, "scheme")
+    group, at = _take_text(fields, at, "group")
+    path, at = _take_text(fields, at, "path")
     if scheme not in _SCHEMES:
         raise ValueError(f"unknown scheme {scheme!r}")
     if path and (not path.startswith("/") or scheme not in ("ws", "wss")):
         raise ValueError("a path must start with '/' and belong to a ws/wss address")
+    if verifier is not None:
+        if version != SIGNED_VERSION:
+            raise verifier.drop(KIND_BEACON, "unsigned", "a version-1 beacon")
+        verifier.check_beacon(instance, fields, data[len(fields):])
     return Beacon(instance, port, interval_ms / 1000, scheme, group, path, bool(flags & FLAG_BYE))
 
 
@@ -202,15 +220,19 @@ class BeaconSender:
             self._sockets[family] = _fork.own(sock)
         return sock
 
-    def send(self, datagram: bytes) -> int:
-        """Send ``datagram`` to this round's targets; returns how many were sent (0 once closed)."""
+    def send(self, datagram: bytes | Callable[[], bytes]) -> int:
+        """Send ``datagram`` to this round's targets; returns how many were sent (0 once closed).
+
+        A callable makes each target's datagram: a signed beacon is signed for each, so
+        that two copies heard by one announcer (IPv4 and IPv6) are not taken for a replay.
+        """
         count = 0
         if self._closed:
             return count
         for target in beacon_targets(self.port, self.to, self.ipv6):
             family = socket.AF_INET6 if len(target) == 4 else socket.AF_INET
             try:
-                self._socket(family).sendto(datagram, target)
+                self._socket(family).sendto(datagram() if callable(datagram) else datagram, target)
                 count += 1
             except OSError as exc:  # e.g. an IPv6 address still tentative, a full send buffer
                 log.debug("beacon to %s not sent: %s", target[0], exc)
@@ -229,12 +251,28 @@ class BeaconSender:
 BeaconHandler = Callable[[Beacon, str], None]
 
 
+def relay_datagram(source: str, data: bytes) -> bytes:
+    """A datagram that reached this host by unicast, wrapped for the host's other listeners:
+    ``SPDR``, the sender's address (length byte + ASCII), then the datagram as received."""
+    host = source.encode()
+    return RELAY_MAGIC + bytes([len(host)]) + host + data
+
+
+def unwrap_relay(data: bytes) -> tuple[str, bytes]:
+    """``(sender's address, datagram)`` of a relayed datagram; ValueError if malformed."""
+    if len(data) < 6 or data[:4] != RELAY_MAGIC or len(data) < 5 + data[4]:
+        raise ValueError("a malformed relay")
+    try:
+        return data[5 : 5 + data[4]].decode("ascii"), data[5 + data[4]:]
+    except UnicodeDecodeError:
+        raise ValueError("a malformed relay") from None
+
+
 def _listening_socket(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_DGRAM)
     try:
-        # Every process on the host that listens for beacons gets its own copy of each broadcast.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        platform.share_datagram_port(sock)  # every process listening on the port gets each broadcast
         if family == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         sock.bind((host, port))
@@ -257,6 +295,15 @@ class BeaconListener:
             is True when datagrams were left unread since the last tick (see below),
             so silence proves nothing.
 
+    Unicast beacons (``beacon_to=`` a host's address) reach every listener of the host:
+    the kernel gives a unicast datagram to one socket only, so when listening on the
+    IPv4 wildcard the listener also binds the port on each of the host's IPv4 addresses
+    (and 127.0.0.1). A socket bound to an address wins a unicast datagram over the
+    wildcard ones and never sees broadcasts; whichever listener gets it hands it on,
+    wrapped with the sender's address (:func:`relay_datagram`), to 127.255.255.255,
+    where every wildcard listener of the host (the relaying one included) hears it.
+    Relays are taken only from loopback sources and never relayed again.
+
     Bounded cost whatever arrives: memory is constant (one datagram at a time, parsed
     at once, nothing queued) and at most ``MAX_RATE`` datagrams a second are read;
     beyond that the listener stops reading until the next tick and the kernel drops
@@ -266,13 +313,23 @@ class BeaconListener:
     MAX_RATE = 4000  # datagrams read per second, at most
 
     def __init__(self, hosts: Iterable[str], port: int, handler: BeaconHandler, tick: Callable[[bool], None],
-                 *, tick_every: float = 0.25, name: str = "nanopy-beacons") -> None:
+                 *, tick_every: float = 0.25, name: str = "nanopy-beacons", verifier: Verifier | None = None) -> None:
         self.received = 0  #: datagrams read
-        self.ignored = 0  #: datagrams that were not valid beacons
+        self.ignored = 0  #: datagrams that were not valid beacons (malformed; with a secret, also unverified)
+        self._verifier = verifier
         self.deaf_ticks = 0  #: ticks in which the read budget ran out (a flood)
         self._handler, self._tick, self._tick_every = handler, tick, tick_every
         self._budget_per_tick = max(1, int(self.MAX_RATE * tick_every))
-        self._sockets = self._open(list(hosts), port)
+        hosts = list(hosts)
+        self._sockets = self._open(hosts, port)
+        self._port = self.port
+        self._relays = "0.0.0.0" in hosts  # (the wildcard hears the relays; see above)
+        self._unicast: dict[str, socket.socket] = {}
+        self._relay_out: socket.socket | None = None
+        self.relayed = 0  #: unicast datagrams handed on to this host's other listeners
+        self._rescan_in = 0
+        if self._relays:
+            self._rescan()
         # (owned: a child's close must not wake the parent's thread through its copy)
         self._wake_r, self._wake_w = map(_fork.own, socket.socketpair())
         self._stopping = False
@@ -299,11 +356,23 @@ class BeaconListener:
     def port(self) -> int:
         return int(self._sockets[0].getsockname()[1])
 
+    def _rescan(self) -> None:
+        """Bind the port on this host's IPv4 addresses as they are now (see the class doc)."""
+        wanted = {"127.0.0.1", *(interface.address for interface in platform.ipv4_interfaces())}
+        for address in set(self._unicast) - wanted:
+            self._unicast.pop(address).close()
+        for address in wanted - set(self._unicast):
+            try:
+                self._unicast[address] = _listening_socket(address, self._port)
+            except OSError as exc:  # an address going away, or the port taken without sharing
+                log.debug("beacons sent to %s:%d will not be relayed: %s", address, self._port, exc)
+        self._rescan_in = _RESCAN_TICKS
+
     def _run(self) -> None:
         next_tick = time.monotonic() + self._tick_every
         budget = self._budget_per_tick
         while not self._stopping:
-            watched = [*self._sockets, self._wake_r] if budget > 0 else [self._wake_r]
+            watched = [*self._sockets, *self._unicast.values(), self._wake_r] if budget > 0 else [self._wake_r]
             try:
                 ready, _, _ = select.select(watched, [], [], max(0.0, next_tick - time.monotonic()))
             except (OSError, ValueError):  # closed under us
@@ -317,23 +386,49 @@ class BeaconListener:
                 next_tick = time.monotonic() + self._tick_every
                 budget = self._budget_per_tick
                 self._safely(self._tick, deaf)
+                if self._relays:
+                    self._rescan_in -= 1
+                    if self._rescan_in <= 0:
+                        self._safely(self._rescan)
 
     def _drain(self, sock: socket.socket, budget: int) -> int:
         """Read and handle datagrams until none is waiting or the budget is spent; returns what is left."""
         while budget > 0:
             try:
-                data, source = sock.recvfrom(MAX_BEACON_SIZE + 1)
+                data, source = sock.recvfrom(MAX_BEACON_SIZE + 262)  # (room for a relay's header)
             except OSError:  # nothing waiting (BlockingIOError), or an ICMP error reported on the socket
                 return budget
             budget -= 1
             self.received += 1
+            host = sockaddr_host(source)
+            if sock in self._unicast.values():  # (a unicast socket: hand it on, see the class doc)
+                self._relay(host, data)
+                continue
             try:
-                beacon = decode_beacon(data)
-            except ValueError:
+                if data[:4] == RELAY_MAGIC:
+                    if not host.startswith("127."):
+                        raise ValueError("a relay from off this host")
+                    host, data = unwrap_relay(data)
+                beacon = decode_beacon(data, self._verifier)
+            except ValueError:  # (Dropped too: the verifier counted its reason)
                 self.ignored += 1
                 continue
-            self._safely(self._handler, beacon, sockaddr_host(source))
+            self._safely(self._handler, beacon, host)
         return budget
+
+    def _relay(self, source: str, data: bytes) -> None:
+        if len(data) > MAX_BEACON_SIZE or data[:4] != MAGIC:  # (not a beacon: nobody else needs it)
+            self.ignored += 1
+            return
+        if self._relay_out is None:
+            self._relay_out = _fork.own(socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
+            self._relay_out.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+            self._relay_out.setblocking(False)
+        try:
+            self._relay_out.sendto(relay_datagram(source, data), (LOOPBACK_BROADCAST, self._port))
+            self.relayed += 1
+        except OSError as exc:
+            log.debug("beacon listener: relaying a unicast beacon failed: %s", exc)
 
     @staticmethod
     def _safely(fn: Callable[..., None], *args: Any) -> None:
@@ -351,5 +446,7 @@ class BeaconListener:
             self._wake_w.send(b"x")
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout=5.0)
-        for sock in [*self._sockets, self._wake_r, self._wake_w]:
+        for sock in [*self._sockets, *self._unicast.values(), self._wake_r, self._wake_w]:
             sock.close()
+        if self._relay_out is not None:
+            self._relay_out.close()

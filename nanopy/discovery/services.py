@@ -24,7 +24,8 @@ from typing import Any
 from .. import _fork
 from ..socket.socket import Socket
 from ..socket.util import ClosingContext, run_in_worker_thread
-from .beacon import Beacon, BeaconSender, encode_beacon, new_instance_id
+from .beacon import Beacon, BeaconSender, encode_beacon
+from .signing import Signer
 
 log = logging.getLogger("nanopy.discovery")
 
@@ -32,14 +33,20 @@ FORMAT_VERSION = 1
 """Version of the survey/answer format (the ``"v"`` field)."""
 
 SURVEY = b'{"v":1,"survey":"services"}'
-"""The survey body a :class:`Discovery` sends (announcers answer any survey body)."""
+"""The survey body a :class:`Discovery` sends (announcers of an open group answer any survey
+body); with a secret it is followed by the signed trailer (``docs/discovery.md``)."""
 
 MAX_ANSWER_SIZE = 65536
 DEFAULT_PRIORITY = 8
 BEACON_MISSES = 3
 """An announcer forgets a discovery service after this many beacon intervals of silence."""
 MAX_SILENCE = 180.0  # ...but after at most this many seconds, whatever interval a beacon claims
-MAX_DISCOVERIES = 32  # discovery services one announcer follows by beacon (bounds a flood's cost)
+MAX_DISCOVERIES = 1024
+"""Discovery services one announcer of a signed group follows by beacon, by default (each
+costs about 7 KiB, and a dialer while it cannot connect); ``max_discoveries=`` changes it."""
+MAX_OPEN_DISCOVERIES = 256
+"""The same for an open group, where anyone can make an announcer dial (a flood of made-up
+beacons costs at most this many dialers until they fall silent)."""
 WILDCARD_HOSTS = ("0.0.0.0", "::", "*", "")
 
 ChangeCallback = Callable[[str, str, bool], Any]
@@ -200,7 +207,8 @@ class _SocketThread(ClosingContext):
 class _BeaconSending:
     """A Discovery's beacons: the datagram built once from the bound URL, sent every round."""
 
-    def __init__(self, bound_url: str, interval: float, group: str, port: int, to: str | Iterable[str] | None) -> None:
+    def __init__(self, bound_url: str, interval: float, group: str, port: int, to: str | Iterable[str] | None,
+                 instance: bytes, signer: Signer | None) -> None:
         parts = urllib.parse.urlsplit(bound_url)
         if parts.port is None:
             raise ValueError(f"beacons carry a port: bind a tcp, ws, wss or tls+tcp address, not {bound_url!r}")
@@ -213,16 +221,22 @@ class _BeaconSending:
                 "or LAN address, or keep beacons on loopback with beacon_to='127.255.255.255'",
                 bound_url,
             )
-        self.beacon = Beacon(new_instance_id(), parts.port, interval, parts.scheme, group, parts.path)
+        self.beacon = Beacon(instance, parts.port, interval, parts.scheme, group, parts.path)
+        self._signer = signer
         self.datagram = encode_beacon(self.beacon)  # raises ValueError for an unsuitable scheme or group
         self.sender = BeaconSender(_beacon_port(port), None if to is None else _as_list(to), ipv6=ipv6)
 
     def send(self) -> None:
-        self.sender.send(self.datagram)
+        self.sender.send(self.datagram if self._signer is None else self._signed(self.beacon))
+
+    def _signed(self, beacon: Beacon) -> Callable[[], bytes]:
+        """Each copy signed afresh (a new stamp and counter), so no copy replays another."""
+        return lambda: encode_beacon(beacon, self._signer)
 
     def close(self) -> None:
         """Say goodbye (announcers forget this service at once), then close."""
-        self.sender.send(encode_beacon(replace(self.beacon, bye=True)))
+        bye = replace(self.beacon, bye=True)
+        self.sender.send(encode_beacon(bye) if self._signer is None else self._signed(bye))
         self.sender.close()
 
 
