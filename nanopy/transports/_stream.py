@@ -180,8 +180,9 @@ class SocketIO:
                 continue
             self._drained = len(data) < size
             if not waited:
-                # Data was already there: still give other tasks a turn.
-                await trio.lowlevel.checkpoint()
+                # Data was already there: still give other tasks a turn, but not a
+                # cancellation point (a cancel here would lose what recv took).
+                await trio.lowlevel.cancel_shielded_checkpoint()
             return data
 
     async def aclose(self) -> None:
