@@ -157,7 +157,7 @@ class SocketIO:
         except BaseException:
             self._unwritten = len(view)  # (what a dead pipe's driver may still send elsewhere)
             raise
-        await trio.lowlevel.checkpoint()
+        await trio.lowlevel.cancel_shielded_checkpoint()  # (done: a cancel here would lose or hide it)
 
     async def _recv_some(self, size: int) -> bytes:
         """Read up to ``size`` bytes, waiting for readability as needed.
@@ -453,7 +453,7 @@ class SocketChannel(SocketIO):
             except (BlockingIOError, InterruptedError):
                 await trio.lowlevel.wait_readable(sock)
                 continue
-            await trio.lowlevel.checkpoint()
+            await trio.lowlevel.cancel_shielded_checkpoint()  # (a cancel here would lose the bytes read)
             return memoryview(buf)[:n]
 
     def send_nowait(self, data: bytes | memoryview) -> int:

@@ -41,17 +41,10 @@ async def direct_readable(ck: Check) -> None:
     tail = [t.payload(10 + i, 1000) for i in range(10)] + [t.payload(99, 300_000)]
     await client.send(head)
     await receive_exactly(ck, server, head, "payloads read by receive() before read_nowait()")
-    await client.send(tail)
-    got: list[bytes] = []
     with ck.within(ck.timeout, "payloads read by wait_readable() and read_nowait() from another thread"):
-        while len(got) < len(tail):
-            await server.wait_readable()
-            batch = await trio.to_thread.run_sync(server.read_nowait, abandon_on_cancel=True)
-            if batch is None:
-                continue
-            wrong = not_bytes(batch)
-            ck.expect(not wrong, f"read_nowait(): {wrong}")
-            got += batch
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(client.send, tail)
+            got = await _read_directly(ck, server, len(tail))
     ck.expect(got == tail, f"read_nowait() after receive() returned {[len(p) for p in got]}, not the payloads sent")
     await close_quietly(client)
     with ck.within(ck.timeout, "read_nowait() after the peer's close"):
@@ -65,6 +58,19 @@ async def direct_readable(ck: Check) -> None:
     ck.expect(server.failed, "failed is false after read_nowait() raised the end of the connection")
     await close_quietly(server)
     ck.expect(server.fileno() == -1, f"fileno() of a closed connection is {server.fileno()}, not -1")
+
+
+async def _read_directly(ck: Check, conn: DirectReadable, count: int) -> list[bytes]:
+    got: list[bytes] = []
+    while len(got) < count:
+        await conn.wait_readable()
+        batch = await trio.to_thread.run_sync(conn.read_nowait, abandon_on_cancel=True)
+        if batch is None:
+            continue
+        wrong = not_bytes(batch)
+        ck.expect(not wrong, f"read_nowait(): {wrong}")
+        got += batch
+    return got
 
 
 async def sink_attachable(ck: Check) -> None:
@@ -90,8 +96,7 @@ async def sink_attachable(ck: Check) -> None:
     first = [t.payload(i, 100) for i in range(5)]
     expected = len(first)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_drain_forever, server)
-        await client.send(first)
+        await client.send(first)  # (not paused, nothing queued: straight into the sink)
         with ck.within(ck.timeout, "payloads reaching an attached sink"):
             await reached.wait()
         ck.expect(delivered == first, f"the sink got {len(delivered)} payloads, not the {len(first)} sent in order")
@@ -104,8 +109,8 @@ async def sink_attachable(ck: Check) -> None:
         expected = len(first) + len(written)
         reached = trio.Event()
         paused = False
+        nursery.start_soon(_drain_forever, server)
         with ck.within(ck.timeout, "drain_to_sink() once the sink is not paused"):
-            await server.drain_to_sink()
             await reached.wait()
             await state.done.wait()
         ck.expect(delivered == first + written, f"the sink got {len(delivered)} payloads, not the "
