@@ -93,6 +93,9 @@ class CutProxy:
             up = self._up = trio.socket.socket(family, socket.SOCK_STREAM)
             with up:
                 await up.connect(self.upstream.address)
+                if family != socket.AF_UNIX:  # (a released part goes out at once, not after an ACK)
+                    for sock in (up, down):
+                        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._pump_down_to_up, down, up)
                     nursery.start_soon(self._pump, up, down)

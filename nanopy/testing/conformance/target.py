@@ -195,14 +195,20 @@ class Check:
         self._closing.append(resource)
 
     async def _cleanup(self) -> None:
-        with trio.CancelScope(shield=True):
-            for resource in reversed(self._closing):
-                with trio.move_on_after(CLEANUP):
-                    try:
-                        await resource.aclose()
-                    except Exception:  # noqa: BLE001 - cleanup; T13 judges aclose itself
-                        pass
-            self._closing.clear()
+        """Close everything at once (a ws close waits for its peer's CLOSE: both ends
+        closing together answer each other)."""
+        resources, self._closing = self._closing, []
+        with trio.CancelScope(shield=True), trio.move_on_after(CLEANUP):
+            async with trio.open_nursery() as nursery:
+                for resource in resources:
+                    nursery.start_soon(_close_quietly, resource)
+
+
+async def _close_quietly(resource: Connection | Listener) -> None:
+    try:
+        await resource.aclose()
+    except Exception:  # noqa: BLE001, S110 - cleanup; T13 judges aclose itself
+        pass
 
 
 def _first_verdict(group: BaseExceptionGroup[Any]) -> BaseException:
