@@ -168,9 +168,12 @@ async def kernel_socket_backed(ck: Check) -> None:
     for ks, side in ((mine, "the dialed end"), (theirs, "the accepted end")):
         ck.expect(callable(getattr(ks, "getsockopt", None)), f"kernel_socket() of {side} has no getsockopt()")
     if hasattr(mine, "getpeername") and hasattr(theirs, "getsockname"):
-        ck.expect(mine.getpeername() == theirs.getsockname(),
-                  f"kernel_socket()s do not face each other: the dialed end's peer is {mine.getpeername()!r}, "
-                  f"the accepted end's address {theirs.getsockname()!r}")
+        try:
+            faces = mine.getpeername(), theirs.getsockname()
+        except OSError as exc:
+            ck.fail(f"kernel_socket() is not a connected socket: getpeername() raised {exc}")
+        ck.expect(faces[0] == faces[1], f"kernel_socket()s do not face each other: the dialed end's peer is "
+                  f"{faces[0]!r}, the accepted end's address {faces[1]!r}")
     await close_quietly(client)
     if hasattr(mine, "fileno"):
         ck.expect(mine.fileno() == -1, "aclose() left the kernel socket open")

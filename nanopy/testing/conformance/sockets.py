@@ -46,12 +46,20 @@ def messages(ck: Check) -> None:
         for sender, receiver, way in ((a, b, "bind -> connect"), (b, a, "connect -> bind")):
             for i in range(200):
                 sender.send(b"%d" % i)
-            got = [receiver.recv() for _ in range(200)]
+            got = [_recv(ck, receiver, f"message {i} of 200 {way}") for i in range(200)]
             ck.expect(got == [b"%d" % i for i in range(200)], f"200 messages {way} out of order or changed")
             for size in [0, *(1 << k for k in range(21)), 4 << 20]:
                 body = t.payload(size, size)
                 sender.send(body)
-                ck.expect(receiver.recv() == body, f"a {size}-byte message {way} did not arrive intact")
+                ck.expect(_recv(ck, receiver, f"a {size}-byte message {way}") == body,
+                          f"a {size}-byte message {way} did not arrive intact")
+
+
+def _recv(ck: Check, sock: Socket, what: str) -> bytes:
+    try:
+        return sock.recv()
+    except Timeout:
+        ck.fail(f"{what} did not arrive within {ck.timeout:g} s")
 
 
 def stalled_reader(ck: Check) -> None:
