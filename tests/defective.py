@@ -368,14 +368,14 @@ class SinkIgnoresPause(Defective):
 
 
 class ForgetsSilence(Defective):
-    """C5: silence_blamed() blames every close."""
+    """C4: silence_blamed() blames every close."""
 
     def patch(self, conn: Connection) -> None:
         conn.silence_blamed = lambda: "silent for too long"  # type: ignore[attr-defined]
 
 
 class BadProtocolCheck(Defective):
-    """C6: check_protocol() raises ValueError instead of AddressError."""
+    """C5: check_protocol() raises ValueError instead of AddressError."""
 
     def check_protocol(self, name: str, raw: bool, options: dict[str, object]) -> None:
         if name == "bus":
@@ -383,7 +383,7 @@ class BadProtocolCheck(Defective):
 
 
 class WrongKernelSocket(Defective):
-    """C7: kernel_socket() is a socket the connection does not use."""
+    """C6: kernel_socket() is a socket the connection does not use."""
 
     def patch(self, conn: Connection) -> None:
         other = socket.socket()
@@ -391,21 +391,21 @@ class WrongKernelSocket(Defective):
 
 
 class NeverWaitingForRoom(Defective):
-    """C8: waiting_for_room is always false."""
+    """C7: waiting_for_room is always false."""
 
     def patch(self, conn: Connection) -> None:
         swap_class(conn, waiting_for_room=property(lambda self: False, lambda self, value: None))
 
 
 class UnwrittenZero(Defective):
-    """C9: unwritten_bytes() says 0 after a write cut by a reset."""
+    """C8: unwritten_bytes() says 0 after a write cut by a reset."""
 
     def patch(self, conn: Connection) -> None:
         conn.unwritten_bytes = lambda: 0  # type: ignore[attr-defined]
 
 
 class DropsCountedAlways(Defective):
-    """C10: a clean exchange counts a drop."""
+    """C9: a clean exchange counts a drop."""
 
     def patch(self, conn: Connection) -> None:
         conn.count_drops_with = lambda count: count("reply_without_request", 1)  # type: ignore[attr-defined]
@@ -419,7 +419,7 @@ DEFECTS: dict[str, tuple[type[Defective], str]] = {
     "T10": (SendNeverWaits, "tcp+zlib"), "T11": (SlowSendCancel, "tcp"), "T12": (WriteNowaitLies, "tcp"),
     "T13": (CloseRaisesOnSecondCall, "tcp+zlib"), "T14": (EofIsProtocolError, "tcp"), "T15": (CutIsEof, "tcp"),
     "T16": (NoSizeLimit, "tcp"), "T17": (EightPipesAtMost, "tcp"), "T18": (DialsOnce, "tcp"),
-    "C1": (ClosedFilenoKept, "tcp"), "C2": (SinkIgnoresPause, "inproc"), "C5": (ForgetsSilence, "tcp"),
-    "C6": (BadProtocolCheck, "tcp"), "C7": (WrongKernelSocket, "tcp"), "C8": (NeverWaitingForRoom, "tcp"),
-    "C9": (UnwrittenZero, "tcp"), "C10": (DropsCountedAlways, "tcp"),
+    "C1": (ClosedFilenoKept, "tcp"), "C2": (SinkIgnoresPause, "inproc"), "C4": (ForgetsSilence, "tcp"),
+    "C5": (BadProtocolCheck, "tcp"), "C6": (WrongKernelSocket, "tcp"), "C7": (NeverWaitingForRoom, "tcp"),
+    "C8": (UnwrittenZero, "tcp"), "C9": (DropsCountedAlways, "tcp"),
 }

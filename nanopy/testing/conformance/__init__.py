@@ -58,12 +58,12 @@ STEPS: dict[str, tuple[Step, ...]] = {
     "C1": (caps.direct_readable,),
     "C2": (caps.sink_attachable,),
     "C3": (sockets.subscriptions,),
-    "C5": (caps.judges_silence,),
-    "C6": (caps.other_wire_protocol,),
-    "C7": (caps.kernel_socket_backed,),
-    "C8": (caps.reports_write_wait,),
-    "C9": (caps.counts_unwritten,),
-    "C10": (caps.discards_messages,),
+    "C4": (caps.judges_silence,),
+    "C5": (caps.other_wire_protocol,),
+    "C6": (caps.kernel_socket_backed,),
+    "C7": (caps.reports_write_wait,),
+    "C8": (caps.counts_unwritten,),
+    "C9": (caps.discards_messages,),
 }
 
 

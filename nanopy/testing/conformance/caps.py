@@ -1,4 +1,4 @@
-"""Capability rules (C1-C10 but C3, which runs through sockets): a connection that
+"""Capability rules (C1-C9 but C3, which runs through sockets): a connection that
 declares a capability protocol of nanopy/transports/_base.py behaves as its
 docstring says. A capability not declared skips its rule.
 """
@@ -124,7 +124,7 @@ async def _drain_forever(conn: SinkAttachable) -> None:
 
 
 async def judges_silence(ck: Check) -> None:
-    """C5: silence_blamed() after an ordinary close."""
+    """C4: silence_blamed() after an ordinary close."""
     client, server = await pair(ck)
     if not isinstance(client, JudgesSilence):
         ck.skip("JudgesSilence not declared")
@@ -137,7 +137,7 @@ async def judges_silence(ck: Check) -> None:
 
 
 async def other_wire_protocol(ck: Check) -> None:
-    """C6: check_protocol() for every protocol; a refused socket cannot bind."""
+    """C5: check_protocol() for every protocol; a refused socket cannot bind."""
     t = ck.target
     transport = t.transport
     if not isinstance(transport, OtherWireProtocol):
@@ -160,7 +160,7 @@ async def other_wire_protocol(ck: Check) -> None:
 
 
 async def kernel_socket_backed(ck: Check) -> None:
-    """C7: kernel_socket() is the socket used, and aclose() closes it."""
+    """C6: kernel_socket() is the socket used, and aclose() closes it."""
     client, server = await pair(ck)
     if not isinstance(client, KernelSocketBacked) or not isinstance(server, KernelSocketBacked):
         ck.skip("KernelSocketBacked not declared")
@@ -180,7 +180,7 @@ async def kernel_socket_backed(ck: Check) -> None:
 
 
 async def reports_write_wait(ck: Check) -> None:
-    """C8: waiting_for_room while idle, stalled, and after."""
+    """C7: waiting_for_room while idle, stalled, and after."""
     client, server = await pair(ck)
     if not isinstance(client, ReportsWriteWait):
         ck.skip("ReportsWriteWait not declared")
@@ -197,7 +197,7 @@ async def reports_write_wait(ck: Check) -> None:
 
 
 async def counts_unwritten(ck: Check) -> None:
-    """C9: unwritten_bytes() after a write_all() cut by a reset."""
+    """C8: unwritten_bytes() after a write_all() cut by a reset."""
     t = ck.target
     listener = await listen(ck)
     upstream = wire_address(listener.url)
@@ -232,7 +232,7 @@ async def counts_unwritten(ck: Check) -> None:
 
 
 async def discards_messages(ck: Check) -> None:
-    """C10: count_drops_with() and a clean exchange."""
+    """C9: count_drops_with() and a clean exchange."""
     client, server = await pair(ck)
     if not isinstance(server, DiscardsMessages):
         ck.skip("DiscardsMessages not declared")

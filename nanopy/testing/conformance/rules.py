@@ -98,17 +98,17 @@ RULES: tuple[Rule, ...] = (
     Rule("C3", "subscriptions", "PUB/SUB through the transport: a subscription made before the pipe, one made "
          "after it, and an unsubscribe take effect (a SubscriptionForwarding connection tells its peer)",
          _CAPS),
-    Rule("C5", "JudgesSilence", "silence_blamed() is None (or a str) and None after an ordinary close by the "
+    Rule("C4", "JudgesSilence", "silence_blamed() is None (or a str) and None after an ordinary close by the "
          "peer", _CAPS),
-    Rule("C6", "OtherWireProtocol", "check_protocol() accepts or refuses each protocol with AddressError (or "
+    Rule("C5", "OtherWireProtocol", "check_protocol() accepts or refuses each protocol with AddressError (or "
          "ProtocolError), and a refused socket cannot bind the scheme", _CAPS),
-    Rule("C7", "KernelSocketBacked", "kernel_socket() is the stream socket the connection uses (the two ends' "
+    Rule("C6", "KernelSocketBacked", "kernel_socket() is the stream socket the connection uses (the two ends' "
          "addresses match), and aclose() closes it", _CAPS),
-    Rule("C8", "ReportsWriteWait", "waiting_for_room is false while idle, true while a write waits for a peer "
+    Rule("C7", "ReportsWriteWait", "waiting_for_room is false while idle, true while a write waits for a peer "
          "that reads nothing, false again once the write is done", _CAPS),
-    Rule("C9", "CountsUnwritten", "after a write_all() cut by the peer's reset, unwritten_bytes() is None or "
+    Rule("C8", "CountsUnwritten", "after a write_all() cut by the peer's reset, unwritten_bytes() is None or "
          "the part of the chunk the kernel never took (0 < n <= len)", _CAPS),
-    Rule("C10", "DiscardsMessages", "count_drops_with() takes the counter, and a clean exchange counts no "
+    Rule("C9", "DiscardsMessages", "count_drops_with() takes the counter, and a clean exchange counts no "
          "drop", _CAPS),
 )
 
