@@ -9,7 +9,8 @@ copies of the parent's descriptors keep the parent's connections and listening p
 open after the parent has closed them.
 
 CPython's own modules (logging, random, threading, concurrent.futures) deal with this in
-``os.register_at_fork`` hooks; nanopy does it here, in one registration:
+``os.register_at_fork`` hooks; nanopy does it here, in one registration (through
+nanopy.platform: a system without ``fork``, Windows, has no child to reset):
 
 * **before** ``fork`` (parent): take every :func:`loading_lock` (the plug-in registries),
   so that no import of a protocol or transport is half done when the child is made (the
@@ -43,6 +44,8 @@ import weakref
 from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeVar
+
+from . import platform
 
 log = logging.getLogger("nanopy")
 
@@ -81,6 +84,7 @@ PROCESS_STATE: dict[str, str] = {
     "nanopy.metrics._recent_served": "reset_in_child: emptied",
     "nanopy.socket.series._counter_fields": "kept: a cache of dataclass fields, read only once filled",
     "nanopy.pipe.resend._wmem": "kept: the kernel's tcp_wmem ceiling, read once",
+    "nanopy.platform.portable._warned_no_ifaddr": "kept: the missing ifaddr package is reported once",
     "nanopy.socket.series._registry": "reset_in_child: emptied, the child's series start anew (it also checks its pid)",
     # Spark workers (the caches are keyed by os.getpid(): a child never uses the parent's entries)
     "nanopy.spark._source._receivers": "kept, keyed by pid: the parent's receivers are never used",
@@ -209,4 +213,4 @@ def _run_in_child(step: Callable[[], None]) -> None:
         log.exception("nanopy: resetting %r in a forked child failed", step)
 
 
-os.register_at_fork(before=_before, after_in_parent=_after_in_parent, after_in_child=_after_in_child)
+platform.register_at_fork(before=_before, after_in_parent=_after_in_parent, after_in_child=_after_in_child)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -12,11 +14,29 @@ from typing import Any
 import pytest
 
 import nanopy
+from nanopy import platform
 from nanopy.testing import local_url
 
+#: Python has Unix domain sockets here (not on Windows): ipc and zmtp+ipc
+UNIX_SOCKETS = hasattr(socket, "AF_UNIX")
 # Transports every socket-level test can run over.
-TRANSPORTS = ("tcp", "ipc", "inproc")
-STREAM_TRANSPORTS = ("tcp", "ipc")
+TRANSPORTS = ("tcp", "ipc", "inproc") if UNIX_SOCKETS else ("tcp", "inproc")
+STREAM_TRANSPORTS = ("tcp", "ipc") if UNIX_SOCKETS else ("tcp",)
+
+
+def needs_platform(capability: str) -> pytest.MarkDecorator:
+    """Skip where the platform backend cannot do ``capability`` (a field of
+    ``nanopy.platform.CAPABILITIES``: unacked_bytes, user_timeout, fork, unix_sockets);
+    NANOPY_BACKEND=portable turns them off on Linux too."""
+    return pytest.mark.skipif(
+        not getattr(platform.CAPABILITIES, capability),
+        reason=f"the {platform.NAME} platform backend on {sys.platform} has no {capability.replace('_', ' ')} "
+               "(docs/architecture.md, 'The platform layer')",
+    )
+
+
+#: tests of what only Linux has (/proc, network namespaces, Debian's tools)
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason=f"needs Linux, not {sys.platform}")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -28,6 +48,39 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "cluster: starts a Spark standalone cluster on loopback")
     config.addinivalue_line("markers", "fault: fault-injection tier; skip with -m 'not fault'")
     config.addinivalue_line("markers", "multihost: hosts in network namespaces (root); skip with -m 'not multihost'")
+
+
+_NO_UNIX = "ipc needs Unix domain sockets (no socket.AF_UNIX here)"
+#: what a test's code uses that only some systems have, and why it skips elsewhere
+_NEEDS_IN_SOURCE = (
+    (("ipc://", "ipc_url(", '"ipc"', "zmtp+ipc"), UNIX_SOCKETS, _NO_UNIX),
+    (("/proc/",), sys.platform.startswith("linux"), "reads /proc (Linux)"),
+    (("os.fork(",), hasattr(os, "fork"), "forks"),
+    (("fork_child(", "living_child("), hasattr(os, "pidfd_open"), "reaps a forked child by a pidfd (Linux)"),
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Off Linux, skip with the reason each test that needs what this system lacks: an ipc
+    parameter or address without AF_UNIX, /proc, fork with a pidfd (the CI workflow for
+    macOS and Windows, .github/workflows/ci.yml, relies on it). On Linux nothing changes."""
+    if sys.platform.startswith("linux"):
+        return
+    import inspect
+
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if not UNIX_SOCKETS and any(str(v).endswith("ipc") for v in params.values()):
+            item.add_marker(pytest.mark.skip(reason=f"{_NO_UNIX}, not on {sys.platform}"))
+            continue
+        try:
+            source = inspect.getsource(item.obj)  # type: ignore[attr-defined]
+        except (AttributeError, OSError, TypeError):
+            continue
+        for needles, available, reason in _NEEDS_IN_SOURCE:
+            if not available and any(needle in source for needle in needles):
+                item.add_marker(pytest.mark.skip(reason=f"{reason}, not on {sys.platform}"))
+                break
 
 
 def bind_url(transport: str, tag: str = "t") -> str:

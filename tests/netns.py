@@ -188,7 +188,9 @@ class Lan:
         _ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
         _ip("-n", self.switch, "link", "set", "br0", "up")
 
-    def add_host(self, name: str) -> Host:
+    def add_host(self, name: str, *, broadcast: bool = True) -> Host:
+        """A host wired to the switch; ``broadcast=False`` adds its address without a
+        broadcast address (``ip addr add`` with no ``brd``), as some systems do."""
         host = Host(self, name, len(self.hosts) + 1)
         self.hosts[name] = host
         _ip("netns", "add", host.netns)
@@ -197,7 +199,8 @@ class Lan:
             "netns", host.netns)
         _ip("-n", self.switch, "link", "set", host.port, "master", "br0")
         _ip("-n", self.switch, "link", "set", host.port, "up")
-        _ip("-n", host.netns, "addr", "add", f"{host.addr}/{PREFIX_LEN}", "brd", "+", "dev", "eth0")
+        brd = ["brd", "+"] if broadcast else []
+        _ip("-n", host.netns, "addr", "add", f"{host.addr}/{PREFIX_LEN}", *brd, "dev", "eth0")
         _ip("-n", host.netns, "link", "set", "eth0", "up")
         return host
 
@@ -242,9 +245,10 @@ class Lan:
 
 
 @contextmanager
-def lan(*names: str) -> Iterator[Lan]:
-    """A LAN with one host per name (``lan("client", "ny", "ldn")``), deleted afterwards."""
+def lan(*names: str, broadcast: bool = True) -> Iterator[Lan]:
+    """A LAN with one host per name (``lan("client", "ny", "ldn")``), deleted afterwards;
+    ``broadcast=False``: their addresses have no broadcast address set."""
     with Lan() as net:
         for name in names:
-            net.add_host(name)
+            net.add_host(name, broadcast=broadcast)
         yield net

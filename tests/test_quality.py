@@ -70,6 +70,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "spark": ("pyspark", "pyarrow", "py4j"),
     "prometheus": ("prometheus_client",),
     "otel": ("opentelemetry",),
+    "portable": ("ifaddr",),
 }
 _EVERY_EXTRA = tuple(name for names in EXTRAS.values() for name in names)
 

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 
 import pytest
-from conftest import wait_until
+from conftest import needs_platform, wait_until
 from test_dead_peer import _sp_handshake, _stuck_listener, _ws_accept
 
 import nanopy
@@ -289,6 +289,7 @@ def _until_accounted(sender: nanopy.Socket, good: nanopy.Socket, count: int, has
     return got
 
 
+@needs_platform("unacked_bytes")
 @pytest.mark.parametrize("resend", [True, False], ids=["resend", "count"])
 @pytest.mark.parametrize("case", list(CASES), ids=[f"{p}-{t}" for p, t in CASES])
 def test_peer_reset_with_unread_data(case: tuple[str, str], resend: bool) -> None:
@@ -345,6 +346,7 @@ def test_peer_reset_with_unread_data(case: tuple[str, str], resend: bool) -> Non
         assert stats.lost_pipes_unacked == 1 and stats.lost_unacked_bytes > 0
 
 
+@needs_platform("unacked_bytes")
 @pytest.mark.parametrize("scheme", ["tcp", "ws", "tls+tcp", "wss", "zmtp+tcp"])
 def test_a_peer_that_got_everything_and_left_gets_nothing_again(scheme: str) -> None:
     """Every stream transport over TCP keeps a log (TLS with a record's slack), and a

@@ -32,7 +32,7 @@ class Pipe:
 
     #: how a snapshot of a pipe driver is taken: set by the socket layer
     #: (nanopy/socket/observe.py) when it loads, so this value type needs nothing above it
-    snapshot: ClassVar[Callable[[Any], PipeStats]]
+    _snapshot: ClassVar[Callable[[Any], PipeStats]]
 
     def __init__(self, pid: int, remote_address: str, endpoint: Any) -> None:
         self.id = pid
@@ -47,7 +47,7 @@ class Pipe:
         Returns:
             A frozen :class:`PipeStats`; a pipe that is gone keeps its last counts.
         """
-        return Pipe.snapshot(self._driver)
+        return Pipe._snapshot(self._driver)
 
     def close(self) -> None:
         """Close this pipe only; a dialer will reconnect."""

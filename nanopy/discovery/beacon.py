@@ -20,14 +20,13 @@ import os
 import select
 import socket
 import struct
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .. import _fork
+from .. import _fork, platform
 from ..transports.tcp import sockaddr_host
 
 log = logging.getLogger("nanopy.discovery")
@@ -140,53 +139,22 @@ def new_instance_id() -> bytes:
     return os.urandom(8)
 
 
-# -- where beacons go: this host's interfaces, from the kernel ------------------------------------
-
-_SIOCGIFFLAGS, _SIOCGIFBRDADDR = 0x8913, 0x8919  # Linux ioctls
-_IFF_UP, _IFF_BROADCAST, _IFF_LOOPBACK, _IFF_MULTICAST = 0x1, 0x2, 0x8, 0x1000
-
-
-def _ifreq(sock: socket.socket, request: int, name: str) -> bytes:
-    import fcntl
-
-    return fcntl.ioctl(sock.fileno(), request, struct.pack("256s", name.encode()[:15]))
-
+# -- where beacons go: this host's interfaces (nanopy.platform) -----------------------------------
 
 def interface_broadcasts() -> list[tuple[str, str]]:
-    """``(interface, IPv4 broadcast address)`` of every up, non-loopback interface that has one.
-
-    Read from the kernel (``if_nameindex`` + ``SIOCGIFFLAGS``/``SIOCGIFBRDADDR``);
-    Linux only: elsewhere the list is empty and callers fall back to 255.255.255.255.
-    """
-    if not sys.platform.startswith("linux"):
-        return []
-    found = []
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        for _, name in socket.if_nameindex():
-            try:
-                flags = struct.unpack_from("H", _ifreq(probe, _SIOCGIFFLAGS, name), 16)[0]
-                if flags & _IFF_LOOPBACK or not flags & _IFF_UP or not flags & _IFF_BROADCAST:
-                    continue
-                address = socket.inet_ntoa(_ifreq(probe, _SIOCGIFBRDADDR, name)[20:24])
-            except OSError:  # no IPv4 address on it, or it vanished meanwhile
-                continue
-            if address != "0.0.0.0":
-                found.append((name, address))
-    return found
+    """``(interface, IPv4 broadcast address)`` of every up, non-loopback interface with an
+    IPv4 address (nanopy.platform); an interface with no broadcast address set (an
+    address added without ``brd``) gets the one its address and netmask imply.
+    Empty when none is found: callers fall back to 255.255.255.255."""
+    found: dict[tuple[str, str], None] = {}  # (in order, each once: two addresses of one subnet share it)
+    for interface in platform.ipv4_interfaces():
+        found[(interface.name, interface.broadcast)] = None
+    return list(found)
 
 
 def ipv6_link_interfaces() -> list[tuple[str, int]]:
     """``(interface, index)`` of every non-loopback interface with an IPv6 link-local address."""
-    try:
-        with open("/proc/net/if_inet6") as table:
-            rows = [line.split() for line in table]
-    except OSError:
-        return []
-    found = {}
-    for row in rows:  # address, index (hex), prefix length, scope, flags, name
-        if len(row) == 6 and row[3] == "20" and row[5] != "lo":  # scope 0x20: link
-            found[row[5]] = int(row[1], 16)
-    return sorted(found.items())
+    return platform.ipv6_link_interfaces()
 
 
 def beacon_targets(port: int, to: Iterable[str] | None, ipv6: bool = False) -> list[tuple[Any, ...]]:

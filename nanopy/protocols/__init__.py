@@ -25,15 +25,15 @@ from ..core.base import FairQueuing as FairQueuing
 from ..core.base import LoadBalancer as LoadBalancer
 from ..core.base import LoadBalancing as LoadBalancing
 from ..core.base import PipeInfo as PipeInfo
-from ._registry import protocols as _registry
+from ._registry import protocols as _registered
 
 
 def register(name: str, core: type[Core], *, override: bool = False) -> None:
     """Register a protocol core class under ``name`` for ``nanopy.Socket(name)``."""
-    _registry.register(name, core, override=override)
+    _registered.register(name, core, override=override)
 
 
 def get(name: str) -> type[Core]:
     """The core class registered as ``name`` (raises ``ValueError`` naming the known ones)."""
-    core: type[Core] = _registry.get(name)
+    core: type[Core] = _registered.get(name)
     return core

@@ -102,4 +102,4 @@ def socket_stats(sock: Socket) -> SocketStats:
     )
 
 
-Pipe.snapshot = pipe_stats  # (the user-visible Pipe is a core value type: see its docstring)
+Pipe._snapshot = pipe_stats  # (the user-visible Pipe is a core value type: see its docstring)

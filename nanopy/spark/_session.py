@@ -7,6 +7,8 @@ import sys
 import tempfile
 from typing import Any
 
+from .. import platform
+
 _LOG4J2 = """\
 rootLogger.level = warn
 rootLogger.appenderRef.stderr.ref = console
@@ -30,7 +32,7 @@ logger.microbatch.level = error
 
 def quiet_conf_dir() -> str:
     """A SPARK_CONF_DIR holding a log4j2.properties that logs warnings and up only."""
-    path = os.path.join(tempfile.gettempdir(), f"nanopy-spark-conf-{os.getuid()}-v6")
+    path = os.path.join(tempfile.gettempdir(), f"nanopy-spark-conf-{platform.user_tag()}-v6")
     os.makedirs(path, exist_ok=True)
     target = os.path.join(path, "log4j2.properties")
     if not os.path.exists(target):

@@ -28,7 +28,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from .. import _fork
+from .. import _fork, platform
 from . import _options as opt
 from ._logfmt import use_spark_format
 from ._receiver import Limits, Receiver, open_socket
@@ -208,7 +208,7 @@ def _check_reader(reader: Any, options: dict[str, str], schema: StructType, role
 def _lock_dir() -> str:
     import tempfile
 
-    path = os.path.join(tempfile.gettempdir(), f"nanopy-spark-sources-{os.getuid()}")
+    path = os.path.join(tempfile.gettempdir(), f"nanopy-spark-sources-{platform.user_tag()}")
     os.makedirs(path, exist_ok=True)
     return path
 
@@ -221,7 +221,6 @@ def claim_pull_source(urls: list[str], mode: str, wait: float) -> Any:
     per address list, held by the receiving process, tells the second query; it
     is freed by the kernel when the first query's process ends, and a restarting
     query waits ``wait`` seconds for its predecessor to go."""
-    import fcntl
     import hashlib
 
     key = hashlib.blake2b(("|".join(sorted(urls)) + "|" + mode).encode(), digest_size=8).hexdigest()
@@ -229,7 +228,7 @@ def claim_pull_source(urls: list[str], mode: str, wait: float) -> Any:
     deadline = time.monotonic() + wait
     while True:
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            platform.lock_file(lock, wait=False)
             lock.seek(0)
             lock.truncate()
             lock.write(f"{os.getpid()}\n")

@@ -16,7 +16,6 @@ understands: ``hdfs://namenode:8020/dir``, ``s3://bucket/dir`` (credentials and
 
 from __future__ import annotations
 
-import fcntl
 import os
 import secrets
 import shutil
@@ -25,7 +24,7 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
-from .. import _fork
+from .. import _fork, platform
 from ._options import SourceOptionError
 
 _ATOMIC_PUT = ("s3", "gcs", "abfs")
@@ -223,11 +222,7 @@ def _write_local(root: str, name: str, batch: pa.RecordBatch) -> tuple[str, int]
         size = f.tell()
         os.fsync(f.fileno())
     os.replace(tmp, final)
-    fd = os.open(root, os.O_RDONLY)
-    try:
-        os.fsync(fd)  # the rename itself is durable
-    finally:
-        os.close(fd)
+    platform.fsync_directory(root)  # the rename itself is durable
     return final, size
 
 
@@ -258,7 +253,7 @@ class DefaultSpool(Spool):
         # Locked before it gets its name, so a sweep never sees it unlocked.
         os.makedirs(path + ".new")
         self._lock = open(os.path.join(path + ".new", ".lock"), "w")  # noqa: SIM115 - held for life
-        fcntl.flock(self._lock, fcntl.LOCK_EX)
+        platform.lock_file(self._lock, wait=True)
         os.rename(path + ".new", path)
         super().__init__(path)
 
@@ -277,7 +272,7 @@ def sweep_default_spools(base: str) -> int:
         path = os.path.join(base, name)
         try:
             with open(os.path.join(path, ".lock")) as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                platform.lock_file(lock, wait=False)
                 shutil.rmtree(path, ignore_errors=True)
                 removed += 1
         except OSError:

@@ -18,7 +18,7 @@ from ._base import Connection as Connection
 from ._base import Listener as Listener
 from ._base import PipeContext as PipeContext
 from ._base import Transport as Transport
-from ._registry import transports as _registry
+from ._registry import transports as _registered
 
 
 def register(scheme: str, transport: Transport | type[Transport], *, override: bool = False) -> None:
@@ -30,20 +30,20 @@ def register(scheme: str, transport: Transport | type[Transport], *, override: b
             lower-case URL scheme.
         TypeError: ``transport`` is not a :class:`Transport` (a class is instantiated).
     """
-    _registry.register(scheme, transport, override=override)
+    _registered.register(scheme, transport, override=override)
 
 
 def unregister(scheme: str) -> None:
     """Forget an in-process registration (built-ins and entry points stay)."""
-    _registry.unregister(scheme)
+    _registered.unregister(scheme)
 
 
 def get(scheme: str) -> Transport:
     """The transport for ``scheme`` (raises :class:`nanopy.AddressError` naming the known ones)."""
-    transport: Transport = _registry.get(scheme)
+    transport: Transport = _registered.get(scheme)
     return transport
 
 
 def schemes() -> list[str]:
     """Every scheme known: built-in, registered and installed plug-ins."""
-    return _registry.names()
+    return _registered.names()

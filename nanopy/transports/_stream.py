@@ -12,17 +12,14 @@ socket (:class:`SocketIO`), the TLS transport from a :class:`trio.SSLStream`.
 from __future__ import annotations
 
 import errno
-import fcntl
 import logging
 import math
 import socket
-import sys
-import termios
 from typing import Any, Protocol
 
 import trio
 
-from .. import _fork
+from .. import _fork, platform
 from ..core.errors import RemoteProtocolError
 from ..core.wire import (
     HEADER_SIZE,
@@ -52,43 +49,11 @@ _ONE_CONNECTION = frozenset(
 log = logging.getLogger("nanopy")
 
 
-def unacked_bytes(sock: Any) -> int | None:
-    """Bytes written to ``sock`` that its peer has not acknowledged (Linux SIOCOUTQ;
-    still right after the connection failed); None where the kernel does not say."""
-    outq = getattr(termios, "TIOCOUTQ", None)  # (SIOCOUTQ has the same number)
-    if outq is None or sock is None:
-        return None
-    try:
-        buf = fcntl.ioctl(sock.fileno(), outq, b"\0\0\0\0")
-    except (OSError, ValueError):
-        return None
-    return int.from_bytes(buf, sys.byteorder, signed=True)
-
-
-def unread_bytes(sock: Any) -> int:
-    """Bytes the peer sent that wait unread in ``sock``'s kernel buffer (FIONREAD;
-    0 where the kernel does not say)."""
-    if sock is None:
-        return 0
-    try:
-        buf = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
-    except (OSError, ValueError):
-        return 0
-    return int.from_bytes(buf, sys.byteorder, signed=True)
-
-
-def send_window_state(sock: Any) -> tuple[bool, bool] | None:
-    """``(closed, probing)`` for a TCP socket (Linux TCP_INFO): whether the peer's
-    receive window holds our data back (bytes queued, none in flight), and whether
-    a window probe is out unanswered; None where the kernel does not say."""
-    try:
-        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
-    except (OSError, AttributeError, ValueError):
-        return None
-    if len(info) < 28:
-        return None
-    in_flight = int.from_bytes(info[24:28], sys.byteorder)  # tcpi_unacked (segments)
-    return in_flight == 0 and bool(unacked_bytes(sock)), info[3] > 0  # (tcpi_probes)
+# The kernel's counters of a connection's socket, as the platform tells them (the pipe
+# side reads them through these names: nanopy/pipe/liveness.py, resend.py).
+unacked_bytes = platform.unacked_bytes
+unread_bytes = platform.unread_bytes
+send_window_state = platform.send_window_state
 
 
 def close_socket(sock: socket.socket) -> None:
@@ -409,7 +374,7 @@ async def _connect(sock: socket.socket, address: Any) -> None:
             sock.connect(address)
             return
         except BlockingIOError as exc:
-            if exc.errno != errno.EAGAIN or sock.family != socket.AF_UNIX:
+            if exc.errno != errno.EAGAIN or not platform.is_unix_socket(sock):
                 break  # in progress (EINPROGRESS)
             # A Unix listener's backlog is full (its accept is behind): a blocking
             # connect would wait for room, and so do we, trying again.

@@ -31,9 +31,10 @@ from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
 
 from ..core.errors import RemoteProtocolError, too_large
+from ..platform import unread_bytes
 from ._base import ChannelConnection, PipeContext
 from ._keepalive import MAX_UNANSWERED_PINGS, PONG_PATIENCE, PeerWatch
-from ._stream import SocketChannel, unread_bytes
+from ._stream import SocketChannel
 from ._ws_proto import (
     FRAGMENT_SIZE,
     FREE_FRAGMENTS,

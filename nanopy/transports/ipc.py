@@ -3,6 +3,9 @@
 Binding over a socket file left by a dead process reclaims it (we try to connect
 first; refused means stale); a live listener gives :class:`nanopy.AddressInUse`.
 The file is removed when the listener closes.
+
+Where Python offers no Unix domain sockets (``socket.AF_UNIX``: Windows' Python
+has none) bind and connect raise :class:`nanopy.AddressError` naming the platform.
 """
 
 from __future__ import annotations
@@ -11,16 +14,30 @@ import errno
 import os
 import socket
 import stat
+import sys
 
+from .. import platform
 from ..core.errors import AddressError, AddressInUse
 from ._base import Connection, Listener, PipeContext, Transport
 from ._stream import StreamConnection, StreamListener, connect_socket
 
-MAX_PATH = 107  # sun_path is 108 bytes on Linux, including the NUL
+MAX_PATH = platform.UNIX_PATH_MAX  # sun_path less its NUL: 107 bytes on Linux, 103 on macOS
+
+
+def unix_family(url: str) -> int:
+    """``socket.AF_UNIX``; an AddressError where this Python has no Unix domain sockets."""
+    family: int | None = getattr(socket, "AF_UNIX", None)
+    if family is None:
+        scheme = url.partition("://")[0]
+        raise AddressError(f"{url!r}: {scheme}:// needs Unix domain sockets, which Python on {sys.platform} "
+                           "does not offer (no socket.AF_UNIX); use tcp://127.0.0.1:PORT between processes, "
+                           "or inproc:// within one")
+    return family
 
 
 def ipc_path(url: str) -> str:
     scheme, _, path = url.partition("://")
+    unix_family(url)
     if not path:
         raise AddressError(f"{url!r}: ipc needs a path, e.g. {scheme}:///tmp/app.ipc")
     if "\x00" in path:
@@ -57,7 +74,7 @@ def _reclaim_stale(path: str, url: str) -> None:
         return
     if not stat.S_ISSOCK(st.st_mode):
         raise AddressInUse(errno.EADDRINUSE, f"{url}: {path} exists and is not a socket")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe = socket.socket(unix_family(url), socket.SOCK_STREAM)
     try:
         probe.connect(path)
     except ConnectionRefusedError:
@@ -81,7 +98,7 @@ class IpcTransport(Transport):
     async def listen(self, url: str, ctx: PipeContext) -> Listener:
         path = ipc_path(url)
         _reclaim_stale(path, url)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock = socket.socket(unix_family(url), socket.SOCK_STREAM)
         try:
             sock.bind(path)
             sock.listen(1024)
@@ -96,7 +113,7 @@ class IpcTransport(Transport):
 
     async def dial(self, url: str, ctx: PipeContext) -> Connection:
         path = ipc_path(url)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock = socket.socket(unix_family(url), socket.SOCK_STREAM)
         try:
             await connect_socket(sock, path, ctx.options.get("connect_timeout"))
         except BaseException:

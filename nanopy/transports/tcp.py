@@ -14,6 +14,7 @@ from typing import Any
 
 import trio
 
+from .. import platform
 from ..core.errors import AddressError, AddressInUse
 from ._base import Connection, Listener, PipeContext, Transport
 from ._stream import StreamConnection, StreamListener, connect_socket
@@ -119,7 +120,7 @@ def bind_tcp_socket(url: str, scheme: str) -> socket.socket:
         host = str(addr[0])
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        platform.reuse_listen_address(sock)  # (not SO_REUSEADDR on Windows: it would share a port in use)
         sock.bind((host or ("::" if family == socket.AF_INET6 else "0.0.0.0"), port))
         sock.listen(1024)
     except OSError as exc:
@@ -141,8 +142,9 @@ def keepalive_settings(timeout: float) -> tuple[int, int, int, int]:
     at which the peer has been silent for the user timeout. The kernel's timers are
     coarse, so from 3 s on the user timeout is one interval short of ``timeout``
     and the ticks land on it: a vanished peer is given up on within ``timeout``.
-    Without TCP_USER_TIMEOUT (other systems) ``idle + interval * count`` is the same
-    time. The kernel counts whole seconds: at least 2 s.
+    Without TCP_USER_TIMEOUT (other systems, nanopy.platform's portable backend)
+    ``idle + interval * count`` is the same time for an idle connection. The kernel
+    counts whole seconds: at least 2 s.
     """
     whole = max(2, int(timeout))
     if whole < 3:
@@ -164,12 +166,8 @@ def configure_tcp_socket(sock: socket.socket, ctx: PipeContext) -> None:
     if timeout is None:
         return
     idle, interval, count, user_timeout = keepalive_settings(timeout)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    for name, value in (("TCP_KEEPIDLE", idle), ("TCP_KEEPINTVL", interval), ("TCP_KEEPCNT", count),
-                        ("TCP_USER_TIMEOUT", user_timeout)):
-        option = getattr(socket, name, None)
-        if option is not None:  # (Linux has them all; other systems some)
-            sock.setsockopt(socket.IPPROTO_TCP, option, value)
+    platform.set_keepalive(sock, idle, interval, count)
+    platform.set_user_timeout(sock, user_timeout)  # (where the system has one: Linux)
 
 
 async def dial_tcp_socket(url: str, scheme: str, ctx: PipeContext) -> tuple[socket.socket, str]:

@@ -18,11 +18,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from ... import platform
 from ...core.errors import RemoteProtocolError
 from ...core.wire import other_wire
 from .._base import PipeContext
 from .._keepalive import PeerWatch, PongDebt
-from .._stream import StreamConnection, unread_bytes
+from .._stream import StreamConnection
 from . import _codec as codec
 from ._curve import Cipher
 from ._mechanisms import Mechanism, make_mechanism
@@ -98,7 +99,7 @@ class ZmtpConnection(StreamConnection):
             self.ttl = self._ttl_or_never = announced_ttl(timeout)
             self._watch = PeerWatch(timeout, lambda: self.last_heard, self._heartbeat, "ZMTP traffic",
                                     remote_address, sent=lambda: self.last_sent,
-                                    unread=lambda: unread_bytes(self._sock) > 0)
+                                    unread=lambda: platform.unread_bytes(self._sock) > 0)
             self.keepalive = self._watch.run
         self._ping_unwritten = False  # our last PING waits in the pipe's control slot
         self._pings_sent = 0
@@ -127,7 +128,7 @@ class ZmtpConnection(StreamConnection):
         return other_wire(data, "ZMTP", self._ipc_socket()) if first else None
 
     def _ipc_socket(self) -> bool:
-        return self._sock.family == socket.AF_UNIX
+        return platform.is_unix_socket(self._sock)
 
     _greeted = False
     _ttl_or_never = math.inf  # (``ttl`` where the write path reads it)
