@@ -14,7 +14,7 @@ import trio.testing
 
 from ...core.errors import AddressError, AddressInUse, RemoteProtocolError
 from ...transports import Connection
-from .harness import ENDED, GONE, connect, expect_end, listen, not_bytes, pair, receive_exactly, stall
+from .harness import ENDED, connect, expect_end, listen, not_bytes, pair, receive_exactly, stall
 from .proxy import wire_address
 from .target import PROMPT, Check
 
@@ -108,6 +108,7 @@ async def wrong_peer(ck: Check) -> None:
     listener = await listen(ck, t.context(dialer=False, protocol="pair"))
     accepted: list[Connection] = []
     outcome: dict[str, object] = {}
+    listener_done = trio.Event()
 
     async def listener_side() -> None:
         conn = await listener.accept()
@@ -118,6 +119,7 @@ async def wrong_peer(ck: Check) -> None:
             outcome["listener"] = "completed"
         except Exception as exc:  # noqa: BLE001 - judged below
             outcome["listener"] = exc
+        listener_done.set()
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(listener_side)
@@ -145,8 +147,7 @@ async def wrong_peer(ck: Check) -> None:
             nursery.cancel_scope.cancel()  # (the connection was refused before the listener saw it)
             return
         with ck.within(ck.timeout, "the listener's handshake with a peer of another protocol"):
-            while "listener" not in outcome:
-                await trio.sleep(0.001)
+            await listener_done.wait()
     ck.expect(outcome["listener"] != "completed", "a pair listener completed its handshake with a push dialer")
 
 

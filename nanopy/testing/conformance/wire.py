@@ -66,7 +66,6 @@ async def partial_writes(ck: Check) -> None:
 
 async def peer_eof(ck: Check) -> None:
     """T14: a graceful close, then a FIN and a RST between messages (wire transports)."""
-    t = ck.target
     client, server = await pair(ck)
     await client.send([b"one", b"two"])
     await close_quietly(client)
