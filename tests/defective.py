@@ -370,6 +370,13 @@ class SinkIgnoresPause(Defective):
         wrap(conn, "attach_sink", lambda attach: lambda sink, paused: attach(sink, lambda: False))
 
 
+class DeafToSubscriptions(Defective):
+    """C3: a filtering peer (ZMTP) never hears a subscription made after the pipe."""
+
+    def patch(self, conn: Connection) -> None:
+        conn.subscriptions_changed = lambda with_topics: None  # type: ignore[attr-defined]
+
+
 class ForgetsSilence(Defective):
     """C4: silence_blamed() blames every close."""
 
@@ -414,6 +421,16 @@ class DropsCountedAlways(Defective):
         conn.count_drops_with = lambda count: count("reply_without_request", 1)  # type: ignore[attr-defined]
 
 
+class NeverJudgesSilence(Defective):
+    """C10: keepalive never ends a silent peer's pipe."""
+
+    def patch(self, conn: Connection) -> None:
+        if getattr(conn, "keepalive", None) is not None:
+            async def keepalive(busy: Callable[[], bool]) -> None:
+                await trio.sleep_forever()
+            conn.keepalive = keepalive  # type: ignore[attr-defined]
+
+
 #: rule id -> (the defect, the transport it breaks)
 DEFECTS: dict[str, tuple[type[Defective], str]] = {
     "T1": (PortZeroKept, "tcp"), "T2": (CloseRaisesTwice, "tcp"), "T3": (DialNeverRefused, "tcp"),
@@ -422,7 +439,9 @@ DEFECTS: dict[str, tuple[type[Defective], str]] = {
     "T10": (SendNeverWaits, "tcp+zlib"), "T11": (SlowSendCancel, "tcp"), "T12": (WriteNowaitLies, "tcp"),
     "T13": (CloseRaisesOnSecondCall, "tcp+zlib"), "T14": (EofIsProtocolError, "tcp"), "T15": (CutIsEof, "tcp"),
     "T16": (NoSizeLimit, "tcp"), "T17": (EightPipesAtMost, "tcp"), "T18": (DialsOnce, "tcp"),
-    "C1": (ClosedFilenoKept, "tcp"), "C2": (SinkIgnoresPause, "inproc"), "C4": (ForgetsSilence, "tcp"),
+    "C1": (ClosedFilenoKept, "tcp"), "C2": (SinkIgnoresPause, "inproc"),
+    "C3": (DeafToSubscriptions, "zmtp+tcp"), "C4": (ForgetsSilence, "tcp"),
     "C5": (BadProtocolCheck, "tcp"), "C6": (WrongKernelSocket, "tcp"), "C7": (NeverWaitingForRoom, "tcp"),
     "C8": (UnwrittenZero, "tcp"), "C9": (DropsCountedAlways, "tcp"),
+    "C10": (NeverJudgesSilence, "zmtp+tcp"),
 }

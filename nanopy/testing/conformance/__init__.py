@@ -64,6 +64,7 @@ STEPS: dict[str, tuple[Step, ...]] = {
     "C7": (caps.reports_write_wait,),
     "C8": (caps.counts_unwritten,),
     "C9": (caps.discards_messages,),
+    "C10": (caps.peer_watching,),
 }
 
 

@@ -1,9 +1,12 @@
-"""Capability rules (C1-C9 but C3, which runs through sockets): a connection that
+"""Capability rules (C1-C10 but C3, which runs through sockets): a connection that
 declares a capability protocol of nanopy/transports/_base.py behaves as its
 docstring says. A capability not declared skips its rule.
 """
 
 from __future__ import annotations
+
+import errno
+from collections.abc import Awaitable, Callable
 
 import trio
 import trio.testing
@@ -19,10 +22,11 @@ from ...transports._base import (
     JudgesSilence,
     KernelSocketBacked,
     OtherWireProtocol,
+    PeerWatching,
     ReportsWriteWait,
     SinkAttachable,
 )
-from .harness import GONE, connect, expect_end, listen, not_bytes, pair, receive_exactly, stall
+from .harness import GONE, RawPipe, connect, expect_end, listen, not_bytes, pair, receive_exactly, stall
 from .proxy import CutProxy, wire_address
 from .target import PROMPT, Check
 from .wire import close_quietly
@@ -241,3 +245,48 @@ async def discards_messages(ck: Check) -> None:
     await client.send([b"one", b"two"])
     await receive_exactly(ck, server, [b"one", b"two"], "a clean exchange")
     ck.expect(not counted, f"a clean exchange counted drops: {counted}")
+
+
+#: dead_peer_timeout for rule C10 (short: the rule watches it run out)
+WATCH = 0.3
+
+
+async def peer_watching(ck: Check) -> None:
+    """C10: keepalive keeps a live peer, spares a busy pipe, ends a silent peer's."""
+    t = ck.target
+    listener = await listen(ck, t.context(dialer=False, dead_peer_timeout=WATCH))
+    client, server = await connect(ck, listener, ctx=t.context(dialer=True, dead_peer_timeout=WATCH))
+    if not isinstance(client, PeerWatching):
+        ck.skip("PeerWatching not declared")
+    keepalive = client.keepalive
+    if keepalive is None:
+        ck.fail("keepalive is None although dead_peer_timeout is set")
+    # (sleeps here are the behaviour under test: time passing with or without a peer)
+    async with trio.open_nursery() as nursery:
+        for conn in (client, server):
+            nursery.start_soon(RawPipe(conn).run)
+        await _keepalive_lives(ck, keepalive, lambda: False, "a live peer that answers")
+        nursery.cancel_scope.cancel()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(RawPipe(client).run)  # (the server reads and answers nothing from now on)
+        await _keepalive_lives(ck, keepalive, lambda: True, "a busy pipe whose peer is silent")
+        with ck.within(WATCH * 3 + PROMPT, "keepalive ending a silent peer's pipe"):
+            try:
+                await keepalive(lambda: False)
+            except TimeoutError as exc:
+                ck.expect(exc.errno == errno.ETIMEDOUT, f"keepalive raised TimeoutError with errno {exc.errno}, "
+                          "not ETIMEDOUT")
+            else:
+                ck.fail("keepalive returned while its peer was silent")
+        nursery.cancel_scope.cancel()
+
+
+async def _keepalive_lives(ck: Check, keepalive: Callable[[Callable[[], bool]], Awaitable[None]],
+                           busy: Callable[[], bool], what: str) -> None:
+    """``keepalive(busy)`` runs for twice the timeout without ending the pipe."""
+    with trio.move_on_after(WATCH * 2):
+        try:
+            await keepalive(busy)
+        except TimeoutError as exc:
+            ck.fail(f"keepalive ended the pipe of {what}: {exc}")
+        ck.fail(f"keepalive returned on {what}")

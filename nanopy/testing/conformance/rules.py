@@ -110,6 +110,9 @@ RULES: tuple[Rule, ...] = (
          "the part of the chunk the kernel never took (0 < n <= len)", _CAPS),
     Rule("C9", "DiscardsMessages", "count_drops_with() takes the counter, and a clean exchange counts no "
          "drop", _CAPS),
+    Rule("C10", "PeerWatching", "with dead_peer_timeout set, keepalive is a task that keeps a live peer for "
+         "twice the timeout, spares a busy pipe whose peer is silent, and ends a silent peer's pipe with "
+         "TimeoutError(ETIMEDOUT) within about the timeout", _CAPS),
 )
 
 RULES_BY_ID: dict[str, Rule] = {rule.id: rule for rule in RULES}
