@@ -26,8 +26,19 @@ from ...transports._base import (
     ReportsWriteWait,
     SinkAttachable,
 )
-from .harness import GONE, RawPipe, connect, expect_end, listen, not_bytes, pair, receive_exactly, stall
-from .proxy import CutProxy, wire_address
+from .harness import (
+    GONE,
+    RawPipe,
+    connect,
+    cut_listener,
+    expect_end,
+    listen,
+    not_bytes,
+    pair,
+    receive_exactly,
+    stall,
+    through_proxy,
+)
 from .target import PROMPT, Check
 from .wire import close_quietly
 
@@ -203,14 +214,9 @@ async def reports_write_wait(ck: Check) -> None:
 async def counts_unwritten(ck: Check) -> None:
     """C8: unwritten_bytes() after a write_all() cut by a reset."""
     t = ck.target
-    listener = await listen(ck)
-    upstream = wire_address(listener.url)
-    if upstream is None:
-        ck.skip("no wire to cut")
+    listener, upstream = await cut_listener(ck)
     async with trio.open_nursery() as nursery:
-        proxy = CutProxy(upstream)
-        await nursery.start(proxy.serve)
-        client, server = await connect(ck, listener, url=proxy.url)
+        client, server, proxy = await through_proxy(ck, nursery, listener, upstream)
         if not isinstance(server, CountsUnwritten) or not isinstance(server, ChannelConnection):
             ck.skip("CountsUnwritten not declared (on a ChannelConnection)")
         chunk = server.frame([t.payload(0, 32 << 20)])  # (more than the kernel buffers on the way)

@@ -14,6 +14,7 @@ import trio.testing
 
 from ...core.errors import MessageTooLarge, RemoteProtocolError
 from ...transports import ChannelConnection, Connection, Listener, PipeContext
+from .proxy import CutProxy, WireAddress, wire_address
 from .rules import RULES_BY_ID, ConformanceError
 from .target import Check
 
@@ -57,6 +58,26 @@ async def pair(ck: Check, **contexts: PipeContext) -> tuple[Connection, Connecti
     ``server`` and ``client`` give the two ends' contexts."""
     listener = await listen(ck, contexts.get("server"))
     return await connect(ck, listener, ctx=contexts.get("client"))
+
+
+async def cut_listener(ck: Check) -> tuple[Listener, WireAddress]:
+    """A listener whose connections a :class:`CutProxy` can cut (the rule is skipped
+    for an in-memory transport)."""
+    listener = await listen(ck)
+    upstream = wire_address(listener.url)
+    if upstream is None:
+        ck.skip("no wire to cut (an in-memory transport)")
+    return listener, upstream
+
+
+async def through_proxy(ck: Check, nursery: trio.Nursery, listener: Listener,
+                        upstream: WireAddress) -> tuple[Connection, Connection, CutProxy]:
+    """A connection to ``listener`` through a new proxy (served in ``nursery``):
+    ``(dialed, accepted, proxy)``."""
+    proxy = CutProxy(upstream)
+    await nursery.start(proxy.serve)
+    client, server = await connect(ck, listener, url=proxy.url)
+    return client, server, proxy
 
 
 def not_bytes(batch: object) -> str | None:

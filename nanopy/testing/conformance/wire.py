@@ -10,8 +10,20 @@ import trio.testing
 
 from ...core.errors import MessageTooLarge, RemoteProtocolError
 from ...transports import ChannelConnection, Connection
-from .harness import ENDED, GONE, connect, expect_end, listen, not_bytes, pair, receive_exactly, stall
-from .proxy import CutProxy, wire_address
+from .harness import (
+    ENDED,
+    GONE,
+    connect,
+    cut_listener,
+    expect_end,
+    listen,
+    not_bytes,
+    pair,
+    receive_exactly,
+    stall,
+    through_proxy,
+)
+from .proxy import wire_address
 from .target import PROMPT, Check
 
 
@@ -77,9 +89,7 @@ async def peer_eof(ck: Check) -> None:
         return  # (no wire to cut)
     for how in ("fin", "rst"):
         async with trio.open_nursery() as nursery:
-            proxy = CutProxy(upstream)
-            await nursery.start(proxy.serve)
-            client, server = await connect(ck, listener, url=proxy.url)
+            client, server, proxy = await through_proxy(ck, nursery, listener, upstream)
             await client.send([b"before the cut"])
             await receive_exactly(ck, server, [b"before the cut"], f"a payload before a {how.upper()}")
             proxy.cut(how)
@@ -96,16 +106,11 @@ async def _end_not_protocol_error(ck: Check, conn: Connection, what: str) -> Non
 async def cut_mid_message(ck: Check) -> None:
     """T15: a FIN or a RST inside a message: RemoteProtocolError, nothing delivered."""
     t = ck.target
-    listener = await listen(ck)
-    upstream = wire_address(listener.url)
-    if upstream is None:
-        ck.skip("no wire to cut (an in-memory transport)")
+    listener, upstream = await cut_listener(ck)
     body = t.payload(7, 100_000)
     for how in ("fin", "rst"):
         async with trio.open_nursery() as nursery:
-            proxy = CutProxy(upstream)
-            await nursery.start(proxy.serve)
-            client, server = await connect(ck, listener, url=proxy.url)
+            client, server, proxy = await through_proxy(ck, nursery, listener, upstream)
             proxy.hold()
             await client.send([body])
             with ck.within(ck.timeout, "the proxy holding the dialer's message"):
