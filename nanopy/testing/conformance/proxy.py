@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import trio
 
+#: Unix domain sockets (None where this Python has none: an ipc path has no wire to cut)
+UNIX: int | None = getattr(socket, "AF_UNIX", None)
 _HOST_PORT = re.compile(r"^(?P<scheme>[a-z][a-z0-9+.-]*)://(?P<host>\[[^\]]*\]|[^/:\[]*):(?P<port>\d+)(?P<rest>/.*)?$")
 
 
@@ -27,14 +29,14 @@ _HOST_PORT = re.compile(r"^(?P<scheme>[a-z][a-z0-9+.-]*)://(?P<host>\[[^\]]*\]|[
 class WireAddress:
     """Where a bound URL's listener is, for a proxy in front of it."""
 
-    family: socket.AddressFamily
+    family: int
     address: str | tuple[str, int]
     scheme: str
     rest: str = ""  # a ws path after host:port
 
     def url(self, proxy: str | tuple[str, int]) -> str:
         """The URL that reaches the listener through a proxy at ``proxy``."""
-        if self.family == socket.AF_UNIX:
+        if self.family == UNIX:
             return f"{self.scheme}://{proxy}"
         host = self.address[0]
         shown = f"[{host}]" if ":" in host else host
@@ -50,8 +52,8 @@ def wire_address(url: str) -> WireAddress | None:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         return WireAddress(family, (host, int(m.group("port"))), m.group("scheme"), m.group("rest") or "")
     scheme, sep, path = url.partition("://")
-    if sep and path.startswith("/"):
-        return WireAddress(socket.AF_UNIX, path, scheme)
+    if sep and path.startswith("/") and UNIX is not None:
+        return WireAddress(UNIX, path, scheme)
     return None
 
 
@@ -76,7 +78,7 @@ class CutProxy:
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         family = self.upstream.family
         with trio.socket.socket(family, socket.SOCK_STREAM) as lsock:
-            if family == socket.AF_UNIX:
+            if family == UNIX:
                 self._path = f"{tempfile.gettempdir()}/np-proxy-{os.getpid()}-{id(self)}.sock"
                 await lsock.bind(self._path)
             else:
@@ -93,7 +95,7 @@ class CutProxy:
             up = self._up = trio.socket.socket(family, socket.SOCK_STREAM)
             with up:
                 await up.connect(self.upstream.address)
-                if family != socket.AF_UNIX:  # (a released part goes out at once, not after an ACK)
+                if family != UNIX:  # (a released part goes out at once, not after an ACK)
                     for sock in (up, down):
                         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 async with trio.open_nursery() as nursery:

@@ -190,23 +190,23 @@ class Check:
         except BaseExceptionGroup as group:
             raise _first_verdict(group) from None
 
-    def closing(self, resource: Connection | Listener) -> None:
-        """Close ``resource`` when the check ends (quietly: rule T13 judges aclose)."""
-        self._closing.append(resource)
+    def closing(self, opened: Connection | Listener) -> None:
+        """Close ``opened`` when the check ends (quietly: rule T13 judges aclose)."""
+        self._closing.append(opened)
 
     async def _cleanup(self) -> None:
         """Close everything at once (a ws close waits for its peer's CLOSE: both ends
         closing together answer each other)."""
-        resources, self._closing = self._closing, []
+        opened, self._closing = self._closing, []
         with trio.CancelScope(shield=True), trio.move_on_after(CLEANUP):
             async with trio.open_nursery() as nursery:
-                for resource in resources:
-                    nursery.start_soon(_close_quietly, resource)
+                for each in opened:
+                    nursery.start_soon(_close_quietly, each)
 
 
-async def _close_quietly(resource: Connection | Listener) -> None:
+async def _close_quietly(opened: Connection | Listener) -> None:
     try:
-        await resource.aclose()
+        await opened.aclose()
     except Exception:  # noqa: BLE001, S110 - cleanup; T13 judges aclose itself
         pass
 
