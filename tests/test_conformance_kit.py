@@ -17,7 +17,7 @@ import pytest
 from defective import DEFECTS, Defective
 
 import nanopy.transports
-from nanopy.testing import check_transport
+from nanopy.testing import check_transport, free_port, local_url
 from nanopy.testing.conformance import RULES, RULES_BY_ID, STEPS, ConformanceError
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "transports.md"
@@ -124,3 +124,12 @@ def test_an_unbroken_variant_passes(base: str) -> None:
     finally:
         nanopy.transports.unregister(scheme)
     assert report.passed and set(report.passed) | set(report.skipped) == set(STEPS)
+
+
+@pytest.mark.parametrize("scheme", ["tcp", "ipc"])
+def test_a_given_url_is_bound_by_each_step(scheme: str) -> None:
+    """``url=`` (the kit's first keyword): each step binds it first; a second listener in
+    a step gets a fresh address."""
+    url = f"tcp://127.0.0.1:{free_port()}" if scheme == "tcp" else local_url("ipc", "given")
+    report = check_transport(scheme, url=url, skip=["C10"])
+    assert not set(STEPS) - {"C10"} - set(report.passed) - set(report.skipped)

@@ -168,7 +168,7 @@ async def other_wire_protocol(ck: Check) -> None:
     for name in refused[:2]:
         with Socket(name) as sock:
             try:
-                sock.bind(t.new_url("refused"), **t.bind_options)
+                sock.bind(ck.new_url("refused"), **t.bind_options)
             except NanopyError:
                 continue
             ck.fail(f"a {name} socket bound {t.scheme}:// although check_protocol refuses it")

@@ -31,7 +31,7 @@ async def listen(ck: Check, ctx: PipeContext | None = None, url: str | None = No
     """A listener on a fresh address (closed when the check ends)."""
     t = ck.target
     with ck.within(ck.timeout, "listen()"):
-        listener = await t.transport.listen(url or t.new_url(), ctx or t.context(dialer=False))
+        listener = await t.transport.listen(url or ck.new_url(), ctx or t.context(dialer=False))
     ck.closing(listener)
     return listener
 

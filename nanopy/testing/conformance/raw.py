@@ -22,7 +22,7 @@ from .target import PROMPT, Check
 async def addresses(ck: Check) -> None:
     """T1: the bound URL, check_url and check_dial_url."""
     t = ck.target
-    url = t.new_url("t1")
+    url = ck.new_url("t1")
     listener = await listen(ck, url=url)
     bound = listener.url
     ck.expect(isinstance(bound, str) and bound.startswith(t.scheme + "://"),

@@ -29,7 +29,7 @@ def bound_pair(ck: Check, protocol: str = "pair", peer: str | None = None,
         a = stack.enter_context(Socket(protocol, recv_timeout=t.timeout, send_timeout=t.timeout, **options))
         b = stack.enter_context(Socket(peer or protocol, recv_timeout=t.timeout, send_timeout=t.timeout,
                                        reconnect_interval=0.05, **options))
-        b.connect(a.bind(t.new_url("sock"), **t.bind_options).url, **t.connect_options)
+        b.connect(a.bind(ck.new_url("sock"), **t.bind_options).url, **t.connect_options)
         wait_pipes(ck, (a, b), 1, "a pipe after connect")
         yield a, b
 
@@ -114,7 +114,7 @@ def many_pipes(ck: Check) -> None:
     t = ck.target
     with ExitStack() as stack:
         rep = stack.enter_context(Socket("rep", recv_timeout=t.timeout, send_timeout=t.timeout))
-        url = rep.bind(t.new_url("many"), **t.bind_options).url
+        url = rep.bind(ck.new_url("many"), **t.bind_options).url
         reqs = [stack.enter_context(Socket("req", recv_timeout=t.timeout, send_timeout=t.timeout))
                 for _ in range(16)]
         for req in reqs:
@@ -160,7 +160,7 @@ def subscriptions(ck: Check) -> None:
         pub = stack.enter_context(Socket("pub", send_timeout=t.timeout))
         sub = stack.enter_context(Socket("sub", recv_timeout=t.timeout, reconnect_interval=0.05))
         sub.subscribe(b"a")
-        sub.connect(pub.bind(t.new_url("sub"), **t.bind_options).url, **t.connect_options)
+        sub.connect(pub.bind(ck.new_url("sub"), **t.bind_options).url, **t.connect_options)
         wait_pipes(ck, (pub, sub), 1, "a pipe after connect")
         _until_heard(ck, pub, sub, b"a", "a subscription made before the pipe")
         sub.subscribe(b"b")

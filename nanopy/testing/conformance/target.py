@@ -81,11 +81,13 @@ class Target:
     Attributes:
         scheme: the registered scheme.
         transport: its :class:`Transport`.
-        url: a fresh address to bind (``new_url()`` makes another).
+        url: the first address each step binds (``Check.new_url``).
         bind_options, connect_options: endpoint options (an ``ssl_context``...).
         timeout: seconds one step may take.
         buffer_limit: bytes a transport may take for a peer that reads nothing
             before the kit calls it unbounded (rule T10).
+        fixed_url: ``url`` was given: each step binds it first (a second listener
+            of the same step gets a fresh :func:`local_url`).
     """
 
     scheme: str
@@ -97,12 +99,6 @@ class Target:
     buffer_limit: int
     fixed_url: bool = False
     _block: bytes = field(default=b"", repr=False)
-
-    def new_url(self, tag: str = "kit") -> str:
-        """An address to bind: the given ``url`` once, else a fresh :func:`local_url`."""
-        if self.fixed_url:
-            return self.url
-        return local_url(self.scheme, tag)
 
     def context(self, *, dialer: bool, protocol: str = "pair", recv_max_size: int = 1 << 20,
                 **options: Any) -> PipeContext:
@@ -142,6 +138,15 @@ class Check:
         self.rule = rule
         self.timeout = target.timeout
         self._closing: list[Connection | Listener] = []
+        self._fixed_left = target.fixed_url
+
+    def new_url(self, tag: str = "kit") -> str:
+        """An address to bind: a given ``url`` for the step's first listener, else a
+        fresh :func:`local_url`."""
+        if self._fixed_left:
+            self._fixed_left = False
+            return self.target.url
+        return local_url(self.target.scheme, tag)
 
     # -- verdicts ------------------------------------------------------------------
     def fail(self, detail: str) -> NoReturn:
