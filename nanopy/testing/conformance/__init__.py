@@ -94,9 +94,10 @@ def check_transport(
 
     Args:
         scheme: the registered scheme to check (``nanopy.transports.schemes()``).
-        url: the address to bind; default a fresh :func:`local_url` for each step
-            (``scheme://127.0.0.1:0`` for host:port schemes). A fixed ``url`` is
-            bound by one step at a time.
+        url: the address to bind; default a fresh :func:`local_url` for each
+            listener (``scheme://127.0.0.1:0`` for host:port schemes). A given
+            ``url`` is bound by each step's first listener (one step at a time);
+            a second listener of the same step gets a fresh :func:`local_url`.
         bind_options, connect_options: endpoint options, e.g. an ``ssl_context``;
             they reach the transport in ``PipeContext.options`` as a socket's would.
         timeout: seconds one step may take (a cancellation or a close gets 2 s).
