@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import trio
 
+from ... import platform
+
 #: Unix domain sockets (None where this Python has none: an ipc path has no wire to cut)
 UNIX: int | None = getattr(socket, "AF_UNIX", None)
 _HOST_PORT = re.compile(r"^(?P<scheme>[a-z][a-z0-9+.-]*)://(?P<host>\[[^\]]*\]|[^/:\[]*):(?P<port>\d+)(?P<rest>/.*)?$")
@@ -112,10 +114,15 @@ class CutProxy:
             await self._grew.wait()
 
     async def release(self, n: int) -> None:
-        """Forward the first ``n`` held bytes to the listener, in one write."""
-        assert self._up is not None
+        """Forward the first ``n`` held bytes to the listener, in one write, and wait
+        until its kernel has them (a RST would make it drop what it holds unread)."""
+        up = self._up
+        assert up is not None
         data, self.held[:n] = bytes(self.held[:n]), b""
-        await _send_all(self._up, data)
+        await _send_all(up, data)
+        # (the kernel's count has no event to wait for: poll it; unknown counts as 0)
+        while (platform.unacked_bytes(up) or 0) > 0:  # noqa: ASYNC110
+            await trio.sleep(0.001)
 
     def cut(self, how: str) -> None:
         """End the listener's side: ``"fin"`` (shutdown) or ``"rst"`` (SO_LINGER 0, close)."""

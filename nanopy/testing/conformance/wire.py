@@ -118,7 +118,8 @@ async def cut_mid_message(ck: Check) -> None:
             outcome: list[BaseException | list[bytes]] = []
             ended = trio.Event()
             nursery.start_soon(_receive_once, server, outcome, ended)
-            await proxy.release(len(body) // 4)
+            with ck.within(ck.timeout, "the listener's end taking a quarter of a message"):
+                await proxy.release(len(body) // 4)
             # (the receiver reads the part before the cut: a RST would make the kernel drop it)
             await trio.testing.wait_all_tasks_blocked(0.01)
             proxy.cut(how)
