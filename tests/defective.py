@@ -247,20 +247,41 @@ class SendNeverWaits(Defective):
         conn.send = send  # type: ignore[method-assign]
 
 
-class SlowSendCancel(Defective):
-    """T11: a cancelled send() lingers for 3 s before it ends."""
+class WriteAllHoards(Defective):
+    """T10 on a channel's own path: send() still waits, but write_all() -- what the
+    pipe uses -- never does; what the kernel refuses piles up in memory."""
 
     def patch(self, conn: Connection) -> None:
-        def make(send: Any) -> Any:
-            async def broken(payloads: list[bytes]) -> None:
+        hoard = bytearray()
+        write_nowait, waiting_write_all = conn.write_nowait, conn.write_all  # type: ignore[attr-defined]
+
+        async def write_all(chunk: Any) -> None:
+            hoard.extend(chunk)
+            del hoard[:write_nowait(bytes(hoard[:1 << 20]))]
+            await trio.lowlevel.checkpoint()
+
+        async def send(payloads: list[bytes]) -> None:  # (the original, waiting path)
+            await waiting_write_all(conn.frame(payloads))  # type: ignore[attr-defined]
+
+        conn.write_all = write_all  # type: ignore[attr-defined]
+        conn.send = send  # type: ignore[method-assign]
+
+
+class SlowSendCancel(Defective):
+    """T11: a cancelled write (a channel's write_all: what send and the pipe use)
+    lingers for 3 s before it ends."""
+
+    def patch(self, conn: Connection) -> None:
+        def make(write_all: Any) -> Any:
+            async def broken(chunk: Any) -> None:
                 try:
-                    await send(payloads)
+                    await write_all(chunk)
                 except trio.Cancelled:
                     with trio.CancelScope(shield=True):
                         await trio.sleep(3)
                     raise
             return broken
-        wrap(conn, "send", make)
+        wrap(conn, "write_all", make)
 
 
 class WriteNowaitLies(Defective):

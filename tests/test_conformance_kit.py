@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from defective import DEFECTS, Defective
+from defective import DEFECTS, Defective, WriteAllHoards
 
 import nanopy.transports
 from nanopy.testing import check_transport, free_port, local_url
@@ -94,6 +94,16 @@ def test_the_issues_planted_defects_fail_the_whole_kit(planted: str) -> None:
     with pytest.raises(ConformanceError) as caught:
         check_transport(f"kit-{planted.lower()}", keep_going=True, timeout=1.5, buffer_limit=8 << 20)
     assert planted in {f.rule.id for f in caught.value.failures}
+
+
+def test_a_channel_whose_write_all_never_waits_fails_t10() -> None:
+    """The pipe writes a channel through write_all, not send: T10 stalls that path."""
+    nanopy.transports.register("kit-hoard", WriteAllHoards("kit-hoard", "tcp"))
+    try:
+        with pytest.raises(ConformanceError, match=r"^\[T10 stalled reader\] kit-hoard: .*unbounded memory"):
+            check_transport("kit-hoard", rules=["T10"], timeout=3)
+    finally:
+        nanopy.transports.unregister("kit-hoard")
 
 
 def test_docs_list_every_rule() -> None:

@@ -80,6 +80,15 @@ async def through_proxy(ck: Check, nursery: trio.Nursery, listener: Listener,
     return client, server, proxy
 
 
+async def write(conn: Connection, payloads: list[bytes]) -> None:
+    """Write ``payloads`` the way a pipe does: a channel through ``frame`` and
+    ``write_all`` (its own ``send`` may differ), any other connection by ``send``."""
+    if isinstance(conn, ChannelConnection):
+        await conn.write_all(conn.frame(payloads))
+    else:
+        await conn.send(payloads)
+
+
 def not_bytes(batch: object) -> str | None:
     """Why ``batch`` is not a list of exactly-bytes payloads, or None."""
     if not isinstance(batch, list):
@@ -166,7 +175,7 @@ async def stall(ck: Check, nursery: trio.Nursery, conn: Connection, size: int = 
         try:
             while len(state.sent) * size <= t.buffer_limit:
                 state.pending = [t.payload(index, size)]
-                await conn.send(state.pending)
+                await write(conn, state.pending)
                 state.sent += state.pending
                 state.pending = []
                 index += 1
