@@ -64,7 +64,7 @@ PROCESS_STATE: dict[str, str] = {
     "nanopy.socket.pipes._pipe_ids": "kept: ids stay unique within each process",
     "nanopy.socket.socket._socket_serials": "kept: serials stay unique within each process",
     "nanopy.socket.socket._OPTION_NAMES": "filled at import, read only",
-    "nanopy.testing.conformance._counter": "kept: names also carry the pid",
+    "nanopy.testing.conformance.target._counter": "kept: names also carry the pid",
     "nanopy.testing._counter": "kept: names also carry the pid",
     "nanopy.pipe.driver.handed_over": "kept: matched by identity with the chunk in hand, a stale slot only costs a sum",
     # registries

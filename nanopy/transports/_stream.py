@@ -122,7 +122,7 @@ class SocketIO:
         except BaseException:
             self._unwritten = len(view)  # (what a dead pipe's driver may still send elsewhere)
             raise
-        await trio.lowlevel.checkpoint()
+        await trio.lowlevel.cancel_shielded_checkpoint()  # (done: a cancel here would lose or hide it)
 
     async def _recv_some(self, size: int) -> bytes:
         """Read up to ``size`` bytes, waiting for readability as needed.
@@ -145,8 +145,9 @@ class SocketIO:
                 continue
             self._drained = len(data) < size
             if not waited:
-                # Data was already there: still give other tasks a turn.
-                await trio.lowlevel.checkpoint()
+                # Data was already there: still give other tasks a turn, but not a
+                # cancellation point (a cancel here would lose what recv took).
+                await trio.lowlevel.cancel_shielded_checkpoint()
             return data
 
     async def aclose(self) -> None:
@@ -417,7 +418,7 @@ class SocketChannel(SocketIO):
             except (BlockingIOError, InterruptedError):
                 await trio.lowlevel.wait_readable(sock)
                 continue
-            await trio.lowlevel.checkpoint()
+            await trio.lowlevel.cancel_shielded_checkpoint()  # (a cancel here would lose the bytes read)
             return memoryview(buf)[:n]
 
     def send_nowait(self, data: bytes | memoryview) -> int:

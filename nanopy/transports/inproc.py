@@ -86,7 +86,7 @@ class _Inbox:
         while True:
             n = self.put_nowait(items)
             if n == len(items):
-                await trio.lowlevel.checkpoint()
+                await trio.lowlevel.cancel_shielded_checkpoint()  # (done: a cancel here would lose or hide it)
                 return
             items = items[n:]
             with self._lock:
@@ -119,7 +119,7 @@ class _Inbox:
             await event.wait()
         if waiter is not None:
             _wake(waiter)
-        await trio.lowlevel.checkpoint()
+        await trio.lowlevel.cancel_shielded_checkpoint()  # (done: a cancel here would lose or hide it)
         return items
 
     def close(self) -> None:
@@ -229,6 +229,7 @@ class InprocTransport(Transport):
         return listener
 
     async def dial(self, url: str, ctx: PipeContext) -> Connection:
+        await trio.lowlevel.checkpoint()  # (before the offer: a cancel after it would strand the listener's end)
         listener = _registry.get(_name(url))
         if listener is None:
             raise ConnectionRefusedError(f"{url}: no inproc listener")
@@ -241,7 +242,6 @@ class InprocTransport(Transport):
         mine = InprocConnection(to_dialer, to_listener, url)
         theirs = InprocConnection(to_listener, to_dialer, url)
         listener.offer(theirs)
-        await trio.lowlevel.checkpoint()
         return mine
 
 

@@ -121,6 +121,10 @@ class StreamChannel:
             failure = _tls_failure(exc)
             if failure is not None:  # e.g. the server's alert refusing our certificate (TLS 1.3)
                 raise RemoteProtocolError(f"TLS error from {self._describe}: {failure}") from None
+            incoming = getattr(self.stream, "_incoming", None)  # (trio keeps a record's start here)
+            if incoming is not None and incoming.pending:  # a reset cuts a record as an EOF does
+                raise RemoteProtocolError(f"connection reset in the middle of a TLS record from "
+                                          f"{self._describe}: {exc.__cause__ or exc}") from None
             raise ConnectionResetError(f"TLS stream broken: {exc.__cause__ or exc}") from None
 
     async def send_all(self, data: bytes | memoryview) -> None:

@@ -90,8 +90,15 @@ class ZlibConnection(Connection):
             if self._inflate.unconsumed_tail:
                 self._feed(b"")
                 continue
-            chunk = await self._stream.receive_some(READ_SIZE)
+            try:
+                chunk = await self._stream.receive_some(READ_SIZE)
+            except (trio.BrokenResourceError, OSError) as exc:
+                if self._buf:  # a reset cuts a message as an EOF does
+                    raise RemoteProtocolError(f"connection reset in the middle of a message: {exc}") from None
+                raise
             if not chunk:
+                if self._buf or self._inflate.unconsumed_tail:
+                    raise RemoteProtocolError("peer closed in the middle of a message")
                 raise EOFError("peer closed the connection")
             self._feed(chunk)
 
