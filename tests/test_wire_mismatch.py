@@ -148,10 +148,15 @@ def test_a_pyzmq_users_2_mib_message(make_socket: MakeSocket, caplog: pytest.Log
     push.linger = 0
     push.connect(pull.bind("zmtp+tcp://127.0.0.1:0").url.removeprefix("zmtp+"))
     big = b"z" * (2 << 20)
+    wait_until(lambda: len(pull.pipes) == 1, what="libzmq's connection")
+    first = pull.pipes[0].id
     push.send(big)
     wait_until(lambda: "peer sent a 2097152-byte frame; recv_max_size is 1048576 (set the socket's "
                "recv_max_size" in warnings_of(caplog, "zpull"), what="the 2 MiB message refused, logged")
     assert pull.stats().messages_too_large == 1
     pull.recv_max_size = 4 << 20
-    push.send(big)  # (libzmq reconnects; the new pipe takes the new limit)
+    # libzmq reconnects and the new pipe takes the new limit; a message libzmq wrote into the
+    # closed connection before it saw the close would be lost, so send once the new one is up
+    wait_until(lambda: [p.id for p in pull.pipes if p.id != first] != [], what="libzmq back")
+    push.send(big)
     assert pull.recv() == big
