@@ -41,7 +41,7 @@ from .observe import PipeList, socket_stats
 from .pipes import PipeHosting
 from .poller import Pollable
 from .requests import RequestMethods
-from .util import ClosingContext, run_in_worker_thread
+from .util import ClosingContext, async_twin_of, run_in_worker_thread
 
 log = logging.getLogger("nanopy")
 
@@ -306,6 +306,7 @@ class Socket(Messaging, PipeHosting, RequestMethods, MultipartMixin, Pollable, O
         if timeout == 0 or not self._engine.run(self._await_written, timeout):
             raise Timeout(self._still_queued(timeout))
 
+    @async_twin_of(flush)
     async def aflush(self, timeout: float | None = None) -> None:
         """Async :meth:`flush` for trio and asyncio tasks: the wait runs in a worker
         thread of the caller's loop. Cancelling it stops the wait, not the writes."""
