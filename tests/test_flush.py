@@ -149,3 +149,12 @@ def test_wait_for_pipes_refuses_a_bad_count(count: object) -> None:
     sock = nanopy.Socket("push")
     with closing(sock), pytest.raises(ValueError, match="count"):
         sock.wait_for_pipes(count)  # type: ignore[arg-type]
+
+
+def test_wait_for_pipes_refuses_a_bad_timeout() -> None:
+    sock = nanopy.Socket("push")
+    with closing(sock):
+        with pytest.raises(ValueError, match="timeout"):
+            sock.wait_for_pipes(1, timeout=-1)
+        with pytest.raises(TypeError, match="timeout"):
+            sock.wait_for_pipes(1, timeout="1")  # type: ignore[arg-type]

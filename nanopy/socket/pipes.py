@@ -82,6 +82,9 @@ class PipeHosting:
 
         def _with_topics(self, use: Callable[[frozenset[bytes]], None]) -> None: ...
 
+        @staticmethod
+        def _timeout(timeout: Any, default: float | None) -> float | None: ...
+
     # -- endpoints ---------------------------------------------------------------
     @property
     def _engine(self) -> _engine.Engine:
@@ -271,12 +274,12 @@ class PipeHosting:
             Timeout: fewer than ``count`` pipes when ``timeout`` ran out; the message
                 names the socket's endpoints.
             Closed: the socket is or gets closed.
+            ValueError: a negative ``count`` or ``timeout``.
+            TypeError: a ``timeout`` that is not a number.
         """
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise ValueError(f"count must be an int >= 0, got {count!r}")
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                    or timeout < 0):
-            raise ValueError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
+        timeout = self._timeout(timeout, None)  # (Messaging's check: TypeError, ValueError)
         self._driver.check_open()
 
         def ready() -> bool:

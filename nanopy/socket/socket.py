@@ -298,6 +298,8 @@ class Socket(Messaging, PipeHosting, RequestMethods, MultipartMixin, Pollable, O
             Timeout: messages were still queued when ``timeout`` ran out.
             Closed: the socket is closed.
             RuntimeError: called on the engine thread (from a pipe callback).
+            ValueError: a negative ``timeout``.
+            TypeError: a ``timeout`` that is not a number.
         """
         timeout = self._timeout(timeout, None)
         self._check_open()
@@ -328,7 +330,7 @@ class Socket(Messaging, PipeHosting, RequestMethods, MultipartMixin, Pollable, O
     async def _await_written(self, timeout: float | None) -> bool:
         """Engine side of :meth:`flush`: True once the pipes of the call's time wrote all."""
         with trio.move_on_after(math.inf if timeout is None else timeout):
-            for pipe in list(self._driver.pipe_drivers()):
+            for pipe in self._driver.pipe_drivers():
                 await pipe.wait_flushed()
             return True
         return False
