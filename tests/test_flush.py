@@ -22,10 +22,12 @@ import nanopy
 pytestmark = pytest.mark.usefixtures("no_nanopy_errors")
 
 
-@pytest.fixture(params=[*ALL_TRANSPORTS, "zmtp+tcp"])
+@pytest.fixture(params=[*ALL_TRANSPORTS, "zmtp+tcp", "zmtp+ipc"])
 def where(request: pytest.FixtureRequest) -> Place:
     if request.param == "zmtp+tcp":
         return Place("zmtp+tcp", f"zmtp+tcp://127.0.0.1:{free_tcp_port()}")
+    if request.param == "zmtp+ipc":
+        return Place("zmtp+ipc", "zmtp+" + place("ipc", "flush").url)
     return place(request.param, "flush")
 
 
@@ -57,6 +59,47 @@ def test_flush_waits_for_a_stalled_reader_and_returns_once_it_drains(where: Plac
         reader.join(10)
         assert not reader.is_alive()
         assert len(got) >= queued, "every message queued before the flush arrived"
+
+
+def test_a_pipe_that_closes_during_flush_counts_as_flushed() -> None:
+    push, pull, _ = stalled_pair(place("tcp", "flush-gone"))
+    with closing(pull, push):
+        flushed: list[BaseException | None] = []
+
+        def flush() -> None:
+            try:
+                push.flush(timeout=30)
+                flushed.append(None)
+            except BaseException as exc:  # noqa: BLE001 - checked below
+                flushed.append(exc)
+
+        flusher = threading.Thread(target=flush)
+        flusher.start()
+        pull.close(linger=0)  # the reader goes: its pipe ends with messages unwritten
+        flusher.join(10)
+        assert not flusher.is_alive(), "flush returns when the pipe ends, not at its timeout"
+        assert flushed == [None]
+
+
+def test_flush_and_wait_for_pipes_on_the_engine_thread_are_refused() -> None:
+    pull = nanopy.Socket("pull")
+    push = nanopy.Socket("push")
+    with closing(pull, push):
+        seen: list[BaseException] = []
+        done = threading.Event()
+
+        def in_callback(_pipe: nanopy.Pipe) -> None:
+            for call in (lambda: push.flush(timeout=1), lambda: push.wait_for_pipes(1, timeout=1)):
+                try:
+                    call()
+                except RuntimeError as exc:
+                    seen.append(exc)
+            done.set()
+
+        push.on_pipe_added(in_callback)
+        push.connect(pull.bind(place("tcp", "flush-cb").url).url)
+        assert done.wait(10)
+        assert len(seen) == 2 and all("engine thread" in str(exc) for exc in seen), seen
 
 
 def test_flush_with_nothing_queued_returns_at_once(where: Place) -> None:

@@ -274,6 +274,7 @@ class PipeHosting:
             Timeout: fewer than ``count`` pipes when ``timeout`` ran out; the message
                 names the socket's endpoints.
             Closed: the socket is or gets closed.
+            RuntimeError: called on the engine thread (from a pipe callback).
             ValueError: a negative ``count`` or ``timeout``.
             TypeError: a ``timeout`` that is not a number.
         """
@@ -281,6 +282,7 @@ class PipeHosting:
             raise ValueError(f"count must be an int >= 0, got {count!r}")
         timeout = self._timeout(timeout, None)  # (Messaging's check: TypeError, ValueError)
         self._driver.check_open()
+        self._refuse_engine_thread("wait_for_pipes")
 
         def ready() -> bool:
             return self._driver.closed or len(self._driver.pipes) >= count
@@ -292,6 +294,13 @@ class PipeHosting:
             where = ", ".join(ep.url for ep in self._endpoints) or "no endpoint"
             raise Timeout(f"{self!r}: {count} pipe(s) wanted, {len(self._driver.pipes)} connected "
                           f"within {timeout}s ({where})")
+
+    def _refuse_engine_thread(self, call: str) -> None:
+        """A blocking wait for what only the engine thread does would never end there."""
+        engine = self._engine_obj
+        if engine is not None and engine.in_engine_thread():
+            raise RuntimeError(f"{call}() was called on the nanopy engine thread (from a pipe "
+                               "callback?), where it would wait for itself; call it from another thread")
 
     def _notify_pipes_changed(self) -> None:
         with self._pipes_changed:

@@ -303,6 +303,7 @@ class Socket(Messaging, PipeHosting, RequestMethods, MultipartMixin, Pollable, O
         """
         timeout = self._timeout(timeout, None)
         self._check_open()
+        self._refuse_engine_thread("flush")
         if self._written():
             return
         if timeout == 0 or not self._engine.run(self._await_written, timeout):
