@@ -98,7 +98,7 @@ class Socket(Messaging, PipeHosting, RequestMethods, MultipartMixin, Pollable, O
         self._endpoints: list[Endpoint] = []
         self._added_callbacks: list[Callable[[Pipe], Any]] = []
         self._removed_callbacks: list[Callable[[Pipe], Any]] = []
-        self._pipes_changed = threading.Condition(threading.Lock())  # for nanopy.testing
+        self._pipes_changed = threading.Condition(threading.Lock())  # wait_for_pipes, nanopy.testing
         # counters (stats) kept outside the core's rounds
         self._connects = self._disconnects = 0
         self._losses = PipeLosses()
