@@ -51,7 +51,6 @@ KNOWN_BREACHES: dict[tuple[str, str], str] = {
     ("nanopy.driver.socket_driver", "nanopy.pipe.driver"): "one seam between socket and pipe",
     ("nanopy.transports.zmtp._roles", "nanopy.core.radix"): "ZMTP subscriptions reach the socket",
     ("nanopy.transports.zmtp._roles", "nanopy.core.drops"): "ZMTP subscriptions reach the socket",
-    ("nanopy.spark._sink", "nanopy.testing"): "Spark through public or documented internal APIs",
 }
 
 #: the most private modules the package root may hold

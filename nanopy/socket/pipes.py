@@ -23,7 +23,7 @@ import trio
 from .. import _fork
 from ..core.base import PipeInfo
 from ..core.drops import TOO_LARGE
-from ..core.errors import AddressError, AuthenticationFailed, MessageTooLarge
+from ..core.errors import AddressError, AuthenticationFailed, MessageTooLarge, Timeout
 from ..core.message import Pipe
 from ..core.options import OPTIONS_BY_NAME, validate_priority
 from ..core.stats import PipeLosses
@@ -81,6 +81,9 @@ class PipeHosting:
     if TYPE_CHECKING:
 
         def _with_topics(self, use: Callable[[frozenset[bytes]], None]) -> None: ...
+
+        @staticmethod
+        def _timeout(timeout: Any, default: float | None) -> float | None: ...
 
     # -- endpoints ---------------------------------------------------------------
     @property
@@ -255,6 +258,49 @@ class PipeHosting:
         finally:
             with trio.CancelScope(shield=True):
                 await conn.aclose()
+
+    def wait_for_pipes(self, count: int = 1, timeout: float | None = None) -> None:
+        """Block until this socket has at least ``count`` pipes (connected peers).
+
+        Woken by pipe events, no polling. A pipe counts once its handshake is
+        done, so a message sent after this returns has a peer to go to (unless the
+        pipe closes meanwhile). ``count=0`` returns at once.
+
+        Args:
+            count: how many pipes to wait for.
+            timeout: seconds to wait at most; ``None`` waits until they are there.
+
+        Raises:
+            Timeout: fewer than ``count`` pipes when ``timeout`` ran out; the message
+                names the socket's endpoints.
+            Closed: the socket is or gets closed.
+            RuntimeError: called on the engine thread (from a pipe callback).
+            ValueError: a negative ``count`` or ``timeout``.
+            TypeError: a ``timeout`` that is not a number.
+        """
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValueError(f"count must be an int >= 0, got {count!r}")
+        timeout = self._timeout(timeout, None)  # (Messaging's check: TypeError, ValueError)
+        self._driver.check_open()
+        self._refuse_engine_thread("wait_for_pipes")
+
+        def ready() -> bool:
+            return self._driver.closed or len(self._driver.pipes) >= count
+
+        with self._pipes_changed:
+            done = self._pipes_changed.wait_for(ready, timeout)
+        self._driver.check_open()
+        if not done:
+            where = ", ".join(ep.url for ep in self._endpoints) or "no endpoint"
+            raise Timeout(f"{self!r}: {count} pipe(s) wanted, {len(self._driver.pipes)} connected "
+                          f"within {timeout}s ({where})")
+
+    def _refuse_engine_thread(self, call: str) -> None:
+        """A blocking wait for what only the engine thread does would never end there."""
+        engine = self._engine_obj
+        if engine is not None and engine.in_engine_thread():
+            raise RuntimeError(f"{call}() was called on the nanopy engine thread (from a pipe "
+                               "callback?), where it would wait for itself; call it from another thread")
 
     def _notify_pipes_changed(self) -> None:
         with self._pipes_changed:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 import trio
 
 from ..core.base import Core
+from ..core.errors import Timeout
 from ..core.message import Pipe
 from ..core.operations import Operations
 from ..core.options import OptionAttributes, docstring_section, make_descriptors, new_options
@@ -39,7 +41,7 @@ from .observe import PipeList, socket_stats
 from .pipes import PipeHosting
 from .poller import Pollable
 from .requests import RequestMethods
-from .util import ClosingContext
+from .util import ClosingContext, async_twin_of, run_in_worker_thread
 
 log = logging.getLogger("nanopy")
 
@@ -96,7 +98,7 @@ class Socket(Messaging, PipeHosting, RequestMethods, MultipartMixin, Pollable, O
         self._endpoints: list[Endpoint] = []
         self._added_callbacks: list[Callable[[Pipe], Any]] = []
         self._removed_callbacks: list[Callable[[Pipe], Any]] = []
-        self._pipes_changed = threading.Condition(threading.Lock())  # for nanopy.testing
+        self._pipes_changed = threading.Condition(threading.Lock())  # wait_for_pipes, nanopy.testing
         # counters (stats) kept outside the core's rounds
         self._connects = self._disconnects = 0
         self._losses = PipeLosses()
@@ -272,14 +274,67 @@ class Socket(Messaging, PipeHosting, RequestMethods, MultipartMixin, Pollable, O
             for ep in list(self._endpoints):
                 ep._closed = True
             self._endpoints.clear()
+            self._notify_pipes_changed()  # (wait_for_pipes raises Closed)
         self._tasks.shutdown(linger)
 
-    async def _flush(self, timeout: float) -> None:
-        """Engine side: wait up to ``timeout`` until every pipe has written what it queued."""
-        with trio.move_on_after(timeout):
+    # -- flushing ------------------------------------------------------------------------
+    def flush(self, timeout: float | None = None) -> None:
+        """Block until every message queued on this socket's pipes is written to its connection.
+
+        The same wait ``close()`` gives queued messages within ``linger``, without
+        closing: what it covers and what it does not is in docs/api.md, "Flushing".
+        A message is written once the transport took it (tcp, ipc, ws, wss, tls,
+        zmtp: the kernel's send buffer; inproc: the peer's receive queue); this says
+        nothing about the peer having read it. Messages the protocol holds for lack
+        of a peer, and pipes that connect meanwhile, are not waited for; a pipe that
+        closes counts as flushed (its unwritten messages went back to the socket or
+        were dropped, as ``stats()`` counts).
+
+        Args:
+            timeout: seconds to wait at most; ``None`` waits until written, ``0``
+                only checks.
+
+        Raises:
+            Timeout: messages were still queued when ``timeout`` ran out.
+            Closed: the socket is closed.
+            RuntimeError: called on the engine thread (from a pipe callback).
+            ValueError: a negative ``timeout``.
+            TypeError: a ``timeout`` that is not a number.
+        """
+        timeout = self._timeout(timeout, None)
+        self._check_open()
+        self._refuse_engine_thread("flush")
+        if self._written():
+            return
+        if timeout == 0 or not self._engine.run(self._await_written, timeout):
+            raise Timeout(self._still_queued(timeout))
+
+    @async_twin_of(flush)
+    async def aflush(self, timeout: float | None = None) -> None:
+        """Async :meth:`flush` for trio and asyncio tasks: the wait runs in a worker
+        thread of the caller's loop. Cancelling it stops the wait, not the writes."""
+        timeout = self._timeout(timeout, None)
+        self._check_open()
+        if self._written():
+            await checkpoint_after(await checkpoint_before())
+            return
+        if timeout == 0 or not await run_in_worker_thread(self._engine.run, self._await_written, timeout):
+            raise Timeout(self._still_queued(timeout))
+
+    def _written(self) -> bool:
+        return all(pipe.flushed() for pipe in self._driver.pipe_drivers())
+
+    def _still_queued(self, timeout: float | None) -> str:
+        return (f"{self!r}: {self._driver.queued_out()} message(s) still queued after {timeout}s; "
+                "a peer is not reading (see stats().queued_out and pipes())")
+
+    async def _await_written(self, timeout: float | None) -> bool:
+        """Engine side of :meth:`flush`: True once the pipes of the call's time wrote all."""
+        with trio.move_on_after(math.inf if timeout is None else timeout):
             for pipe in self._driver.pipe_drivers():
                 await pipe.wait_flushed()
-
+            return True
+        return False
 
 _OPTION_NAMES = set()
 for _name, _descriptor in make_descriptors().items():

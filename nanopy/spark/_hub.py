@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from ..core.base import RESUME_READ, TRANSMIT, Core, PipeInfo
+from .. import protocols
 from ..core.drops import QUEUE_FULL, UNROUTABLE
 from ..core.errors import WouldBlock
 from ..core.message import Message
-from ..protocols._registry import protocols
+from ..protocols import RESUME_READ, TRANSMIT, Core, PipeInfo
 
 PROTOCOL_NAME = "nanopy-spark-hub"
 

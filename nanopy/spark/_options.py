@@ -97,7 +97,7 @@ def urls(opts: dict[str, str]) -> list[str]:
         scheme, sep, rest = url.partition("://")
         if not sep or not rest:
             raise SourceOptionError(f"url {url!r} is not an address like tcp://host:port")
-        from ..transports._registry import transports
+        from .. import transports
 
         try:
             transports.get(scheme)
@@ -147,8 +147,8 @@ def check_protocol_options(opts: Mapping[str, str], given: Mapping[str, str] | N
 def check_addresses(urls_: list[str], mode: str, what: str) -> None:
     """URL shape (host and port for TCP-based transports, then the transport's own
     check, as ``bind``/``connect`` would make it) and a resolvable host."""
+    from .. import transports
     from ..core.errors import AddressError
-    from ..transports._registry import transports
 
     for url in urls_:
         hp = host_port(url)

@@ -14,7 +14,6 @@ import hashlib
 import logging
 import os
 import secrets
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -158,10 +157,8 @@ class _Writer:
             _cache[key] = sock
         # Fail fast (PUSH) or warn (PUB, which drops while nobody listens) when no
         # peer is there, naming the address, instead of blocking for sendTimeout.
-        from ..testing import wait_pipes
-
         try:
-            wait_pipes(sock, 1, self.peer_timeout)
+            sock.wait_for_pipes(1, self.peer_timeout)
         except TimeoutError:
             where = ",".join(self.urls)
             if self.protocol == "pub":
@@ -231,15 +228,11 @@ class _Writer:
 
     def _flush(self, sock: Any) -> None:
         """Wait until every queued message of this socket is written (or fail)."""
-        drivers = list(sock._pipes.values())
-        if not drivers or all(d.flushed() for d in drivers):
-            return
-        deadline = time.monotonic() + self.flush_timeout
-        sock._engine.run(sock._flush, self.flush_timeout, timeout=self.flush_timeout + 5)
-        if not all(d.flushed() for d in list(sock._pipes.values())) and time.monotonic() >= deadline:
+        try:
+            sock.flush(self.flush_timeout)
+        except TimeoutError:
             raise TimeoutError(f"nanopy sink: messages to {','.join(self.urls)} still queued after "
-                               f"flushTimeout={self.flush_timeout}s")
-
+                               f"flushTimeout={self.flush_timeout}s") from None
 
 def _values(chunk: Any, column: str | None) -> list[Any]:
     """A column's values in a chunk: a pyarrow.RecordBatch, or a Row."""
