@@ -43,6 +43,7 @@ DOCUMENTED_INTERNAL: dict[tuple[str, str], str] = {
     ("nanopy.transports.tcp", "ipv6_sockaddr"): "discovery: scoped IPv6 addresses",
     ("nanopy.socket.util", "ClosingContext"): "discovery: close() on leaving a with block",
     ("nanopy.socket.util", "run_in_worker_thread"): "discovery: blocking calls from trio/asyncio",
+    ("nanopy.discovery.signing", "load_secret"): "CLI: a bad --secret-file is a usage error",
 }
 
 #: (module, attribute expression) of a private name that is another library's API
