@@ -43,6 +43,7 @@ MIB = 1 << 20
 FLOOD_SECONDS = float(os.environ.get("NANOPY_FLOOD_SECONDS", "3"))
 #: concurrent hostile connections per flood
 FLOODERS = 3
+FLOOD_GRACE = 20.0  # seconds a flooder goes on past the flood until the server has closed it once
 #: RSS a hostile connection may add to the listener (the bound is what it may cost
 #: at most; the fix keeps it well under, the old transport grew without limit)
 RSS_BUDGET_PER_CONNECTION = 2 * MIB
@@ -126,16 +127,21 @@ def masked(first: int, payload: bytes) -> bytes:
 
 
 def run_flood(url: str, subprotocol: str, first: bytes, unit: bytes, until: float, drops: list[int]) -> None:
-    """Reconnect and flood until ``until``; count connections the server dropped."""
+    """Reconnect and flood until ``until``, and past it (bounded) until the server dropped
+    this flooder once: on a loaded machine the first close may come late, and the tests
+    assert that every flooder is closed, not how fast. Counts the connections dropped."""
     chunk = unit * (65536 // len(unit))
-    while time.monotonic() < until:
+    dropped = False
+    hard_stop = until + FLOOD_GRACE
+    while time.monotonic() < until or (not dropped and time.monotonic() < hard_stop):
         sock, _ = ws_connect(url, subprotocol)
         try:
             sock.sendall(first)
-            while time.monotonic() < until:
+            while time.monotonic() < until or (not dropped and time.monotonic() < hard_stop):
                 sock.sendall(chunk)
         except (BrokenPipeError, ConnectionResetError):
             drops.append(1)
+            dropped = True
         except TimeoutError:
             pass
         finally:
