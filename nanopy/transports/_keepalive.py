@@ -181,6 +181,8 @@ class PeerWatch:
                 # period, and a PING at once (it tells the peer we are back).
                 self._stalled(now - due)
                 idle_since = now
+            # (only now: until the stall is counted, stalled_for() reads it from _due)
+            self._due = math.inf
             if busy():
                 idle_since = now
             limit = self.limit()
@@ -203,4 +205,3 @@ class PeerWatch:
                 await wake.wait()
             if wake.is_set():
                 due = math.inf  # (woken early on purpose: not late)
-            self._due = math.inf
