@@ -75,7 +75,10 @@ def test_pub_sub_full_queues_add_up(make_socket: MakeSocket, transport: str, mod
     if mode == "block":
         assert drops(sub)["queue_full"] == 0 and drops(pub)["queue_full"] > 0
     else:
-        assert drops(sub)["queue_full"] > 0
+        # (some end discarded: the SUB when its queue filled, or -- when the PUB's
+        # writer got no turn while the loop sent -- the PUB, and then the few that
+        # reached the SUB fit its queue; the sums above hold either way)
+        assert drops(sub)["queue_full"] + drops(pub)["queue_full"] > 0
     if mode == "drop-newest" and drops(pub)["queue_full"] == 0:
         assert seqs[:8] == list(range(8))  # the first ones were kept, later ones discarded
     # Each socket's one pipe carries all of its drops.
