@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import math
 import os
 import signal
 import subprocess
@@ -234,13 +235,17 @@ def test_engine_stuck_behind_the_gil_keeps_the_pipe(zctx: Any) -> None:
         peer.send(b"before")
         serve(1)
         assert peer.recv() == b"echo:before"
+        # The watch runs on the engine thread, which a loaded machine may not have
+        # scheduled yet (the exchange above needs no engine: this thread read and
+        # wrote the pipe itself): a stall before the watch began is none it could see.
+        watch = next(rep._driver.pipe_drivers()).conn._watch  # type: ignore[attr-defined]
+        wait_until(lambda: watch._due != math.inf, timeout=5, what="the dead-peer watch waiting on its timer")
         peer.send(b"during")  # (it waits unread with libzmq's PINGs)
         ctypes.PyDLL(None).usleep(2_000_000)  # (holds the GIL: every Python thread stops)
         serve(1)
         assert peer.recv() == b"echo:during"
         assert not removed.is_set()
         assert rep.stats().dead_pipes == rep.stats().disconnects == 0
-        watch = next(rep._driver.pipe_drivers()).conn._watch  # type: ignore[attr-defined]
         assert watch.stalled_for() > 1.0  # (seen, or under way when the watch has not woken yet)
 
 
