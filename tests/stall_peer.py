@@ -4,7 +4,9 @@ test can freeze it (SIGSTOP, SIGCONT by PID) while its libzmq peer runs on.
 Usage: ``python stall_peer.py URL DEAD_PEER_TIMEOUT``. A nanopy REP dials URL (a
 libzmq DEALER) and answers every request with the request, ``echo:`` in front. Lines on stdin:
 ``stats`` answers ``stats {json}`` (the socket's stats), ``pings`` answers
-``pings N`` (the PINGs our dead-peer watch sent on the pipes up now). Log records
+``pings N`` (the PINGs our dead-peer watch sent on the pipes up now), ``watching``
+answers ``watching ARMED TOTAL`` (of the pipes' dead-peer watches, how many wait on
+their timer: a stall before a watch began is none it can see). Log records
 (INFO and up) go to stderr.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import sys
 import threading
 
@@ -43,6 +46,10 @@ def main() -> None:
         elif command == "pings":
             drivers = sock._driver.pipe_drivers()  # type: ignore[attr-defined]
             print("pings", sum(d.conn._pings_sent for d in drivers), flush=True)
+        elif command == "watching":
+            drivers = sock._driver.pipe_drivers()  # type: ignore[attr-defined]
+            watches = [d.conn.keepalive.__self__ for d in drivers if getattr(d.conn, "keepalive", None) is not None]
+            print("watching", sum(w._due != math.inf for w in watches), len(watches), flush=True)
     sock.close(linger=0)
 
 

@@ -112,8 +112,16 @@ class Stalled:
         self.proc.send("pings")
         return int(self.proc.expect("^pings ").string.split()[1])
 
+    def watching(self) -> bool:
+        """Whether every dead-peer watch of the child waits on its timer (its engine
+        thread may not have run a new pipe's watch yet on a loaded machine)."""
+        self.proc.send("watching")
+        armed, total = self.proc.expect("^watching ").string.split()[1:3]
+        return armed == total
+
     def freeze(self, seconds: float, during: Any = None) -> None:
         """Stop the process for ``seconds``; ``during()`` runs while it is stopped."""
+        wait_until(self.watching, timeout=5, what="the child's dead-peer watches on their timers")
         started = time.monotonic()
         os.kill(self.pid, signal.SIGSTOP)
         try:
