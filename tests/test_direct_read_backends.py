@@ -144,3 +144,34 @@ def test_a_task_waiting_directly_wakes_for_bytes_and_for_close(
     got = trio.run(receive_two) if flavour == "trio" else asyncio.run(receive_two())
     feeder.join(10)
     assert got[0] == b"first" and isinstance(got[1], nanopy.Closed), got
+
+
+class _LoopWithoutReaders(asyncio.SelectorEventLoop):
+    """Like Windows' default (proactor) loop: no ``add_reader``."""
+
+    add_reader = asyncio.BaseEventLoop.add_reader  # type: ignore[assignment]  # (raises NotImplementedError)
+
+
+def test_an_asyncio_loop_that_cannot_watch_descriptors_waits_the_ordinary_way(make_socket: Factory) -> None:
+    push, pull = _single_pipe_pair(make_socket, "tcp")
+    waiting = threading.Event()
+
+    async def receive() -> bytes:
+        waiting.set()
+        return await pull.arecv(timeout=30)
+
+    def feed() -> None:
+        assert waiting.wait(10)
+        wait_until(lambda: len(pull._driver.recv_q.waiters) == 1, what="the task waits")
+        assert not _role_taken(pull)  # (it never read the pipe itself)
+        push.send(b"woken by the engine")
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    loop = _LoopWithoutReaders()
+    try:
+        got = loop.run_until_complete(receive())
+    finally:
+        loop.close()
+    feeder.join(10)
+    assert got == b"woken by the engine"

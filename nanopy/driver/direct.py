@@ -349,6 +349,18 @@ async def _trio_readable_then_cancel(fd: int, scope: trio.CancelScope) -> None:
     scope.cancel()  # (the first readable descriptor ends the wait for the others)
 
 
+def _asyncio_wait_for_fds() -> Callable[[tuple[int, ...], float | None], Awaitable[None]] | None:
+    """How a task of the running asyncio loop waits for descriptors: None where the
+    loop cannot watch them (no ``add_reader``: Windows' default proactor loop), and
+    then its tasks wait the ordinary way, woken by the engine."""
+    import asyncio
+
+    add_reader = getattr(type(asyncio.get_running_loop()), "add_reader", None)
+    if add_reader is None or add_reader is asyncio.BaseEventLoop.add_reader:  # (it raises NotImplementedError)
+        return None
+    return _asyncio_wait_readable
+
+
 async def _asyncio_wait_readable(fds: tuple[int, ...], timeout: float | None) -> None:
     """Wait (in this asyncio loop) until one of ``fds`` is readable or ``timeout`` passes."""
     import asyncio
