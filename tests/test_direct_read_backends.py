@@ -15,6 +15,7 @@ import; the fixture swaps them for the test's backend).
 from __future__ import annotations
 
 import asyncio
+import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -175,3 +176,51 @@ def test_an_asyncio_loop_that_cannot_watch_descriptors_waits_the_ordinary_way(ma
         loop.close()
     feeder.join(10)
     assert got == b"woken by the engine"
+
+
+def _closed_fd() -> int:
+    """A descriptor number that was a socket's and is closed now (made inside the
+    running loop: a loop started after it would take its number for its own)."""
+    a, b = socket.socketpair()
+    fd = b.fileno()
+    a.close()
+    b.close()
+    return fd
+
+
+def test_a_descriptor_closed_under_a_wait_never_raises(backend: Any) -> None:
+    """Another thread may close the pipe's connection while the reader waits: the
+    wait goes on (or ends) quietly, and the waker still ends it."""
+    waker = backend.new_waker()
+    a, b = socket.socketpair()
+    wait = backend.ready_wait(b.fileno(), waker)
+    try:
+        b.close()
+        wait.wait(0)
+        waker.wake()
+        wait.wait(10)  # (returns at once: the wake)
+    finally:
+        wait.close()
+        waker.close()
+        a.close()
+
+
+@pytest.mark.parametrize("flavour", ["trio", "asyncio"])
+def test_a_task_waiting_on_a_closed_descriptor_looks_again_at_once(backend: Any, flavour: str) -> None:
+    waker = backend.new_waker()
+    try:
+        if flavour == "trio":
+            async def in_trio() -> None:
+                with trio.fail_after(5):
+                    await direct._trio_wait_readable((_closed_fd(), waker.fd), 30)
+
+            trio.run(in_trio)
+        else:
+            async def in_asyncio() -> None:
+                wait = direct._asyncio_wait_for_fds()
+                assert wait is not None
+                await asyncio.wait_for(wait((_closed_fd(), waker.fd), 30), 5)
+
+            asyncio.run(in_asyncio())
+    finally:
+        waker.close()

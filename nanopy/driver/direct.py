@@ -345,7 +345,10 @@ async def _trio_wait_readable(fds: tuple[int, ...], timeout: float | None) -> No
 
 
 async def _trio_readable_then_cancel(fd: int, scope: trio.CancelScope) -> None:
-    await trio.lowlevel.wait_readable(fd)
+    try:
+        await trio.lowlevel.wait_readable(fd)
+    except OSError:  # the pipe's descriptor was closed under the wait: look again
+        pass
     scope.cancel()  # (the first readable descriptor ends the wait for the others)
 
 
@@ -372,13 +375,21 @@ async def _asyncio_wait_readable(fds: tuple[int, ...], timeout: float | None) ->
         if not future.done():
             future.set_result(None)
 
-    for fd in fds:
-        loop.add_reader(fd, ready)
-    timer = None if timeout is None else loop.call_later(timeout, ready)
+    watched = []
     try:
-        await future
-    finally:
         for fd in fds:
+            try:
+                loop.add_reader(fd, ready)
+            except (OSError, ValueError):  # the pipe's descriptor was closed meanwhile: look again
+                ready()
+                break
+            watched.append(fd)
+        timer = None if timeout is None else loop.call_later(timeout, ready)
+        try:
+            await future
+        finally:
+            if timer is not None:
+                timer.cancel()
+    finally:
+        for fd in watched:
             loop.remove_reader(fd)
-        if timer is not None:
-            timer.cancel()
