@@ -6,10 +6,10 @@ messages when the pipe ends (``take_unacked``, ``settle_unacked``) and the notes
 failed write leaves in it (``note_failed_write``).
 
 When the pipe ends while its socket stays open, the kernel's unacknowledged
-byte count (nanopy.platform's ``unacked_bytes``: SIOCOUTQ on Linux) names the messages the peer may not have: with
-``resend_unacked`` they go back to the socket ahead of what the pipe never wrote
-(nanopy/driver/endings.py: at once, or at the pipe's removal if a write was under
-way); without it they are counted (``lost_messages``: ``stats().
+byte count (nanopy.platform's ``unacked_bytes``: SIOCOUTQ on Linux) names the
+messages the peer may not have: with ``resend_unacked`` they go back to the
+socket ahead of what the pipe never wrote (nanopy/driver/endings.py: at once, or
+at the pipe's removal if a write was under way); without it they are counted (``lost_messages``: ``stats().
 lost_unacked_messages`` and ``dead_pipe`` drops), measured as the pipe's tasks
 stop, when the kernel has had the longest to hear the peer's last
 acknowledgements.
