@@ -9,10 +9,10 @@ When the pipe ends while its socket stays open, the kernel's unacknowledged
 byte count (nanopy.platform's ``unacked_bytes``: SIOCOUTQ on Linux) names the
 messages the peer may not have: with ``resend_unacked`` they go back to the
 socket ahead of what the pipe never wrote (nanopy/driver/endings.py: at once, or
-at the pipe's removal if a write was under way); without it they are counted (``lost_messages``: ``stats().
-lost_unacked_messages`` and ``dead_pipe`` drops), measured as the pipe's tasks
-stop, when the kernel has had the longest to hear the peer's last
-acknowledgements.
+at the pipe's removal if a write was under way); without it they are counted
+(``lost_messages``: ``stats().lost_unacked_messages`` and ``dead_pipe`` drops),
+measured as the pipe's tasks stop, when the kernel has had the longest to hear
+the peer's last acknowledgements.
 
 May call: the connection's kernel socket (``kernel_unacked``), nanopy.platform
 (``unacked_bytes``, ``send_buffer_ceiling``); nothing of the socket. Where the
