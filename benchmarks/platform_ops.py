@@ -6,8 +6,8 @@ On Linux both backends run in one process (nanopy.platform.load), so the table c
 the linux backend (eventfd, epoll, ioctls) with the portable one (a socket pair,
 ``selectors``, ``ifaddr``) on the same machine at the same moment. Each figure is the
 median over 5 timed loops, in microseconds per call. The direct read's wait is the
-hot one (phase 2 puts it on the blocking-receive path): a wake, the wait that it ends,
-and the clear.
+hot one (every blocked receive that reads its pipe directly pays it): a wake, the
+wait that it ends, and the clear.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """The platform layer (nanopy/platform): both backends offer the same operations and,
 on Linux where both run, behave alike wherever their capabilities say they can; no
-module outside the linux backend makes a Linux-only call.
-
-``ALLOWED`` lists the Linux-only calls still made outside the platform layer (the
-driver's direct read, the pipe's liveness and resend): issue 35's phase 2 switches
-them to nanopy.platform and empties it. The list may only shrink.
+module outside the linux backend makes a Linux-only call (none is allowed: the
+direct read, the pipe's liveness and resend went through nanopy.platform in
+issue 35's phase 2).
 """
 
 from __future__ import annotations
@@ -392,16 +390,6 @@ OS_SPECIFIC_MODULES = {"fcntl", "termios", "resource", "pwd", "grp", "msvcrt", "
 LINUX_ONLY = {"eventfd", "eventfd_read", "eventfd_write", "EFD_CLOEXEC", "EFD_NONBLOCK", "epoll", "EPOLLIN",
               "TCP_USER_TIMEOUT", "TCP_INFO", "TIOCOUTQ", "SIOCOUTQ", "/proc/", "/sys/"}
 
-#: Linux-only calls still made outside the platform layer, by file: phase 2 of issue 35
-#: switches them to nanopy.platform (and empties this)
-ALLOWED: dict[str, set[str]] = {
-    "nanopy/driver/direct.py": {"os.eventfd", "os.EFD_NONBLOCK", "os.EFD_CLOEXEC", "os.eventfd_read",
-                                "os.eventfd_write", "select.epoll", "select.EPOLLIN"},
-    "nanopy/pipe/driver.py": {"os.eventfd_write"},
-    "nanopy/pipe/liveness.py": {"socket.TCP_USER_TIMEOUT"},
-    "nanopy/pipe/resend.py": {"/proc/"},
-}
-
 
 def _docstrings(tree: ast.AST) -> set[int]:
     ids = set()
@@ -441,12 +429,7 @@ def test_no_os_specific_call_outside_the_platform_layer() -> None:
         uses = os_specific_uses(path)
         if uses:
             found[name] = uses
-    extra = {name: uses - ALLOWED.get(name, set()) for name, uses in found.items()}
-    extra = {name: uses for name, uses in extra.items() if uses}
-    assert not extra, f"OS-specific calls outside nanopy/platform (add an operation there): {extra}"
-    gone = {name: uses - found.get(name, set()) for name, uses in ALLOWED.items()}
-    gone = {name: uses for name, uses in gone.items() if uses}
-    assert not gone, f"switched to nanopy.platform: take them off ALLOWED: {gone}"
+    assert not found, f"OS-specific calls outside nanopy/platform (add an operation there): {found}"
 
 
 def test_the_portable_backend_makes_no_linux_only_call() -> None:
@@ -474,14 +457,13 @@ def test_the_scanner_finds_what_it_looks_for(tmp_path: Path) -> None:
 @pytest.mark.parametrize("system", ["darwin", "win32"])
 def test_mypy_finds_no_missing_os_call_on_other_systems(system: str) -> None:
     """mypy with another system's standard library stubs: an attribute that system's
-    Python lacks (os.eventfd on macOS, fcntl on Windows) is an error, except at the call
-    sites of ``ALLOWED`` (the linux backend asserts it runs on Linux: mypy skips it)."""
+    Python lacks (os.eventfd on macOS, fcntl on Windows) is an error anywhere (the
+    linux backend asserts it runs on Linux: mypy skips it)."""
     if importlib.util.find_spec("mypy") is None:
         pytest.skip("mypy is not installed (pip install -e '.[test]')")
     done = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--platform", system,
                            "nanopy"], cwd=ROOT, capture_output=True, text=True, timeout=290, check=False)
-    lines = [line for line in done.stdout.splitlines() if ": error:" in line]
-    bad = [line for line in lines if not line.startswith(tuple(ALLOWED))]
+    bad = [line for line in done.stdout.splitlines() if ": error:" in line]
     assert not bad, "\n".join(bad)
 
 

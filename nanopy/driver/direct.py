@@ -1,22 +1,22 @@
 """The direct read: a receiver reads the socket's only pipe in its own thread.
 
-The one Linux-specific module (``os.eventfd``, ``select.epoll``). Owns: the wake
-eventfd (``_wake_fd_box``), the epoll descriptor of the read role's holder
-(``_epoll_cache``), the count of direct receivers, and the loop of a direct
-receive (:meth:`DirectRead._direct_steps`), shared by threads (blocking in
-``epoll.poll``) and trio/asyncio tasks (waiting in their own loop on the epoll
-descriptor).
+Owns: the socket's :class:`~nanopy.platform.Waker` (``_waker_box``), the
+:class:`~nanopy.platform.ReadyWait` of the read role's holder (``_wait_cache``),
+the count of direct receivers, and the loop of a direct receive
+(:meth:`DirectRead._direct_steps`), shared by threads (blocking in the wait) and
+trio/asyncio tasks (waiting in their own loop on the wait's descriptors). Both
+come from nanopy.platform: an eventfd and an epoll descriptor on Linux, a socket
+pair and a selector with the portable backend (docs/architecture.md, "The
+platform layer").
 
 May call: the round (:class:`~nanopy.driver.round.Round`: ``_direct_round`` is a round
 that feeds what was read and tries the attempt), the pipe's read role
 (``take_role``/``release_role``/``read_lock``/``direct_failed``) and its
-connection's ``read_nowait``/``fileno``.
+connection's ``read_nowait``/``fileno``; nanopy.platform's ``new_waker`` and ``ready_wait``.
 """
 
 from __future__ import annotations
 
-import os
-import select
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Generator
@@ -24,12 +24,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
+from .. import platform
 from ..core.errors import MessageTooLarge, RemoteProtocolError, WouldBlock
 from .round import BLOCKED, Round, _Blocked
 from .waiters import WaitQueue
 
 if TYPE_CHECKING:
     from ..pipe.driver import PipeDriver
+    from ..platform import ReadyWait, Waker
     from ..transports._base import DirectReadable
 
 T = TypeVar("T")
@@ -43,26 +45,27 @@ _FAILED = object()
 class DirectRead(Round):
     """The direct receive (see the module docstring)."""
 
-    _wake_fd_box: list[int]  # eventfd waking a thread that reads a pipe directly
+    _waker_box: list[Waker | None]  # wakes a thread (or task) that reads a pipe directly
     _direct_users: int  # threads and tasks inside a direct receive
-    _epoll_cache: tuple[int, Any] | None  # (pid, epoll) of the direct reader
+    _wait_cache: tuple[int, ReadyWait] | None  # (pid, its wait) of the direct reader
 
     # -- direct receive -----------------------------------------------------------------
-    def _wake_fd(self) -> int:
-        """The eventfd that wakes a thread receiving directly (lock held; made once)."""
-        box = self._wake_fd_box
-        if box[0] < 0:
-            box[0] = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-            weakref.finalize(self, _close_fd_box, box)
-        return box[0]
+    def _waker(self) -> Waker:
+        """The waker of a thread receiving directly (lock held; made once)."""
+        box = self._waker_box
+        waker = box[0]
+        if waker is None:
+            waker = box[0] = _new_waker()
+            weakref.finalize(self, _close_waker_box, box)
+        return waker
 
     def _direct_recv(self, attempt: Callable[[], T], deadline: float | None) -> T | _Blocked:
         """Receive on the socket's only pipe by reading it from this thread.
 
-        Runs :meth:`_direct_steps`, blocking in ``epoll`` (the connection and the
-        wake eventfd) whenever they must wait. Returns BLOCKED when the read role
-        is not available or the pipe stops being readable here; the caller then
-        waits the ordinary way.
+        Runs :meth:`_direct_steps`, blocking in the platform's ready wait (the
+        connection and the waker) whenever they must wait. Returns BLOCKED when
+        the read role is not available or the pipe stops being readable here; the
+        caller then waits the ordinary way.
         """
         begun = self._direct_begin(deadline)
         if begun is None:
@@ -72,10 +75,10 @@ class DirectRead(Round):
         try:
             left = next(steps)
             while True:
-                epoll = self._direct_epoll(pipe.pid, pipe.direct_conn, state.wake_fd)
-                if epoll is None:
+                ready = self._direct_wait(pipe.pid, pipe.direct_conn, state.waker)
+                if ready is None:
                     return BLOCKED
-                epoll.poll(left)
+                ready.wait(left)
                 left = next(steps)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
@@ -84,7 +87,10 @@ class DirectRead(Round):
             self._direct_end(pipe, state)
 
     async def _adirect_recv(
-        self, attempt: Callable[[], T], deadline: float | None, wait: Callable[[int, float | None], Awaitable[None]]
+        self,
+        attempt: Callable[[], T],
+        deadline: float | None,
+        wait: Callable[[tuple[int, ...], float | None], Awaitable[None]],
     ) -> tuple[T | _Blocked, bool]:
         """The async twin of :meth:`_direct_recv`: this task reads the socket's only pipe.
 
@@ -92,8 +98,9 @@ class DirectRead(Round):
         :meth:`_direct_steps` in its own thread, so the bytes reach it without the
         engine thread, a GIL hand-over or a cross-thread wake. It waits in its own
         loop (``wait``: trio's ``wait_readable``, asyncio's ``add_reader``) on the
-        epoll descriptor, so a wake (close, a message handed in by another path,
-        the pipe ending) interrupts it exactly as it does a thread.
+        ready wait's descriptors (Linux: one epoll descriptor), so a wake (close,
+        a message handed in by another path, the pipe ending) interrupts it
+        exactly as it does a thread.
         Returns ``(result, waited)``; ``waited`` says whether the task yielded
         (then the call already had its schedule point). A cancellation can only
         arrive in that wait, before the attempt succeeded: the call took nothing.
@@ -107,11 +114,11 @@ class DirectRead(Round):
         try:
             left = next(steps)
             while True:
-                epoll = self._direct_epoll(pipe.pid, pipe.direct_conn, state.wake_fd)
-                if epoll is None:
+                ready = self._direct_wait(pipe.pid, pipe.direct_conn, state.waker)
+                if ready is None:
                     return BLOCKED, waited
                 waited = True
-                await wait(epoll.fileno(), left)
+                await wait(ready.fds, left)
                 left = next(steps)
         except StopIteration as done:
             return done.value, waited
@@ -133,12 +140,12 @@ class DirectRead(Round):
         with self.lock:
             if self.closed:
                 raise self.closed_error()
-            wake_fd = self._wake_fd()
+            waker = self._waker()
             self._direct_users += 1
-        if not pipe.take_role(wake_fd):
+        if not pipe.take_role(waker):
             self._direct_done()
             return None
-        return pipe, _DirectState(pipe.pid, wake_fd, deadline)
+        return pipe, _DirectState(pipe.pid, waker, deadline)
 
     def _direct_end(self, pipe: PipeDriver, state: _DirectState) -> None:
         if state.waiter is not None:
@@ -154,10 +161,10 @@ class DirectRead(Round):
         Reads first: a busy pipe has bytes waiting, and then no waiter is parked
         and nobody waits. What a read completes is taken in the same round that
         feeds it to the core (a busy receiver pays one round per read). Otherwise:
-        a round that tries ``attempt`` and parks a waiter that writes the eventfd
+        a round that tries ``attempt`` and parks a waiter that wakes the waker
         if it would block, then a wait -- the generator yields the seconds left
         (None: no deadline) and its driver waits until the connection or the
-        eventfd is readable, or that time passes. Returns the result, or BLOCKED
+        waker is readable, or that time passes. Returns the result, or BLOCKED
         at the deadline or when the pipe stops being readable here.
         """
         result: T | _Blocked = BLOCKED
@@ -186,10 +193,7 @@ class DirectRead(Round):
                 left = None if state.deadline is None else state.deadline - time.monotonic()
                 if left is None or left > 0:
                     yield left
-                    try:
-                        os.eventfd_read(state.wake_fd)
-                    except BlockingIOError:
-                        pass
+                    state.waker.clear()
                     if not state.waiter.woken:
                         read = False
                         continue  # readable (or a stray wake): read it
@@ -220,25 +224,24 @@ class DirectRead(Round):
         pipe.direct_failed(failure)  # (Timeout, an OSError, never comes from here)
         return _FAILED
 
-    def _direct_epoll(self, pid: int, conn: DirectReadable | None, wake_fd: int) -> Any:
-        """An epoll descriptor readable when pipe ``pid`` or the wake eventfd is (a
-        thread blocks in it, a task waits for its descriptor; made once per pipe:
-        only the read role's holder uses it)."""
-        cached = self._epoll_cache
+    def _direct_wait(self, pid: int, conn: DirectReadable | None, waker: Waker) -> ReadyWait | None:
+        """A wait for pipe ``pid`` or the waker (a thread blocks in it, a task waits
+        for its descriptors; made once per pipe: only the read role's holder uses it,
+        so a blocked receive pays one call into the backend and no allocation)."""
+        cached = self._wait_cache
         if cached is not None and cached[0] == pid:
             return cached[1]
         fd = conn.fileno() if conn is not None else -1
         if fd < 0:
             return None
-        epoll = select.epoll()
         try:
-            epoll.register(fd, select.EPOLLIN)
+            ready = _ready_wait(fd, waker)
         except OSError:  # the pipe's connection was closed since fileno(): wait the usual way
-            epoll.close()
             return None
-        epoll.register(wake_fd, select.EPOLLIN)
-        self._epoll_cache = (pid, epoll)
-        return epoll
+        # (a wait cached for an earlier pipe is left to the garbage collector: a thread
+        # that held that pipe's role may still be about to wait in it)
+        self._wait_cache = (pid, ready)
+        return ready
 
     def _direct_done(self) -> None:
         with self.lock:
@@ -247,9 +250,9 @@ class DirectRead(Round):
                 self._close_direct_fds()  # the last direct receiver of a closed socket
 
     def _close_direct_fds(self) -> None:
-        """Close the wake eventfd and a task's epoll (lock held, no direct receiver left)."""
-        _close_fd_box(self._wake_fd_box)
-        cached, self._epoll_cache = self._epoll_cache, None
+        """Close the waker and the reader's wait (lock held, no direct receiver left)."""
+        _close_waker_box(self._waker_box)
+        cached, self._wait_cache = self._wait_cache, None
         if cached is not None:
             cached[1].close()
 
@@ -284,7 +287,7 @@ class DirectRead(Round):
             except WouldBlock:
                 result = BLOCKED
                 if state.deadline is None or state.deadline > time.monotonic():
-                    state.waiter = _FdWaiter(state.wake_fd)
+                    state.waiter = _FdWaiter(state.waker)
                     queue.waiters.append(state.waiter)
             actions = self._drain()
         if actions:
@@ -292,50 +295,77 @@ class DirectRead(Round):
         return result
 
 
-def _close_fd_box(box: list[int]) -> None:
-    fd, box[0] = box[0], -1
-    if fd >= 0:
-        os.close(fd)
+# The backend's functions, bound once (nanopy.platform picked the backend at import).
+_new_waker = platform.new_waker
+_ready_wait = platform.ready_wait
+
+
+def _close_waker_box(box: list[Waker | None]) -> None:
+    waker, box[0] = box[0], None
+    if waker is not None:
+        waker.close()
 
 
 class _DirectState:
     """What one direct receive carries between its rounds."""
 
-    __slots__ = ("deadline", "pid", "waiter", "wake_fd")
+    __slots__ = ("deadline", "pid", "waiter", "waker")
 
-    def __init__(self, pid: int, wake_fd: int, deadline: float | None) -> None:
+    def __init__(self, pid: int, waker: Waker, deadline: float | None) -> None:
         self.pid = pid
-        self.wake_fd = wake_fd
+        self.waker = waker
         self.deadline = deadline
         self.waiter: _FdWaiter | None = None
 
 
 class _FdWaiter:
-    """The waiter of a thread reading a pipe directly: a wake writes its eventfd."""
+    """The waiter of a thread reading a pipe directly: a wake wakes the socket's waker."""
 
-    __slots__ = ("_fd", "woken")
+    __slots__ = ("_waker", "woken")
 
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
+    def __init__(self, waker: Waker) -> None:
+        self._waker = waker
         self.woken = False
 
     def wake(self) -> None:
         if not self.woken:
             self.woken = True
-            try:
-                os.eventfd_write(self._fd, 1)
-            except OSError:
-                pass
+            self._waker.wake()  # (never raises: a closed waker ignores it)
 
 
-async def _trio_wait_readable(fd: int, timeout: float | None) -> None:
-    """Wait (in this trio loop) until ``fd`` is readable or ``timeout`` passes."""
-    with trio.move_on_after(float("inf") if timeout is None else timeout):
+async def _trio_wait_readable(fds: tuple[int, ...], timeout: float | None) -> None:
+    """Wait (in this trio loop) until one of ``fds`` is readable or ``timeout`` passes."""
+    with trio.move_on_after(float("inf") if timeout is None else timeout) as scope:
+        if len(fds) == 1:  # (Linux: the one epoll descriptor)
+            await trio.lowlevel.wait_readable(fds[0])
+            return
+        async with trio.open_nursery() as nursery:
+            for fd in fds:
+                nursery.start_soon(_trio_readable_then_cancel, fd, scope)
+
+
+async def _trio_readable_then_cancel(fd: int, scope: trio.CancelScope) -> None:
+    try:
         await trio.lowlevel.wait_readable(fd)
+    except OSError:  # the pipe's descriptor was closed under the wait: look again
+        pass
+    scope.cancel()  # (the first readable descriptor ends the wait for the others)
 
 
-async def _asyncio_wait_readable(fd: int, timeout: float | None) -> None:
-    """Wait (in this asyncio loop) until ``fd`` is readable or ``timeout`` passes."""
+def _asyncio_wait_for_fds() -> Callable[[tuple[int, ...], float | None], Awaitable[None]] | None:
+    """How a task of the running asyncio loop waits for descriptors: None where the
+    loop cannot watch them (no ``add_reader``: Windows' default proactor loop), and
+    then its tasks wait the ordinary way, woken by the engine."""
+    import asyncio
+
+    add_reader = getattr(type(asyncio.get_running_loop()), "add_reader", None)
+    if add_reader is None or add_reader is asyncio.BaseEventLoop.add_reader:  # (it raises NotImplementedError)
+        return None
+    return _asyncio_wait_readable
+
+
+async def _asyncio_wait_readable(fds: tuple[int, ...], timeout: float | None) -> None:
+    """Wait (in this asyncio loop) until one of ``fds`` is readable or ``timeout`` passes."""
     import asyncio
 
     loop = asyncio.get_running_loop()
@@ -345,11 +375,21 @@ async def _asyncio_wait_readable(fd: int, timeout: float | None) -> None:
         if not future.done():
             future.set_result(None)
 
-    loop.add_reader(fd, ready)
-    timer = None if timeout is None else loop.call_later(timeout, ready)
+    watched = []
     try:
-        await future
+        for fd in fds:
+            try:
+                loop.add_reader(fd, ready)
+            except (OSError, ValueError):  # the pipe's descriptor was closed meanwhile: look again
+                ready()
+                break
+            watched.append(fd)
+        timer = None if timeout is None else loop.call_later(timeout, ready)
+        try:
+            await future
+        finally:
+            if timer is not None:
+                timer.cancel()
     finally:
-        loop.remove_reader(fd)
-        if timer is not None:
-            timer.cancel()
+        for fd in watched:
+            loop.remove_reader(fd)

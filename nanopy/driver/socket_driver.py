@@ -14,7 +14,7 @@ header that says what it owns and what it may call:
 ``nanopy/driver/runs.py``    :class:`~nanopy.driver.runs.ReceiveRuns`: receive runs and the receive
                        fast path ``try_recv_body``
 ``nanopy/driver/direct.py``  :class:`~nanopy.driver.direct.DirectRead`: a receiver reads the only
-                       pipe in its own thread (eventfd + epoll: the Linux-specific part)
+                       pipe in its own thread (nanopy.platform's waker and ready wait)
 ``nanopy/driver/waiting.py`` :class:`~nanopy.driver.waiting.Waiting`: blocking and async calls, their
                        checkpoints and timeouts
 ``nanopy/driver/ids.py``     :class:`~nanopy.driver.ids.PerIds`: one wait queue per request/survey id
@@ -119,9 +119,9 @@ class SocketDriver(PipeEndings, ReceiveRuns, Waiting, PerIds):
         self.timers = None
         # Starts an engine task in the socket's task tree (set by the Socket).
         self.spawn_task = None
-        self._wake_fd_box = [-1]  # eventfd waking a thread that reads a pipe directly
+        self._waker_box = [None]  # wakes a thread that reads a pipe directly
         self._direct_users = 0  # threads and tasks inside a direct receive
-        self._epoll_cache = None  # (pid, epoll) of the direct reader
+        self._wait_cache = None  # (pid, ready wait) of the direct reader
         self._due = deque()
         self._lazy_credit = _credit_is_bookkeeping(core)
         self._relazy = False  # _lazy_credit is off while the core holds requeued payloads

@@ -18,7 +18,7 @@ import sniffio
 import trio
 
 from ..core.errors import Timeout
-from .direct import DirectRead, _asyncio_wait_readable, _trio_wait_readable
+from .direct import DirectRead, _asyncio_wait_for_fds, _trio_wait_readable
 from .round import BLOCKED, _Blocked
 from .waiters import ThreadWaiter, WaitQueue, async_waiter
 
@@ -94,8 +94,9 @@ class Waiting(DirectRead):
         result: T | _Blocked = BLOCKED
         waited = False
         if queue is self.recv_q and len(self.pipes) == 1:
-            wait = _trio_wait_readable if trio_task else _asyncio_wait_readable
-            result, waited = await self._adirect_recv(attempt, deadline, wait)
+            wait = _trio_wait_readable if trio_task else _asyncio_wait_for_fds()
+            if wait is not None:
+                result, waited = await self._adirect_recv(attempt, deadline, wait)
         while isinstance(result, _Blocked):
             result, waiter = self._attempt(attempt, park)
             if not isinstance(result, _Blocked):

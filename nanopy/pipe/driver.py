@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
 import threading
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -187,7 +186,7 @@ class PipeDriver(PipeReading, PipeLiveness, PipeResend, FanOutQueueing, Outbox):
         self.read_lock = threading.Lock()
         self.role = False  # a thread holds the read role
         self.lease_until = 0.0
-        self.role_wake_fd = -1  # the role holder's wake-up eventfd
+        self.role_waker = None  # the role holder's waker (nanopy.platform)
         self._failure_noted = False
         # How the pipe ended, for the socket's loss counters (nanopy/core/stats.py):
         # the peer stopped answering; payloads never handed to the kernel (a
@@ -452,7 +451,7 @@ class PipeDriver(PipeReading, PipeLiveness, PipeResend, FanOutQueueing, Outbox):
         with self.read_lock:  # no thread reads the connection from now on
             with self.lock:
                 self.closed = True
-                wake_fd = self.role_wake_fd
+                waker = self.role_waker
                 claimed = self.writing
         while claimed:
             # A sending thread is inside a non-blocking write: let it finish before
@@ -463,11 +462,8 @@ class PipeDriver(PipeReading, PipeLiveness, PipeResend, FanOutQueueing, Outbox):
                 claimed = self.writing
         with self.lock:  # (after any write: the rest it left is unwritten too)
             orphans = self.take_unwritten()
-        if wake_fd >= 0:
-            try:
-                os.eventfd_write(wake_fd, 1)  # the role holder stops polling this pipe
-            except OSError:
-                pass
+        if waker is not None:
+            waker.wake()  # the role holder stops waiting on this pipe
         self.unacked = kernel_unacked(self.conn)  # (before the connection is closed)
         with self.lock:
             self.orphans = self.settle_unacked(orphans, self.unacked)

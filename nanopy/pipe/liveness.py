@@ -1,25 +1,26 @@
 """A pipe's end: dead-peer detection beside a full send buffer, and what was lost.
 
-Owns: the TCP window guard (a task that keeps ``TCP_USER_TIMEOUT`` from cutting
+Owns: the TCP window guard (a task that keeps the TCP user timeout from cutting
 off a peer that is alive but not reading, and finds a dead one by its unanswered
 window probes), ``take_unwritten`` (what an ending pipe hands back to the socket:
 see nanopy/driver/endings.py), and the helpers that count what a pipe that ended
 never delivered (``kernel_unacked``, ``write_shortfall``, ``unwritten``: see
 ``PipeLosses`` in nanopy/core/stats.py).
 
-May call: the connection's kernel socket (``kernel_socket``), TCP_INFO
-(nanopy/transports/_stream.py); nothing of the socket.
+May call: the connection's kernel socket (``kernel_socket``), nanopy.platform's
+``user_timeout``/``set_user_timeout`` and its counters (``send_window_state``,
+``unacked_bytes``, through nanopy/transports/_stream.py); nothing of the socket.
 """
 
 from __future__ import annotations
 
 import errno
-import socket
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import trio
 
+from .. import platform
 from ..transports._base import CountsUnwritten, JudgesSilence, KernelSocketBacked
 from ..transports._keepalive import stall_slack
 from ..transports._stream import send_window_state, unacked_bytes
@@ -73,14 +74,15 @@ class PipeLiveness:
         if not isinstance(conn, KernelSocketBacked):
             return None
         sock = conn.kernel_socket()
-        try:
-            user_timeout = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT)
-        except (OSError, AttributeError):
+        if not hasattr(sock, "getsockopt"):
             return None
-        return partial(self._window_guard, sock, user_timeout) if user_timeout > 0 else None
+        # None where the backend has no user timeout (then the kernel's rules stand:
+        # nothing cuts off a live peer that is only slow to read)
+        user_timeout = platform.user_timeout(sock)
+        return partial(self._window_guard, sock, user_timeout) if user_timeout else None
 
     async def _window_guard(self, sock: Any, user_timeout: int) -> None:
-        """Keep TCP_USER_TIMEOUT from cutting off a peer that is alive but not reading.
+        """Keep the TCP user timeout from cutting off a peer that is alive but not reading.
 
         Linux ends a connection whose data waits longer than the user timeout even
         when the peer answers every window probe, so a receiver that is only slow
@@ -99,7 +101,7 @@ class PipeLiveness:
         while True:
             if not self._in_write:
                 if lifted:
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, user_timeout)
+                    platform.set_user_timeout(sock, user_timeout)
                     lifted = False
                 event = self._guard_event = trio.Event()
                 await event.wait()
@@ -115,11 +117,11 @@ class PipeLiveness:
             if not closed:
                 unanswered = None
                 if lifted:
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, user_timeout)
+                    platform.set_user_timeout(sock, user_timeout)
                     lifted = False
                 continue
             if not lifted:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, 0)
+                platform.set_user_timeout(sock, 0)
                 lifted = True
             if not probing:
                 unanswered = None

@@ -1,7 +1,7 @@
 """A pipe's read side: the reader task, the inproc sink, and the read role.
 
 Owns: ``paused`` readers' wake-up (``resume_read``), the read role (``role``,
-``lease_until``, ``role_wake_fd``; see the docstring of nanopy/pipe/driver.py) and the
+``lease_until``, ``role_waker``; see the docstring of nanopy/pipe/driver.py) and the
 three reader loops: a plain ``receive()`` loop, an inproc sink's drain, and the
 role reader of a stream connection (tcp, ipc) that stands aside while a
 receiving thread holds the role.
@@ -23,6 +23,7 @@ from ..core.errors import MessageTooLarge, RemoteProtocolError
 
 if TYPE_CHECKING:
     from ..engine.engine import Engine
+    from ..platform import Waker
     from ..transports._base import Connection, DirectReadable, SinkAttachable
     from .host import PipeHost
 
@@ -50,7 +51,7 @@ class PipeReading:
     sink_conn: SinkAttachable | None
     role: bool
     lease_until: float
-    role_wake_fd: int
+    role_waker: Waker | None
     _reader_event: trio.Event | None
 
     if TYPE_CHECKING:
@@ -67,13 +68,13 @@ class PipeReading:
             self.engine.run_soon(event.set)
 
     # -- the read role (any thread) --------------------------------------------
-    def take_role(self, wake_fd: int) -> bool:
+    def take_role(self, waker: Waker) -> bool:
         """A thread asks for the read role; False if it cannot have it now."""
         with self.lock:
             if self.role or self.closed or self.paused or not self.direct:
                 return False
             self.role = True
-            self.role_wake_fd = wake_fd
+            self.role_waker = waker
             return True
 
     def release_role(self) -> None:
@@ -87,7 +88,7 @@ class PipeReading:
                 self.direct_failed(exc)
         with self.lock:
             self.role = False
-            self.role_wake_fd = -1
+            self.role_waker = None
             self.lease_until = time.monotonic() + READ_LEASE
 
     def read_direct(self) -> list[bytes] | None:

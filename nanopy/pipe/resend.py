@@ -6,16 +6,17 @@ messages when the pipe ends (``take_unacked``, ``settle_unacked``) and the notes
 failed write leaves in it (``note_failed_write``).
 
 When the pipe ends while its socket stays open, the kernel's unacknowledged
-byte count (SIOCOUTQ) names the messages the peer may not have: with
-``resend_unacked`` they go back to the socket ahead of what the pipe never wrote
-(nanopy/driver/endings.py: at once, or at the pipe's removal if a write was under
-way); without it they are counted (``lost_messages``: ``stats().
-lost_unacked_messages`` and ``dead_pipe`` drops), measured as the pipe's tasks
-stop, when the kernel has had the longest to hear the peer's last
-acknowledgements.
+byte count (nanopy.platform's ``unacked_bytes``: SIOCOUTQ on Linux) names the
+messages the peer may not have: with ``resend_unacked`` they go back to the
+socket ahead of what the pipe never wrote (nanopy/driver/endings.py: at once, or
+at the pipe's removal if a write was under way); without it they are counted
+(``lost_messages``: ``stats().lost_unacked_messages`` and ``dead_pipe`` drops),
+measured as the pipe's tasks stop, when the kernel has had the longest to hear
+the peer's last acknowledgements.
 
-May call: the connection's kernel socket (``kernel_unacked``, SIOCOUTQ); nothing
-of the socket.
+May call: the connection's kernel socket (``kernel_unacked``), nanopy.platform
+(``unacked_bytes``, ``send_buffer_ceiling``); nothing of the socket. Where the
+platform cannot count unacknowledged bytes no log is kept (``sent_log_for``).
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ import socket
 from functools import partial
 from typing import Any
 
+from .. import platform
 from ..transports._base import ChannelConnection, CountsUnwritten, KernelSocketBacked
 from ..transports._stream import unacked_bytes
 from .liveness import kernel_unacked
 from .outbox import WRITE_CHUNK_BYTES
 from .sent_log import SentLog, frame_sizes
 
-#: net.ipv4.tcp_wmem's usual ceiling, where /proc does not say
+#: Linux's usual send buffer ceiling (net.ipv4.tcp_wmem), where the platform does not say
 DEFAULT_WMEM_MAX = 4 << 20
 
 
@@ -115,7 +117,7 @@ def sent_log_for(conn: Any) -> SentLog | None:
     if getattr(sock, "family", None) not in (socket.AF_INET, socket.AF_INET6):
         return None
     if unacked_bytes(sock) is None:
-        return None  # (not Linux: the kernel does not say)
+        return None  # (the platform cannot count them: see Capabilities.unacked_bytes)
     try:
         sndbuf = int(sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF))
     except (OSError, AttributeError):
@@ -128,11 +130,8 @@ _wmem: list[int] = []
 
 
 def _wmem_max() -> int:
-    """The largest send buffer the kernel's autotuning grows a TCP socket to."""
+    """The largest send buffer the kernel's autotuning grows a TCP socket to (read once)."""
     if not _wmem:
-        try:
-            with open("/proc/sys/net/ipv4/tcp_wmem") as f:
-                _wmem.append(int(f.read().split()[2]))
-        except (OSError, ValueError, IndexError):
-            _wmem.append(DEFAULT_WMEM_MAX)
+        ceiling = platform.send_buffer_ceiling()
+        _wmem.append(DEFAULT_WMEM_MAX if ceiling is None else ceiling)
     return _wmem[0]

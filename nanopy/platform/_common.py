@@ -38,6 +38,9 @@ class ReadyWait(Protocol):
 
     ``wait`` blocks the calling thread until one of them is readable or ``timeout``
     seconds pass (None: no limit); it says nothing about which (look at both).
+    The pipe's descriptor closed under it (by another thread) ends the wait at
+    once or never, depending on the system, but never raises: the waker's wake
+    (which whoever closes a pipe sends) always ends it.
     An event loop waits instead until any descriptor of :attr:`fds` is readable:
     one descriptor that stands for both where the system has one (Linux's epoll),
     else the two themselves.

@@ -94,7 +94,10 @@ class SelectorWait:
         self.fds = (fd, waker.fd)
 
     def wait(self, timeout: float | None) -> object:
-        return self._selector.select(timeout)
+        try:
+            return self._selector.select(timeout)
+        except (OSError, ValueError):  # the pipe's descriptor was closed under the wait
+            return ()  # (Windows' select says so; the caller looks again and finds the pipe gone)
 
     def close(self) -> None:
         self._selector.close()
