@@ -136,7 +136,9 @@ class BatchSending:
         if not self.raw:
             why = _REFUSED.get(self.protocol)
             if why is not None:
-                raise ProtocolError(f"{what} is not available on {self.protocol.upper()} sockets: {why}; call send() in a loop")
+                raise ProtocolError(
+                    f"{what} is not available on {self.protocol.upper()} sockets: {why}; call send() in a loop"
+                )
         if isinstance(messages, (bytes, bytearray, memoryview, str)):
             raise TypeError(f"{what} takes an iterable of messages, e.g. [b'one', b'two']; use send() for one message")
         try:

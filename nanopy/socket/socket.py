@@ -58,7 +58,9 @@ def _as_list(value: str | Iterable[str] | None) -> list[str]:
     return list(value)
 
 
-class Socket(Messaging, BatchSending, PipeHosting, RequestMethods, MultipartMixin, Pollable, OptionAttributes, ClosingContext):
+class Socket(
+    Messaging, BatchSending, PipeHosting, RequestMethods, MultipartMixin, Pollable, OptionAttributes, ClosingContext
+):
     """A scalability-protocols socket.
 
     Args:
