@@ -285,3 +285,15 @@ def test_asend_batch_under_asyncio(make_socket: Factory) -> None:
 
     assert asyncio.run(main()) == 100
     assert take(pull, 100) == [b"x%d" % i for i in range(100)]
+
+
+@pytest.mark.parametrize("transport", ["tcp", "inproc"])
+def test_pub_batch_larger_than_its_buffer_is_not_dropped_for_its_size(make_socket: Factory, transport: str) -> None:
+    sub = make_socket("sub", recv_timeout=5, recv_buffer=8192)
+    sub.subscribe(b"")
+    pub = make_socket("pub", send_buffer=16)  # (a round of more than 16 would overrun it)
+    connect_pair(sub, pub, bind_url(transport))
+    bodies = [b"s%04d" % i for i in range(600)]
+    assert pub.send_batch(bodies) == len(bodies)
+    assert take(sub, len(bodies)) == bodies
+    assert pub.stats().drops["queue_full"] == 0
