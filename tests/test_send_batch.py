@@ -297,3 +297,24 @@ def test_pub_batch_larger_than_its_buffer_is_not_dropped_for_its_size(make_socke
     assert pub.send_batch(bodies) == len(bodies)
     assert take(sub, len(bodies)) == bodies
     assert pub.stats().drops["queue_full"] == 0
+
+
+@pytest.mark.parametrize("transport", ["tcp", "ipc", "inproc"])
+def test_one_round_is_one_write_per_pipe(make_socket: Factory, transport: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nanopy.pipe.driver import PipeDriver
+
+    push, pull = make_socket("push"), make_socket("pull", recv_timeout=5)
+    connect_pair(pull, push, bind_url(transport))
+    writes: list[int] = []
+    plain = PipeDriver._write_claimed
+
+    def counted(self: PipeDriver, batch: list[bytes], *args: object) -> int:
+        if self.sock is push._driver:
+            writes.append(len(batch))
+        return plain(self, batch, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(PipeDriver, "_write_claimed", counted)
+    bodies = [b"w%03d" % i for i in range(200)]
+    assert push.send_batch(bodies) == 200
+    assert writes == [200]  # one framed write, not one per message
+    assert take(pull, 200) == bodies
