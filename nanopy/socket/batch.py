@@ -19,6 +19,7 @@ from ..core.errors import ProtocolError, Timeout
 from ..core.message import Message
 from ..driver.socket_driver import cancellation_point, in_trio
 from .util import DEFAULT as _DEFAULT
+from .util import async_twin_of
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -101,6 +102,7 @@ class BatchSending:
             done = went
         return end
 
+    @async_twin_of(send_batch)
     async def asend_batch(self, messages: Iterable[Any], *, timeout: float | None = _DEFAULT) -> int:
         """Send many messages in one call, from trio or asyncio; returns how many were sent.
 
