@@ -318,3 +318,23 @@ def test_one_round_is_one_write_per_pipe(make_socket: Factory, transport: str, m
     assert push.send_batch(bodies) == 200
     assert writes == [200]  # one framed write, not one per message
     assert take(pull, 200) == bodies
+
+
+def test_asend_batch_cancelled_while_waiting_keeps_what_went(make_socket: Factory) -> None:
+    pull = make_socket("pull", recv_timeout=5, recv_buffer=4)
+    push = make_socket("push", send_buffer=4)
+    connect_pair(pull, push, bind_url("tcp"))
+    pad = b"c" * 8192
+    bodies = [b"%06d" % i + pad for i in range(6000)]
+
+    async def main() -> bool:
+        with trio.move_on_after(0.5) as scope:
+            await push.asend_batch(bodies, timeout=None)  # the PULL reads nothing meanwhile
+        return scope.cancelled_caught
+
+    assert trio.run(main)
+    sent = push.stats().messages_sent
+    assert 0 < sent < len(bodies)
+    assert take(pull, sent) == bodies[:sent]  # the messages before the wait, in order
+    with pytest.raises(nanopy.Timeout):
+        pull.recv(timeout=0.2)  # and none of the rest
