@@ -33,6 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 VARIANTS: list[tuple[str, str]] = [
     ("nanopy", "sync"),
     ("nanopy", "trio"),
+    ("nanopy", "batch"),  # send_batch / recv_batch (throughput cells only)
     ("pynng", "sync"),
     ("pynng", "trio"),
     ("pyzmq", "sync"),
@@ -116,6 +117,8 @@ class _NanopySocket:
         self.recv = self._sock.recv
         self.asend = self._sock.asend
         self.arecv = self._sock.arecv
+        self.send_batch = self._sock.send_batch  # (the ``batch`` api, throughput only)
+        self.recv_batch = self._sock.recv_batch
 
     def close(self) -> None:
         self._sock.close(linger=0)

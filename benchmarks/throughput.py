@@ -43,6 +43,7 @@ from _common import (
 )
 
 CHUNK = 64  # messages between checks of the clock / stop flag (same for every system)
+BATCH = 256  # messages per send_batch / most per recv_batch (the ``batch`` api: nanopy only)
 _INF = float("inf")
 
 
@@ -130,9 +131,41 @@ async def send_trio(asend: Any, msg: bytes, flags: Any, sampler: Sampler) -> int
     return n
 
 
+def recv_batches(recv_batch: Callable[[int], list[bytes]], size: int, warmup: float, duration: float,
+                 on_window: Callable[[], None]) -> dict[str, Any]:
+    """The ``batch`` api (nanopy): ``recv_batch(BATCH)``, the window checked once per batch."""
+    got = recv_batch(BATCH)
+    t_first = time.monotonic()
+    n = 0
+    window = _Window(t_first, 1 if len(got[0]) == size else 0, warmup, duration, on_window)
+    while True:
+        for m in got:
+            if len(m) != size:  # the end marker: everything before it is counted
+                return {"received": n, "marks": window.marks, "t_first": t_first, "end_ok": m == END}
+            n += 1
+        window.check(n)
+        got = recv_batch(BATCH)
+
+
+def send_batches(send_batch: Callable[[list[bytes]], Any], msg: bytes, flags: Any, sampler: Sampler) -> int:
+    """The ``batch`` api (nanopy): ``send_batch`` of ``BATCH`` messages at a time."""
+    monotonic = time.monotonic
+    batch = [msg] * BATCH
+    n = 0
+    while not flags.stop:
+        send_batch(batch)
+        n += BATCH
+        sampler.maybe(monotonic(), n)
+    send_batch([END])
+    sampler.force(n)
+    return n
+
+
 def _receive(sock: Any, api: str, size: int, warmup: float, duration: float, on_window: Callable[[], None]) -> dict[str, Any]:
     if api == "sync":
         return recv_sync(sock.recv, size, warmup, duration, on_window)
+    if api == "batch":
+        return recv_batches(sock.recv_batch, size, warmup, duration, on_window)
     import trio
 
     return trio.run(recv_trio, sock.arecv, size, warmup, duration, on_window)
@@ -142,6 +175,8 @@ def _send(sock: Any, api: str, size: int, flags: Any, sampler: Sampler) -> int:
     msg = b"m" * size
     if api == "sync":
         return send_sync(sock.send, msg, flags, sampler)
+    if api == "batch":
+        return send_batches(sock.send_batch, msg, flags, sampler)
     import trio
 
     return trio.run(send_trio, sock.asend, msg, flags, sampler)

@@ -226,6 +226,12 @@ class Core:
     def can_send(self) -> bool:
         return False
 
+    def batch_room(self) -> int | None:
+        """How many sends one batch round may hand this core before a pipe would
+        drop what it could take if the sends came one by one (``Socket.send_batch``);
+        None: no bound (the core raises WouldBlock when it is full)."""
+        return None
+
     def can_recv(self) -> bool:
         return False
 
@@ -398,6 +404,13 @@ class Distributing(Core):
 
     def can_send(self) -> bool:
         return True
+
+    def batch_room(self) -> int | None:
+        # The least credit of a pipe that has some: a round of more would make that
+        # pipe drop messages it takes once its writes return credit. (Pipes without
+        # credit drop now, as for send(); with none, every message drops.)
+        room = [c for c in self._credit.values() if c > 0]
+        return min(room) if room else None
 
 
 class FairQueuing(Core):

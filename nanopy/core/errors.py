@@ -8,7 +8,14 @@ class NanopyError(Exception):
 
 
 class Timeout(NanopyError, TimeoutError):
-    """An operation did not complete within its timeout (``timeout=0``: at once)."""
+    """An operation did not complete within its timeout (``timeout=0``: at once).
+
+    Attributes:
+        sent: from ``send_batch``/``asend_batch``, how many of the batch's messages
+            went (the first ``sent``, in order) before it timed out; None elsewhere.
+    """
+
+    sent: int | None = None
 
 
 class Closed(NanopyError):

@@ -290,6 +290,101 @@ class SendLanes(Round):
             self.execute(rest)  # (a PUB's send in a burst: every pipe queues it)
         return True
 
+    # -- batch send (Socket.send_batch) ---------------------------------------------------
+    def send_batch(self, items: list[tuple[bytes, bytes]], start: int) -> int:
+        """One round for many sends: hand the core ``items[start:]`` (body, header)
+        until it would block, then write what each pipe got as one chunk.
+        Returns the index of the first item not sent (``start``: no room now); a
+        distributing core (PUB, BUS) bounds a round by its ``batch_room``.
+
+        The lanes are closed first, as a waiting sender's attempt closes them: the
+        core then holds every credit and decides each message as ``send`` would."""
+        members: list[PipeDriver] | None = None
+        sole: tuple[PipeDriver, list[bytes]] | None = None
+        lock = self.lock
+        lock.acquire()
+        try:
+            if self.closed:
+                raise self.closed_error()
+            if self._fan_pipes:  # (what the fan-out lane took goes out first)
+                members = self._revoke_fan(kick=False)
+            self._revoke_lane()
+            if self._due:
+                self._fold_due()
+            core = self.core
+            send = core.send
+            i, end, size = start, len(items), 0
+            room = core.batch_room()
+            if room is not None:
+                end = min(end, start + room)
+            if self._lanes and not core.holding:
+                # A send-lane core with one pipe: its credits taken at once are what
+                # as many core.send calls would have decided (as the sole-pipe lane).
+                grant = core.take_sole(end - i)
+                if grant is not None:
+                    pipe = self.pipes.get(grant[0])
+                    if pipe is None:  # (not a live pipe: leave the credit where it was)
+                        core.pipe_credit(*grant)
+                    else:
+                        bodies = [body for body, _ in items[i : i + grant[1]]]
+                        sole = (pipe, bodies)
+                        size = sum(map(len, bodies))
+                        i += grant[1]
+            try:
+                while i < end:
+                    body, header = items[i]
+                    send(body, header)
+                    size += len(body)
+                    i += 1
+            except WouldBlock:
+                pass
+            finally:  # (a ProtocolError part-way: what went before is counted all the same)
+                self.sent += i - start
+                self.bytes_sent += size
+                actions = self._drain()
+        finally:
+            lock.release()
+        if members:
+            self._write_fan(members)
+        if actions or sole:
+            self._execute_batch(actions or [], sole)
+        return i
+
+    def _execute_batch(self, actions: list[Any], sole: tuple[PipeDriver, list[bytes]] | None) -> None:
+        """Carry out a batch round's actions: each pipe's TRANSMITs (``sole``: what
+        the round gave the only pipe without the core) are queued in one go and
+        written as one chunk (framed once for pipes of equal framing); the other
+        actions then run as usual."""
+        per_pipe: dict[int, list[bytes]] = {} if sole is None else {sole[0].pid: sole[1]}
+        others = []
+        for action in actions:
+            if action[0] is TRANSMIT:
+                batch = per_pipe.get(action[1])
+                if batch is None:
+                    batch = per_pipe[action[1]] = []
+                batch.append(action[2])
+            else:
+                others.append(action)
+        framed: dict[Any, tuple[list[bytes], Any]] = {}
+        for pid, batch in per_pipe.items():
+            pipe = self.pipes.get(pid)
+            if pipe is None or not pipe.queue_batch(batch, False):
+                self.hand_back(batch)  # (the pipe went since the round chose it)
+                continue
+            done = pipe.flush_queued(framed)
+            if done:
+                self.credit(pid, done)
+        if len(per_pipe) > 1:
+            self.fanout_end = time.monotonic()  # (a PUB's batch: what follows at once is a burst)
+        if others:
+            self.execute(others)
+
+    def room_attempt(self) -> None:
+        """The attempt of a batch sender waiting for room (lock held): WouldBlock
+        until a send would go out; it sends nothing itself."""
+        if not self.writable():
+            raise WouldBlock
+
     # -- attempts: an operation that completes or raises WouldBlock -------------------------
     def send_attempt(self, body: bytes, header: bytes = b"") -> Callable[[], None]:
         core = self.core

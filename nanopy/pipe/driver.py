@@ -278,15 +278,15 @@ class PipeDriver(PipeReading, PipeLiveness, PipeResend, FanOutQueueing, Outbox):
             return 0
         return self._write_shared(batch, framed)
 
-    def queue_batch(self, batch: list[bytes], kick: bool) -> None:
-        """Queue a batch the socket's fan-out lane took (under the socket lock, so
-        batches reach every pipe in the order they were taken). Whoever queued it
-        then writes it (``flush_queued``), or ``kick``: the writer task does."""
+    def queue_batch(self, batch: list[bytes], kick: bool) -> bool:
+        """Queue a batch the fan-out lane (under the socket lock: batches reach every pipe
+        in the order taken) or a batch send took; False if closed (nothing queued).
+        Whoever queued it then writes it (``flush_queued``), or ``kick``: the writer task does."""
         lock = self.lock
         lock.acquire()
         try:
             if self.closed:
-                return
+                return False
             outbox = self.outbox
             if not outbox:
                 self.first_at = self.now()
@@ -296,6 +296,7 @@ class PipeDriver(PipeReading, PipeLiveness, PipeResend, FanOutQueueing, Outbox):
                 self._kick_writer()
         finally:
             lock.release()
+        return True
 
     def flush_queued(self, framed: dict[Any, tuple[list[bytes], Any]]) -> int:
         """Write the outbox now if nobody else is writing (the socket's flush round,

@@ -33,6 +33,7 @@ from ..engine import engine as _engine
 from ..pipe.driver import PipeDriver
 from ..protocols._registry import protocols as _protocols
 from . import series as _series
+from .batch import BatchSending
 from .endpoint import Endpoint
 from .lifecycle import SocketTasks
 from .messaging import Messaging
@@ -57,7 +58,9 @@ def _as_list(value: str | Iterable[str] | None) -> list[str]:
     return list(value)
 
 
-class Socket(Messaging, PipeHosting, RequestMethods, MultipartMixin, Pollable, OptionAttributes, ClosingContext):
+class Socket(
+    Messaging, BatchSending, PipeHosting, RequestMethods, MultipartMixin, Pollable, OptionAttributes, ClosingContext
+):
     """A scalability-protocols socket.
 
     Args:
