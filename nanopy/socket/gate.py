@@ -111,27 +111,28 @@ class Gate:
         """After the handshake (ZMTP: before its READY): the reason to refuse, or None."""
         peer = make_peer(conn, self.scheme)
         reason = self.address_refusal(peer.address)
+        failure = None
         if reason is None and self.authorize is not None:
-            reason = await self._ask(peer)
+            reason, failure = await self._ask(peer)
         if reason is not None:
-            self._log(peer.address, reason)
+            self._log(peer.address, reason, failure)
         return reason
 
-    async def _ask(self, peer: Peer) -> str | None:
+    async def _ask(self, peer: Peer) -> tuple[str | None, Exception | None]:
+        """``authorize``'s verdict as (refusal reason or None, what it raised)."""
         fn = self.authorize
         assert fn is not None
         try:
             answer = await trio.to_thread.run_sync(fn, peer, limiter=self._limiter, abandon_on_cancel=True)
         except Exception as exc:  # noqa: BLE001 - a failing gate refuses (and says why)
-            self._log(peer.address, f"authorize raised {exc!r}", exc)
-            return f"authorize failed: {type(exc).__name__}"
+            return f"authorize raised {exc!r}", exc
         if answer is True:
-            return None
+            return None, None
         if isinstance(answer, str):
-            return answer or "refused by authorize"
+            return answer or "refused by authorize", None
         if answer is False:
-            return "refused by authorize"
-        return f"authorize returned {answer!r} (want True, False or a reason)"
+            return "refused by authorize", None
+        return f"authorize returned {answer!r} (want True, False or a reason)", None
 
     def _log(self, address: str, reason: str, exc: BaseException | None = None) -> None:
         """One WARNING per peer host per LOG_INTERVAL; the repeats go to DEBUG."""
