@@ -288,3 +288,51 @@ def test_nanopy_zmtp_client_reads_the_reason(make_socket: MakeSocket, caplog: py
     wait_until(lambda: push.stats().protocol_errors >= 1, what="the client's failed handshake")
     assert any("closed for maintenance" in r.getMessage() and r.name == "nanopy"
                and "refused the handshake" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("mechanism", ["null", "plain"])
+def test_pyzmq_clients_through_the_gate(make_socket: MakeSocket, mechanism: str) -> None:
+    zmq = pytest.importorskip("zmq")
+    seen: list[nanopy.Peer] = []
+
+    def authorize(peer: nanopy.Peer) -> bool | str:
+        seen.append(peer)
+        return peer.routing_id == b"friend" or "500"
+
+    bind_options: dict[str, Any] = {"plain_auth": lambda user, password: True} if mechanism == "plain" else {}
+    rep = make_socket("rep", recv_timeout=5)
+    ep = rep.bind("zmtp+tcp://127.0.0.1:0", allow=["127.0.0.0/8"], authorize=authorize, **bind_options)
+    ctx = zmq.Context()
+    try:
+        def client(routing_id: bytes) -> Any:
+            req = ctx.socket(zmq.REQ)
+            req.linger, req.rcvtimeo = 0, 5000
+            req.setsockopt(zmq.ROUTING_ID, routing_id)
+            if mechanism == "plain":
+                req.plain_username = b"ann" if routing_id == b"friend" else b"eve"
+                req.plain_password = b"pw"
+            req.connect(ep.url.removeprefix("zmtp+"))
+            return req
+
+        stranger = client(b"stranger")
+        monitor = stranger.get_monitor_socket()
+        monitor.rcvtimeo = 5000
+        from zmq.utils.monitor import recv_monitor_message
+
+        # libzmq 4.3's PLAIN client reports any ERROR as a protocol failure (as it does
+        # for plain_auth's refusals); NULL and CURVE clients read the ZAP status code
+        failed = zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL if mechanism == "plain" else zmq.EVENT_HANDSHAKE_FAILED_AUTH
+        while recv_monitor_message(monitor)["event"] != failed:
+            pass
+        friend = client(b"friend")
+        friend.send(b"hello")
+        assert rep.recv() == b"hello"
+        rep.send(b"welcome")
+        assert friend.recv() == b"welcome"
+        assert {p.routing_id for p in seen} >= {b"stranger", b"friend"}
+        if mechanism == "plain":
+            assert {p.user for p in seen} >= {"eve", "ann"}
+        assert {p.mechanism for p in seen} == {mechanism}
+        assert len(rep.pipes) == 1 and rep.stats().auth_failures >= 1
+    finally:
+        ctx.destroy(linger=0)

@@ -110,7 +110,7 @@ class PlainServer:
         conn.peer_user = user.decode("utf-8", "replace")
         await conn.write(codec.encode_command(b"WELCOME"))
         props = codec.parse_metadata(await expect(conn, b"INITIATE"))
-        await conn.admit(props)
+        await conn.admit(props)  # (after INITIATE: the gate sees the Identity too)
         await conn.write(codec.encode_command(b"READY", codec.encode_metadata(metadata)))
         return props
 
