@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import ssl
 import tempfile
 import threading
 import time
@@ -336,3 +337,54 @@ def test_pyzmq_clients_through_the_gate(make_socket: MakeSocket, mechanism: str)
         assert len(rep.pipes) == 1 and rep.stats().auth_failures >= 1
     finally:
         ctx.destroy(linger=0)
+
+
+@pytest.mark.parametrize("scheme", ["tls+tcp", "wss"])
+def test_authorize_by_client_certificate(make_socket: MakeSocket, scheme: str) -> None:
+    t = tls_files()
+
+    def authorize(peer: nanopy.Peer) -> bool | str:
+        names = peer.certificate.get("subjectAltName", ()) if peer.certificate else ()
+        return ("email", "client@example.org") in names or "no known certificate"
+
+    optional = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)  # asks for a certificate, needs none
+    with tempfile.NamedTemporaryFile("w", suffix=".pem") as pem:
+        pem.write(t.server_pem)
+        pem.flush()
+        optional.load_cert_chain(pem.name)
+    optional.load_verify_locations(cadata=t.ca_pem)
+    optional.verify_mode = ssl.CERT_OPTIONAL
+    pull = make_socket("pull", recv_timeout=5)
+    ep = pull.bind(url_of(scheme), ssl_context=optional, authorize=authorize)
+    anonymous = make_socket("push", **OPTS)
+    anonymous.connect(ep.url.replace("127.0.0.1", "localhost"), ssl_context=t.client_ctx)
+    wait_until(lambda: pull.stats().auth_failures >= 2, what="the anonymous client refused")
+    anonymous.close()
+    known = make_socket("push")
+    known.connect(ep.url.replace("127.0.0.1", "localhost"), ssl_context=t.client_cert_ctx)
+    wait_pipes(pull)
+    known.send(b"signed in")
+    assert pull.recv() == b"signed in"
+
+
+def test_allow_deny_ipv6(make_socket: MakeSocket) -> None:
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6")
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback")
+    denied = make_socket("pull")
+    ep = denied.bind("tcp://[::1]:0", deny=["::1/128"])
+    push = make_socket("push", **OPTS)
+    push.connect(ep.url)
+    wait_until(lambda: denied.stats().auth_failures >= 2, what="::1 denied")
+    allowed = make_socket("pull", recv_timeout=5)
+    ep = allowed.bind("tcp://[::1]:0", allow=["::/0"], deny=["127.0.0.0/8"])
+    push2 = make_socket("push")
+    push2.connect(ep.url)
+    wait_pipes(allowed)
+    push2.send(b"v6")
+    assert allowed.recv() == b"v6"
+    assert allowed.pipes[0].peer.host == "::1"
