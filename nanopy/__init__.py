@@ -21,6 +21,7 @@ from .core.errors import RemoteProtocolError as RemoteProtocolError
 from .core.errors import Timeout as Timeout
 from .core.message import Message as Message
 from .core.message import Pipe as Pipe
+from .core.peer import Peer as Peer
 from .core.stats import PipeStats as PipeStats
 from .core.stats import SocketStats as SocketStats
 from .socket.device import adevice as adevice
@@ -53,7 +54,7 @@ POLLOUT = _POLLOUT  #: Poller flag: a ``send(timeout=0)`` on the socket would su
 
 __all__ = [
     "AddressError", "AddressInUse", "AuthenticationFailed", "BUS", "Closed", "Endpoint", "Message", "MessageTooLarge",
-    "NanopyError", "PAIR", "PAIR1", "POLLIN", "POLLOUT", "PUB", "PULL", "PUSH", "Pipe", "PipeStats", "Poller",
+    "NanopyError", "PAIR", "PAIR1", "POLLIN", "POLLOUT", "PUB", "PULL", "PUSH", "Peer", "Pipe", "PipeStats", "Poller",
     "ProtocolError", "REP", "REQ", "RESPONDENT", "RemoteProtocolError", "SUB", "SURVEYOR", "Socket",
     "SocketStats", "Timeout", "adevice", "device", "poll",
 ]

@@ -65,3 +65,12 @@ class AuthenticationFailed(RemoteProtocolError):
     Raised inside the engine (a plug-in transport raises it too): the connection is
     closed, logged as a protocol error and counted in ``stats().auth_failures``.
     """
+
+
+class Refused(AuthenticationFailed):
+    """A bind's gate (``authorize=``, ``allow=``/``deny=``) refused the peer.
+
+    Raised inside the engine only: the connection is closed (a ZMTP peer first gets
+    an ERROR command with the reason), logged once per peer host and interval, and
+    counted in ``stats().auth_failures`` and ``handshake_failures``.
+    """

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar, Protocol
 
 from .errors import ProtocolError
+from .peer import Peer
 from .stats import PipeStats
 
 
@@ -26,18 +27,21 @@ class Pipe:
         remote_address: the peer's address as text (``"127.0.0.1:5555"``, a path, ...).
         endpoint: the :class:`Endpoint` that created the pipe.
         connected_at: when the pipe came up (seconds since the epoch).
+        peer: who is on the other end (a :class:`nanopy.Peer`: address, transport,
+            mechanism and credentials), or None for a pipe made outside a socket.
     """
 
-    __slots__ = ("id", "remote_address", "endpoint", "connected_at", "_driver", "__weakref__")
+    __slots__ = ("id", "remote_address", "endpoint", "connected_at", "peer", "_driver", "__weakref__")
 
     #: how a snapshot of a pipe driver is taken: set by the socket layer
     #: (nanopy/socket/observe.py) when it loads, so this value type needs nothing above it
     _snapshot: ClassVar[Callable[[Any], PipeStats]]
 
-    def __init__(self, pid: int, remote_address: str, endpoint: Any) -> None:
+    def __init__(self, pid: int, remote_address: str, endpoint: Any, peer: Peer | None = None) -> None:
         self.id = pid
         self.remote_address = remote_address
         self.endpoint = endpoint
+        self.peer = peer
         self.connected_at = time.time()
         self._driver: Any = None
 

@@ -72,7 +72,8 @@ class SocketStats(_Snapshot):
             peer that left, ``auth_failures`` included).
         auth_failures: peers this socket refused in the handshake for their
             credentials: a CURVE key not in ``curve_clients`` or a box that does not
-            open, PLAIN credentials refused, a TLS certificate that failed verification.
+            open, PLAIN credentials refused, a TLS certificate that failed verification;
+            and peers a bind's gate (``authorize=``, ``allow=``, ``deny=``) refused.
         reconnects: connections a dialer made again after its first (a pipe lost
             or refused, then made anew).
         messages_resent: messages a dying pipe had handed to its kernel whose bytes

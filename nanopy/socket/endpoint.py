@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..core.errors import MessageTooLarge, RemoteProtocolError
+from ..core.errors import MessageTooLarge, Refused, RemoteProtocolError
 from ..transports._base import Connection, Listener, PipeContext, Transport
 
 if TYPE_CHECKING:
+    from .gate import Gate
     from .socket import Socket
 
 log = logging.getLogger("nanopy")
@@ -95,6 +96,8 @@ class Endpoint:
         self._listener: Listener | None = None
         self._warnings = RepeatLimiter()
         self._handshakes = 0  # handshakes completed (a dialer's after its first are reconnects)
+        #: a bind's admission check (``authorize=``, ``allow=``, ``deny=``), or None
+        self.gate: Gate | None = None
 
     def __repr__(self) -> str:
         kind = "connect" if self.dialer else "bind"
@@ -186,9 +189,24 @@ class Endpoint:
     async def _handshake_and_run(self, conn: Connection) -> bool:
         """Handshake (bounded by handshake_timeout), then run the pipe. False if it never ran."""
         sock = self.socket
+        gate = self.gate
+        if gate is not None and conn.gates_itself:
+            conn.gate = gate  # (ZMTP asks it before its READY, to refuse with an ERROR)
         try:
             with trio.fail_after(sock._options.handshake_timeout):
+                if gate is not None and not conn.gates_itself:
+                    reason = gate.refuse_early(conn)  # (allow=/deny=: no TLS or upgrade for them)
+                    if reason is not None:
+                        raise Refused(reason)
                 await conn.handshake()
+                if gate is not None and not conn.gates_itself:
+                    reason = await gate(conn)
+                    if reason is not None:
+                        raise Refused(reason)
+        except Refused as exc:  # (the gate logged it, rate-limited per peer host)
+            sock._count_handshake(self, exc)
+            await conn.aclose()
+            return False
         except trio.TooSlowError:
             error = RemoteProtocolError(f"handshake with {conn.remote_address or 'peer'} timed out")
             sock._note_protocol_error(None, error, self)

@@ -33,6 +33,7 @@ from ..pipe.resend import sent_log_for
 from ..transports._base import Connection, DiscardsMessages, OtherWireProtocol, PipeContext, SubscriptionForwarding
 from ..transports._registry import transports as _transports
 from .endpoint import Endpoint
+from .gate import Gate, make_peer
 from .multipart import receive_multipart
 
 if TYPE_CHECKING:
@@ -136,18 +137,28 @@ class PipeHosting:
         Args:
             url: ``scheme://address``, e.g. ``tcp://127.0.0.1:0`` (port 0: any free port).
             **options: endpoint options: ``priority``, ``recv_priority`` (1 = highest
-                .. 16, default 8) and what the transport accepts (``ssl_context``).
+                .. 16, default 8), what the transport accepts (``ssl_context``), and
+                the gate: ``authorize=fn`` (``fn(peer) -> True | False | reason``,
+                run in a worker thread before a peer's pipe joins the socket),
+                ``allow=`` / ``deny=`` (lists of IP addresses or CIDR blocks; tcp,
+                tls+tcp, ws, wss, zmtp+tcp). A refused peer is closed (a ZMTP one
+                first gets an ERROR with the reason), logged once per host and
+                interval, and counted in ``stats().auth_failures``.
 
         Returns:
             The :class:`Endpoint`; ``ep.url`` has the real port.
 
         Raises:
             AddressInUse: the address is taken.
-            AddressError: unknown scheme or malformed URL.
-            TypeError: an unknown endpoint option.
+            AddressError: unknown scheme or malformed URL; ``allow=``/``deny=`` on
+                a transport without IP addresses, or an entry that is no address.
+            TypeError: an unknown endpoint option, or an ``authorize`` that is not callable.
             Closed: the socket is closed.
         """
+        gate_options = {key: options.pop(key) for key in ("authorize", "allow", "deny") if key in options}
         ep = self._make_endpoint(url, False, options)
+        if any(value is not None for value in gate_options.values()):
+            ep.gate = Gate(str(self.name), ep.url, **gate_options)
         if not self._tasks.reserve():
             raise self._driver.closed_error()
         self._engine.run(self._bind, ep)
@@ -221,7 +232,7 @@ class PipeHosting:
     # -- pipes (engine thread) -----------------------------------------------------
     async def _run_pipe(self, conn: Connection, ep: Endpoint) -> None:
         """Run one pipe until it ends (a task of the socket's pipes nursery)."""
-        pipe = Pipe(_new_pipe_id(), conn.remote_address, ep)
+        pipe = Pipe(_new_pipe_id(), conn.remote_address, ep, make_peer(conn, ep.url.partition("://")[0]))
         driver = PipeDriver(self._driver, self.name, conn, pipe, self._engine, self._note_protocol_error)
         if getattr(self._driver.core, "requeues", False):  # (PUSH, raw REQ: nanopy/pipe/resend.py)
             driver.sent_log = sent_log_for(conn)

@@ -59,6 +59,21 @@ class Connection(abc.ABC):
     #: text form of the peer's address, for Pipe.remote_address
     remote_address: str = ""
 
+    #: a bound socket's gate (``authorize=``, ``allow=``/``deny=``), set by the endpoint
+    #: before ``handshake`` on a connection that ``gates_itself``: the handshake awaits
+    #: ``gate(self)`` once the peer's credentials are known and before it admits the
+    #: peer; a string back refuses it (the reason), None admits
+    gate: Gate | None = None
+    #: the handshake calls ``gate`` itself (ZMTP: so a refusal is an ERROR command);
+    #: for other connections the endpoint calls it after the handshake and closes
+    gates_itself: bool = False
+
+    def peer_details(self) -> dict[str, Any]:
+        """What the handshake learnt of the peer, for its :class:`nanopy.Peer`:
+        any of ``mechanism``, ``user``, ``curve_key``, ``certificate``, ``routing_id``
+        (an absent key: ``"null"`` / None)."""
+        return {}
+
     async def handshake(self) -> None:
         """Complete the SP handshake (header exchange, HTTP upgrade, TLS...)."""
 
@@ -79,6 +94,10 @@ class Connection(abc.ABC):
     @abc.abstractmethod
     async def aclose(self) -> None:
         """Close the connection; idempotent; must not raise."""
+
+
+#: see :attr:`Connection.gate`
+Gate = Callable[[Connection], Awaitable["str | None"]]
 
 
 class ChannelConnection(Connection):

@@ -139,6 +139,10 @@ class WsConnection(ChannelConnection):
     def kernel_socket(self) -> Any:
         return self._chan.kernel_socket()
 
+    def peer_details(self) -> dict[str, Any]:
+        certificate = getattr(self._chan, "certificate", None)  # (wss: a TLS StreamChannel)
+        return {} if certificate is None else {"mechanism": "tls", "certificate": certificate()}
+
     def unwritten_bytes(self) -> int | None:
         counted = getattr(self._chan, "unwritten_bytes", None)
         return None if counted is None else counted()

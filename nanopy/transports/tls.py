@@ -74,6 +74,15 @@ class StreamChannel:
         """A write waits for the kernel to take more (ReportsWriteWait)."""
         return bool(self.stream.transport_stream.waiting_for_room)
 
+    def certificate(self) -> dict[str, Any] | None:
+        """The peer's certificate as ``getpeercert()`` gives it once TLS verified one
+        (None: no certificate, or one nobody verified)."""
+        try:
+            cert = self.stream.getpeercert()
+        except (ValueError, AttributeError):  # (no handshake yet)
+            return None
+        return dict(cert) if cert else None
+
     async def start(self) -> None:
         """Run the TLS handshake; a verification failure becomes RemoteProtocolError."""
         if self._server_side:
@@ -250,6 +259,9 @@ class TlsConnection(FramedConnection):
     async def handshake(self) -> None:
         await self._chan.start()  # TLS first, then the SP header exchange inside it
         await super().handshake()
+
+    def peer_details(self) -> dict[str, Any]:
+        return {"mechanism": "tls", "certificate": self._chan.certificate()}
 
     async def _send_all(self, data: bytes | memoryview) -> None:
         await self._chan.send_all(data)

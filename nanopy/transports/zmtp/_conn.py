@@ -83,6 +83,10 @@ class ZmtpConnection(StreamConnection):
         self._pong_debt = PongDebt()
         self.peer_type = b""
         self.peer_identity = b""
+        #: the PLAIN user name a client gave us / the peer's CURVE public key (Z85)
+        self.peer_user: str | None = None
+        self.peer_curve_key: str | None = None
+        self.gates_itself = True  # a refusal is an ERROR command in the handshake
         self.minor = 1
         self.last_heard = self.last_sent = time.monotonic()
         # Our longest silence toward the peer past ``ttl``, and when it ended (see silence_blamed).
@@ -153,6 +157,32 @@ class ZmtpConnection(StreamConnection):
 
     async def write(self, data: bytes) -> None:
         await self._send_all(data)
+
+    async def admit(self, props: dict[str, bytes]) -> None:
+        """Server side, before our READY: ask the listener's gate (if any) about the
+        peer, whose credentials and metadata (``props``) are known now. A refusal
+        goes to the peer as an ERROR command (RFC 37) and raises."""
+        self.peer_identity = props.get("identity", b"")
+        if self.gate is None:
+            return
+        reason = await self.gate(self)
+        if reason is not None:
+            await self.refuse(reason)
+
+    async def refuse(self, reason: str) -> None:
+        """Send ERROR with ``reason`` (as much as its 255 bytes hold), then raise."""
+        from ...core.errors import Refused
+
+        data = reason.encode("utf-8", "replace")[:255]
+        try:
+            await self._send_all(codec.encode_command(b"ERROR", bytes((len(data),)) + data))
+        except OSError:
+            pass  # (it may not listen)
+        raise Refused(reason)
+
+    def peer_details(self) -> dict[str, Any]:
+        return {"mechanism": self.mechanism.name.decode().lower(), "user": self.peer_user,
+                "curve_key": self.peer_curve_key, "routing_id": self.peer_identity or None}
 
     async def handshake(self) -> None:
         mech = self.mechanism

@@ -214,6 +214,7 @@ class CurveClient:
         props = _open(nacl, ready[8:], b"CurveZMQREADY---" + ready[:8], server_tpub, tsec, "READY")
         shared = nacl.crypto_box_beforenm(server_tpub, tsec)
         conn.cipher = Cipher(nacl, shared, True, 2, int.from_bytes(ready[:8], "big"))
+        conn.peer_curve_key = z85_encode(self.server_key)
         return codec.parse_metadata(props)
 
 
@@ -257,12 +258,15 @@ class CurveServer:
             raise AuthenticationFailed("CURVE vouch does not match the connection")
         if self.clients is not None and client_key not in self.clients:
             raise AuthenticationFailed(f"CURVE client key {z85_encode(client_key)} is not in curve_clients")
+        conn.peer_curve_key = z85_encode(client_key)
+        metadata_in = codec.parse_metadata(props)
+        await conn.admit(metadata_in)
         short = (1).to_bytes(8, "big")
         box = nacl.crypto_box(codec.encode_metadata(metadata), b"CurveZMQREADY---" + short, client_tpub, tsec)
         await conn.write(codec.encode_command(b"READY", short + box))
         shared = nacl.crypto_box_beforenm(client_tpub, tsec)
         conn.cipher = Cipher(nacl, shared, False, 1, int.from_bytes(initiate[96:104], "big"))
-        return codec.parse_metadata(props)
+        return metadata_in
 
 
 def make_curve(options: Any) -> CurveClient | CurveServer | None:

@@ -52,6 +52,11 @@ class Null:
     as_server = False
 
     async def handshake(self, conn: ZmtpConnection, metadata: Metadata) -> dict[str, bytes]:
+        if conn.gate is not None:  # a gated listener hears the peer out before admitting it
+            props = codec.parse_metadata(await expect(conn, b"READY"))
+            await conn.admit(props)
+            await conn.write(codec.encode_command(b"READY", codec.encode_metadata(metadata)))
+            return props
         await conn.write(codec.encode_command(b"READY", codec.encode_metadata(metadata)))
         return codec.parse_metadata(await expect(conn, b"READY"))
 
@@ -102,8 +107,10 @@ class PlainServer:
         if not ok:
             await conn.write(_error("Invalid username or password"))
             raise AuthenticationFailed(f"PLAIN: credentials of user {user.decode('utf-8', 'replace')!r} refused")
+        conn.peer_user = user.decode("utf-8", "replace")
         await conn.write(codec.encode_command(b"WELCOME"))
         props = codec.parse_metadata(await expect(conn, b"INITIATE"))
+        await conn.admit(props)  # (after INITIATE: the gate sees the Identity too)
         await conn.write(codec.encode_command(b"READY", codec.encode_metadata(metadata)))
         return props
 
