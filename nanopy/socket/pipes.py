@@ -156,9 +156,11 @@ class PipeHosting:
             Closed: the socket is closed.
         """
         gate_options = {key: options.pop(key) for key in ("authorize", "allow", "deny") if key in options}
+        gate = None
+        if isinstance(url, str) and any(value is not None for value in gate_options.values()):
+            gate = Gate(str(self.name), url, **gate_options)  # (checked before anything is made)
         ep = self._make_endpoint(url, False, options)
-        if any(value is not None for value in gate_options.values()):
-            ep.gate = Gate(str(self.name), ep.url, **gate_options)
+        ep.gate = gate
         if not self._tasks.reserve():
             raise self._driver.closed_error()
         self._engine.run(self._bind, ep)
