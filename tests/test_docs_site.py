@@ -91,7 +91,7 @@ def test_protocols_page_draws_the_state_diagrams(site: Path) -> None:
 
 # Made by nanopy, never by users: their constructors' arguments are not API (the class
 # docstrings list the attributes instead).
-MADE_BY_NANOPY = {"Endpoint", "Message", "Pipe", "PipeStats", "SocketStats"}
+MADE_BY_NANOPY = {"Endpoint", "Message", "Peer", "Pipe", "PipeStats", "SocketStats"}
 
 
 def _public_callables() -> Iterator[tuple[str, Any]]:
