@@ -53,6 +53,17 @@ class _CountingLock:
         self.release()
 
 
+class _Reader:
+    """The read side of a fake pipe (``PipeDriver.reader``, nanopy/pipe/reading.py)."""
+
+    def __init__(self) -> None:
+        self.paused = False  # set by the socket's round when the pipe's queue is full
+        self.resumed = 0
+
+    def resume(self) -> None:
+        self.resumed += 1
+
+
 class _InstantPipe:
     """A pipe driver whose every transmit is written at once (credit comes back)."""
 
@@ -64,6 +75,7 @@ class _InstantPipe:
         self.lane_credit = self.lane_bytes = 0
         self.rx_msgs = self.rx_bytes = 0  # (the pipe view: counted by the socket driver per read)
         self.closed = self.withdrawn = False  # (a pipe found dead: nanopy/driver/endings.py)
+        self.reader = _Reader()
 
     def transmit(self, payload: bytes, idle: bool | None = None, framed: Any = None, lane: bool = False) -> int:
         if lane:
@@ -477,7 +489,7 @@ def _single_pipe_pair(make_socket: Factory, transport: str, **pull_opts: Any) ->
 
 
 def _role_taken(sock: nanopy.Socket) -> bool:
-    return any(p.role for p in list(sock._pipes.values()))
+    return any(p.reader.role for p in list(sock._pipes.values()))
 
 
 def _recv_in_thread(sock: nanopy.Socket, out: list[Any], **kwargs: Any) -> threading.Thread:

@@ -46,17 +46,12 @@ class _Pipe(_InstantPipe):
     def __init__(self, pid: int) -> None:
         super().__init__(pid, instant=False)
         self.unwritten = 0  # given, credit not returned yet
-        self.paused = False
-        self.resumed = 0
 
     def transmit(self, payload: bytes, idle: bool | None = None, framed: Any = None, lane: bool = False) -> int:
         done = super().transmit(payload, idle, framed, lane)
         if done == 0:
             self.unwritten += 1
         return done
-
-    def resume_read(self) -> None:
-        self.resumed += 1
 
 
 def _driver(core_cls: type, fast: bool, **opts: Any) -> SocketDriver:

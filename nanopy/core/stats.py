@@ -135,12 +135,13 @@ class PipeLosses:
     def pipe_ended(self, pipe: Any) -> None:
         """Count how ``pipe`` (a PipeDriver that stopped) ended. Bytes sent again
         (``resend_unacked``) are no loss."""
-        if pipe.dead:
+        if pipe.liveness.dead:
             self.dead_pipes += 1
-        if pipe.unacked and not pipe.unacked_resent:
+        resend = pipe.resend  # (nanopy/pipe/resend.py)
+        if resend.unacked and not resend.unacked_resent:
             self.lost_pipes_unacked += 1
-            self.lost_unacked_bytes += pipe.unacked
-        self.lost_unacked_messages += pipe.lost_messages
+            self.lost_unacked_bytes += resend.unacked
+        self.lost_unacked_messages += resend.lost_messages
 
     def as_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in self.__slots__}

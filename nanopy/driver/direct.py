@@ -11,7 +11,8 @@ platform layer").
 
 May call: the round (:class:`~nanopy.driver.round.Round`: ``_direct_round`` is a round
 that feeds what was read and tries the attempt), the pipe's read role
-(``take_role``/``release_role``/``read_lock``/``direct_failed``) and its
+(its :class:`~nanopy.pipe.reading.PipeReader`, ``pipe.reader``:
+``take_role``/``release_role``/``read_lock``/``direct_failed``) and its
 connection's ``read_nowait``/``fileno``; nanopy.platform's ``new_waker`` and ``ready_wait``.
 """
 
@@ -30,7 +31,7 @@ from .round import BLOCKED, Round, _Blocked
 from .waiters import WaitQueue
 
 if TYPE_CHECKING:
-    from ..pipe.driver import PipeDriver
+    from ..pipe.reading import PipeReader
     from ..platform import ReadyWait, Waker
     from ..transports._base import DirectReadable
 
@@ -70,12 +71,12 @@ class DirectRead(Round):
         begun = self._direct_begin(deadline)
         if begun is None:
             return BLOCKED
-        pipe, state = begun
-        steps = self._direct_steps(pipe, state, attempt)
+        reader, state = begun
+        steps = self._direct_steps(reader, state, attempt)
         try:
             left = next(steps)
             while True:
-                ready = self._direct_wait(pipe.pid, pipe.direct_conn, state.waker)
+                ready = self._direct_wait(reader.pid, reader.direct_conn, state.waker)
                 if ready is None:
                     return BLOCKED
                 ready.wait(left)
@@ -84,7 +85,7 @@ class DirectRead(Round):
             return done.value  # type: ignore[no-any-return]
         finally:
             steps.close()
-            self._direct_end(pipe, state)
+            self._direct_end(reader, state)
 
     async def _adirect_recv(
         self,
@@ -108,13 +109,13 @@ class DirectRead(Round):
         begun = self._direct_begin(deadline)
         if begun is None:
             return BLOCKED, False
-        pipe, state = begun
-        steps = self._direct_steps(pipe, state, attempt)
+        reader, state = begun
+        steps = self._direct_steps(reader, state, attempt)
         waited = False
         try:
             left = next(steps)
             while True:
-                ready = self._direct_wait(pipe.pid, pipe.direct_conn, state.waker)
+                ready = self._direct_wait(reader.pid, reader.direct_conn, state.waker)
                 if ready is None:
                     return BLOCKED, waited
                 waited = True
@@ -124,9 +125,9 @@ class DirectRead(Round):
             return done.value, waited
         finally:
             steps.close()
-            self._direct_end(pipe, state)
+            self._direct_end(reader, state)
 
-    def _direct_begin(self, deadline: float | None) -> tuple[PipeDriver, _DirectState] | None:
+    def _direct_begin(self, deadline: float | None) -> tuple[PipeReader, _DirectState] | None:
         """Take the read role of the socket's only pipe (see nanopy/pipe/driver.py) for a
         direct receive; None when that is not possible now."""
         if self.recv_q.waiters or type(self.recv_q) is not WaitQueue or self._engine().in_engine_thread():
@@ -135,26 +136,27 @@ class DirectRead(Round):
             (pipe,) = self.pipes.values()
         except ValueError:  # the pipe went (or another came) meanwhile
             return None
-        if not pipe.direct:
+        reader = pipe.reader
+        if not reader.direct:
             return None
         with self.lock:
             if self.closed:
                 raise self.closed_error()
             waker = self._waker()
             self._direct_users += 1
-        if not pipe.take_role(waker):
+        if not reader.take_role(waker):
             self._direct_done()
             return None
-        return pipe, _DirectState(pipe.pid, waker, deadline)
+        return reader, _DirectState(pipe.pid, waker, deadline)
 
-    def _direct_end(self, pipe: PipeDriver, state: _DirectState) -> None:
+    def _direct_end(self, reader: PipeReader, state: _DirectState) -> None:
         if state.waiter is not None:
             self._abandon(self.recv_q, state.waiter)
-        pipe.release_role()
+        reader.release_role()
         self._direct_done()
 
     def _direct_steps(
-        self, pipe: PipeDriver, state: _DirectState, attempt: Callable[[], T]
+        self, reader: PipeReader, state: _DirectState, attempt: Callable[[], T]
     ) -> Generator[float | None, None, T | _Blocked]:
         """The loop of a direct receive, without its waits (threads and tasks share it).
 
@@ -174,10 +176,10 @@ class DirectRead(Round):
             if tried:
                 if not isinstance(result, _Blocked) or state.waiter is None:
                     return result  # a result, or BLOCKED at the deadline (the caller times out)
-                if pipe.paused or pipe.closed or pipe.pid not in self.pipes or len(self.recv_q.waiters) > 1:
+                if reader.paused or reader.owner.closed or reader.pid not in self.pipes or len(self.recv_q.waiters) > 1:
                     return BLOCKED  # (more receivers now: let the engine share messages out)
             if not read:
-                outcome = self._direct_read(pipe, state, attempt)
+                outcome = self._direct_read(reader, state, attempt)
                 if outcome is _FAILED:
                     return BLOCKED
                 if outcome is not _NOTHING:
@@ -200,7 +202,7 @@ class DirectRead(Round):
             read = False
             result = self._direct_round(state, None, attempt)  # woken or timed out: look again
 
-    def _direct_read(self, pipe: PipeDriver, state: _DirectState, attempt: Callable[[], T]) -> Any:
+    def _direct_read(self, reader: PipeReader, state: _DirectState, attempt: Callable[[], T]) -> Any:
         """One read by the read role's holder: what the kernel holds goes to the core,
         and the attempt is tried, in one round taken before anyone else may read.
 
@@ -208,11 +210,11 @@ class DirectRead(Round):
         ``_PARTIAL`` when only part of a frame was, ``_NOTHING`` when the kernel
         held nothing, ``_FAILED`` when the connection ended (the pipe is closed).
         """
-        conn = pipe.direct_conn
+        conn = reader.direct_conn
         assert conn is not None  # (_direct_begin took the role of a direct pipe only)
-        with pipe.read_lock:
+        with reader.read_lock:
             try:
-                payloads = None if pipe.closed else conn.read_nowait()
+                payloads = None if reader.owner.closed else conn.read_nowait()
             except (EOFError, OSError, RemoteProtocolError, MessageTooLarge) as exc:
                 failure: BaseException = exc
             else:
@@ -221,7 +223,7 @@ class DirectRead(Round):
                 if not payloads:
                     return _PARTIAL
                 return self._direct_round(state, payloads, attempt)
-        pipe.direct_failed(failure)  # (Timeout, an OSError, never comes from here)
+        reader.direct_failed(failure)  # (Timeout, an OSError, never comes from here)
         return _FAILED
 
     def _direct_wait(self, pid: int, conn: DirectReadable | None, waker: Waker) -> ReadyWait | None:
@@ -281,7 +283,7 @@ class DirectRead(Round):
                     pipe.rx_msgs += len(payloads)
                     pipe.rx_bytes += size
                     if not keep:
-                        pipe.paused = True
+                        pipe.reader.paused = True
             try:
                 result: T | _Blocked = attempt()
             except WouldBlock:

@@ -32,7 +32,7 @@ first. This drain replaces the usual one only until the core holds nothing, so
 the usual paths pay nothing per message.
 
 May call: the core's ``withdraw_pipe``/``requeue`` inside a round, the pipe
-drivers' ``lock``/``take_unwritten``/``take_unacked_now``/``queue_batch``, the
+drivers' ``lock``/``take_unwritten``/``resend.take_unacked_now``/``queue_batch``, the
 lanes' ``_revoke_lane``.
 """
 
@@ -83,9 +83,9 @@ class PipeEndings(SendLanes):
             orphans = None if pending else pipe.take_unwritten()
             if resend:
                 if pending:
-                    pipe.resend_due = True
+                    pipe.resend.due = True
                 else:
-                    resent = pipe.take_unacked_now()
+                    resent = pipe.resend.take_unacked_now()
         core.withdraw_pipe(pipe.pid, pending)
         if orphans is not None:
             self._take_back(resent + orphans, pipe.pid, len(resent))

@@ -19,9 +19,9 @@ now (a parked sender, a core that sends queued work on credit), the executing
 thread runs the round itself and appends what it yields to its work queue --
 never by recursion, however many queued requests one credit releases.
 
-May call: the core, the pipe drivers (``transmit``, ``resume_read``,
-``close_soon``, ``PipeDriver.queue_fan_out``), the timers. Nothing else in nanopy takes the
-socket lock or calls the core: the other parts of the driver (``_lanes``,
+May call: the core, the pipe drivers (``transmit``, ``reader.resume``,
+``close_soon``; ``queue_fan_out`` of nanopy/pipe/fanout.py), the timers. Nothing
+else in nanopy takes the socket lock or calls the core: the other parts of the driver (``_lanes``,
 ``_runs``, ``_direct``, ``_waiting``, ``_ids``) are mixins built on this class
 and go through its rounds; :class:`~nanopy.driver.socket_driver.SocketDriver` puts them together.
 """
@@ -40,7 +40,7 @@ from ..core.base import Core, Distributing, LoadBalancing
 from ..core.callers import CallerWaitQueue
 from ..core.errors import Closed, WouldBlock
 from ..pipe.driver import handed_over
-from ..pipe.fanout import FanOutQueueing
+from ..pipe.fanout import queue_fan_out
 from .timers import Timers
 from .waiters import WaitQueue
 
@@ -228,7 +228,7 @@ class Round:
                 if burst:
                     # A fan-out burst: this and the TRANSMITs after it are queued
                     # (and batched) in one tight loop.
-                    handled, gone, credit = FanOutQueueing.queue_fan_out(pipes, actions, i - 1)
+                    handled, gone, credit = queue_fan_out(pipes, actions, i - 1)
                     i += handled - 1
                     transmits += handled - len(gone)
                     if gone:
@@ -256,7 +256,7 @@ class Round:
             elif kind == RESUME_READ:
                 driver = pipes.get(action[1])
                 if driver is not None:
-                    driver.resume_read()
+                    driver.reader.resume()
             elif kind == CLOSE_PIPE:
                 driver = pipes.get(action[1])
                 if driver is not None:
@@ -306,7 +306,7 @@ class Round:
     def deliver(self, pid: int, payloads: list[bytes]) -> bool:
         """Payloads read from pipe ``pid``; False = stop reading it for now.
 
-        A full queue pauses the pipe (``PipeDriver.paused``) in this same round,
+        A full queue pauses the pipe (``PipeReader.paused``) in this same round,
         so the RESUME_READ of any later round comes after it.
         """
         # (outside the lock; an in-memory sender handing them over has summed them already)
@@ -319,7 +319,7 @@ class Round:
                 pipe.rx_msgs += len(payloads)
                 pipe.rx_bytes += size
                 if not keep:
-                    pipe.paused = True
+                    pipe.reader.paused = True
             actions = self._drain()
         if actions:
             self.execute(actions)

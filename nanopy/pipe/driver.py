@@ -48,8 +48,6 @@ thread.
 
 from __future__ import annotations
 
-import errno
-import logging
 import threading
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -57,12 +55,12 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..core.errors import MessageTooLarge, RemoteProtocolError
-from ..transports._base import ChannelConnection, DirectReadable, PeerWatching, ReportsWriteWait, SinkAttachable
-from .fanout import MAX_HOLD, FanOutQueueing, wait_out_burst
-from .liveness import PipeLiveness, kernel_unacked, silence_blamed, unwritten, write_shortfall
+from ..transports._base import ChannelConnection, PeerWatching, ReportsWriteWait, SinkAttachable
+from .fanout import MAX_HOLD, wait_out_burst
+from .liveness import Liveness, kernel_unacked, unwritten, write_shortfall
 from .outbox import UNCUT, Outbox
-from .reading import PipeReading
-from .resend import PipeResend
+from .reading import PipeReader
+from .resend import Resend
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -71,8 +69,8 @@ if TYPE_CHECKING:
     from ..engine.engine import Engine
     from ..transports._base import Connection
     from .host import PipeHost
+    from .sent_log import SentLog
 
-log = logging.getLogger("nanopy")
 
 #: ``(chunk, payload bytes)`` of the in-memory write in progress: the receiving
 #: socket's ``deliver``, called inside that write, takes the size from here when it
@@ -116,7 +114,12 @@ class SendAdapter:
         return frame
 
 
-class PipeDriver(PipeReading, PipeLiveness, PipeResend, FanOutQueueing, Outbox):
+class PipeDriver(Outbox):
+    """One pipe: the connection's only writer (the write side is :class:`Outbox`,
+    its base), composed with the parts that own the rest: ``reader``
+    (:class:`PipeReader`), ``liveness`` (:class:`Liveness`) and ``resend``
+    (:class:`Resend`). The socket sees it through ``PipeHost``'s calls and these."""
+
     def __init__(
         self,
         sock: PipeHost,
@@ -128,13 +131,13 @@ class PipeDriver(PipeReading, PipeLiveness, PipeResend, FanOutQueueing, Outbox):
     ) -> None:
         self.sock = sock  # the socket's driver, seen through PipeHost (nanopy/pipe/host.py)
         self.name = name
-        self.note_protocol_error = note_protocol_error
         self.conn = conn
         self.pipe = pipe
         self.pid = pipe.id
         self.engine = engine
         self.lock = threading.Lock()
-        # The write side (see the module docstring); all of it under ``lock``.
+        self.closed = False
+        Outbox.__init__(self)  # the write side (see the module docstring); all of it under ``lock``
         self.channel: ChannelConnection | SendAdapter
         if isinstance(conn, ChannelConnection):
             self.channel = conn
@@ -143,13 +146,6 @@ class PipeDriver(PipeReading, PipeLiveness, PipeResend, FanOutQueueing, Outbox):
         else:
             self.channel = SendAdapter(conn)
             self.writes_directly = False
-        self.outbox: list[bytes] = []
-        self.tail: Any = None  # the unwritten rest of a chunk
-        self.tail_credit = 0  # messages of that chunk, credited once it is written
-        self.tail_bytes = 0  # their payload bytes (counted as sent then)
-        self.control: bytes | None = None  # a control frame to write before the outbox
-        self.writing = False  # a thread or the writer task holds the channel
-        self.closed = False
         self.now = engine.now
         self.last_tx = 0.0  # when this pipe last sent (engine clock)
         self.first_at = 0.0  # when the outbox's oldest payload was queued (engine clock)
@@ -160,16 +156,12 @@ class PipeDriver(PipeReading, PipeLiveness, PipeResend, FanOutQueueing, Outbox):
         # socket's send lane, see nanopy/driver/socket_driver.py), and the bytes they carried.
         self.lane_credit = 0
         self.lane_bytes = 0
-        # Counters of the pipe view (Socket.pipes()), counted per write or read,
-        # never per message: tx under ``lock``, rx by the socket driver under its lock.
-        self.tx_msgs = self.tx_bytes = self.rx_msgs = self.rx_bytes = 0
+        # Counters of the pipe view (Socket.pipes()) of what was read: by the socket
+        # driver under its lock, per read.
+        self.rx_msgs = self.rx_bytes = 0
         self._writer_event: trio.Event | None = None
-        self._reader_event: trio.Event | None = None
-        self.paused = False  # the core's queue for this pipe is full: read nothing
-        self._idle_event: trio.Event | None = None
         # In-memory connections (inproc) take every payload at once, in order.
-        self.sink_conn = conn if isinstance(conn, SinkAttachable) else None
-        self.hands_over = self.sink_conn is not None
+        self.hands_over = isinstance(conn, SinkAttachable)
         if self.hands_over or not self.writes_directly:
             self.write_step = UNCUT  # its chunk is the batch itself, not a framed copy
         if isinstance(self.channel, ReportsWriteWait):
@@ -180,24 +172,16 @@ class PipeDriver(PipeReading, PipeLiveness, PipeResend, FanOutQueueing, Outbox):
         # payload bytes are its length less one prefix per message (no sum needed).
         overhead = self.channel.frame_overhead if isinstance(self.channel, ChannelConnection) else None
         self.frame_prefix = -1 if overhead is None else overhead
-        # The read role (see the module docstring).
-        self.direct_conn = conn if isinstance(conn, DirectReadable) else None
-        self.direct = self.direct_conn is not None
-        self.read_lock = threading.Lock()
-        self.role = False  # a thread holds the read role
-        self.lease_until = 0.0
-        self.role_waker = None  # the role holder's waker (nanopy.platform)
-        self._failure_noted = False
-        # How the pipe ended, for the socket's loss counters (nanopy/core/stats.py):
-        # the peer stopped answering; payloads never handed to the kernel (a
-        # load-balancing socket sends them on other pipes); bytes the kernel held
-        # that the peer never acknowledged (lost: SP has no acknowledgements).
-        self.dead = False
-        self.orphans: list[bytes] = []
-        self.unacked: int | None = None
-        self._tail_batch: list[bytes] = []  # the messages of the chunk ``tail`` ends
-        self._in_write = False  # the writer task is inside write_all (the kernel may be full)
-        self._guard_event: trio.Event | None = None  # wakes the window guard (see _window_guard)
+        #: the pipe's recent writes (nanopy/pipe/sent_log.py; None: not kept): set
+        #: before the pipe runs (``sent_log_for``); only the channel's writer notes in it
+        self.sent_log: SentLog | None = None
+        #: the socket took this pipe out of its load balancing (set under the socket's
+        #: lock by SocketDriver.pipe_ending, once)
+        self.withdrawn = False
+        # The parts (each makes its own fields; see their modules).
+        self.liveness = Liveness(conn, self.lock, name, pipe, note_protocol_error)
+        self.reader = PipeReader(self, conn, pipe.id, sock.deliver, engine.run_soon, self.liveness.note_failure)
+        self.resend = Resend(self)
         self._scope = trio.CancelScope()
         pipe._driver = self
 
@@ -367,9 +351,10 @@ class PipeDriver(PipeReading, PipeLiveness, PipeResend, FanOutQueueing, Outbox):
                 if counted:
                     self.tx_msgs -= len(batch)
                     self.tx_bytes -= size
-                    if self.sent_log is not None:  # (how much went is unknown: in doubt)
-                        self.sent_log.wrote(batch, len(chunk), len(chunk))
-                        self.sent_log.doubt(len(chunk))
+                    sent_log = self.sent_log
+                    if sent_log is not None:  # (how much went is unknown: in doubt)
+                        sent_log.wrote(batch, len(chunk), len(chunk))
+                        sent_log.doubt(len(chunk))
             self.close_soon()
             raise
         sent_log = self.sent_log
@@ -434,25 +419,29 @@ class PipeDriver(PipeReading, PipeLiveness, PipeResend, FanOutQueueing, Outbox):
                     async with trio.open_nursery() as nursery:
                         nursery.start_soon(self._until_failure, self._writer, nursery.cancel_scope)
                         conn = self.conn
+                        reader, liveness = self.reader, self.liveness
                         keepalive = conn.keepalive if isinstance(conn, PeerWatching) else None
                         if keepalive is not None:
-                            nursery.start_soon(
-                                self._until_failure, partial(keepalive, self._busy), nursery.cancel_scope
-                            )
-                        guard = self._window_guard_for()
+                            # Silence from the peer proves nothing now: we read nothing (a
+                            # full queue) or our data waits for the peer's window (the
+                            # window guard judges that case).
+                            busy = lambda: reader.paused or liveness.in_write  # noqa: E731
+                            nursery.start_soon(self._until_failure, partial(keepalive, busy), nursery.cancel_scope)
+                        guard = liveness.guard_for()
                         if guard is not None:
                             nursery.start_soon(self._until_failure, guard, nursery.cancel_scope)
-                        await self._until_failure(self._reader, nursery.cancel_scope)
+                        await self._until_failure(reader.run, nursery.cancel_scope)
         finally:  # also when the socket's task tree is cancelled around it
             await self._stopped()
 
     async def _stopped(self) -> None:
         """The pipe's tasks are over: no thread may read or write it any more
         (its waits are shielded: it also runs while being cancelled)."""
-        with self.read_lock:  # no thread reads the connection from now on
+        reader = self.reader
+        with reader.read_lock:  # no thread reads the connection from now on
             with self.lock:
                 self.closed = True
-                waker = self.role_waker
+                waker = reader.role_waker
                 claimed = self.writing
         while claimed:
             # A sending thread is inside a non-blocking write: let it finish before
@@ -465,9 +454,9 @@ class PipeDriver(PipeReading, PipeLiveness, PipeResend, FanOutQueueing, Outbox):
             orphans = self.take_unwritten()
         if waker is not None:
             waker.wake()  # the role holder stops waiting on this pipe
-        self.unacked = kernel_unacked(self.conn)  # (before the connection is closed)
+        unacked = kernel_unacked(self.conn)  # (before the connection is closed)
         with self.lock:
-            self.orphans = self.settle_unacked(orphans, self.unacked)
+            self.orphans = self.resend.settle(orphans, unacked)
         self._notify_idle()
 
     async def _until_failure(self, loop: Any, scope: trio.CancelScope) -> None:
@@ -482,37 +471,14 @@ class PipeDriver(PipeReading, PipeLiveness, PipeResend, FanOutQueueing, Outbox):
             trio.BrokenResourceError,
             trio.ClosedResourceError,
         ) as exc:
-            self._failed(exc)
+            self.liveness.note_failure(exc)
         finally:
             self.sock.pipe_ending(self)  # (the first loop to end: at once, before any later send)
             scope.cancel()
 
-    def _failed(self, exc: BaseException) -> None:
-        """Note how the pipe ended, once (a reading thread and the reader task may
-        both meet the same stored error)."""
-        with self.lock:
-            if self._failure_noted:
-                return
-            self._failure_noted = True
-        if isinstance(exc, (RemoteProtocolError, MessageTooLarge)):
-            self.note_protocol_error(self.pipe, exc)
-        elif isinstance(exc, OSError) and exc.errno == errno.ETIMEDOUT:
-            # The kernel's keepalive or user timeout, or the ws PINGs, gave up on it.
-            self.dead = True
-            self._log_dead("the peer stopped answering", exc.strerror or str(exc))
-        elif isinstance(exc, (EOFError, OSError)) and (blamed := silence_blamed(self.conn)):
-            self.dead = True  # the peer gave up on us (a ZMTP TTL we announced)
-            self._log_dead("the peer took us for dead and closed it", blamed)
-        else:
-            log.debug("%s: pipe %d closed: %s", self.name, self.pid, exc)
-
-    def _log_dead(self, what: str, why: str) -> None:
-        """The one INFO line of a pipe ended for silence (docs/partitions.md)."""
-        log.info("%s: pipe %d to %s: %s (%s); closing it", self.name, self.pid,
-                 self.pipe.remote_address or "?", what, why)
-
     async def _writer(self) -> None:
         channel = self.channel
+        liveness = self.liveness
         lingering = False  # a burst is under way: let the sender write its own batches
         while True:
             if lingering:
@@ -535,11 +501,7 @@ class PipeDriver(PipeReading, PipeLiveness, PipeResend, FanOutQueueing, Outbox):
             stage = 0
             piece: Any = tail  # what is being written (for the sent log, if it fails)
             sent_log = self.sent_log
-            self._in_write = True
-            event = self._guard_event
-            if event is not None:
-                self._guard_event = None
-                event.set()  # the window guard watches this write
+            liveness.write_started()  # (the window guard watches this write)
             try:
                 # A chunk's rest first (it may end in the middle of a frame), then
                 # the control frame, then the payloads.
@@ -566,7 +528,7 @@ class PipeDriver(PipeReading, PipeLiveness, PipeResend, FanOutQueueing, Outbox):
                         sent_log.wrote(batch, len(chunk), len(chunk))
             except BaseException:
                 if sent_log is not None:
-                    self.note_failed_write(piece, batch if stage == 2 else None)
+                    self.resend.note_failed_write(piece, batch if stage == 2 else None)
                 # The connection failed under the write: what never reached the
                 # kernel may still go out on another pipe (Socket._run_pipe).
                 if tail is not None and stage == 0:
@@ -575,7 +537,7 @@ class PipeDriver(PipeReading, PipeLiveness, PipeResend, FanOutQueueing, Outbox):
                     self.orphans += batch if stage < 2 else unwritten(channel, batch, write_shortfall(channel))
                 raise
             finally:
-                self._in_write = False
+                liveness.write_ended()
                 self.end_write()
             credit += len(batch)
             if credit:

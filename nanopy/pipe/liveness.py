@@ -1,26 +1,33 @@
-"""A pipe's end: dead-peer detection beside a full send buffer, and what was lost.
+"""A pipe's liveness: how it ended, and dead-peer detection beside a full send buffer.
 
-Owns: the TCP window guard (a task that keeps the TCP user timeout from cutting
-off a peer that is alive but not reading, and finds a dead one by its unanswered
-window probes), ``take_unwritten`` (what an ending pipe hands back to the socket:
-see nanopy/driver/endings.py), and the helpers that count what a pipe that ended
-never delivered (``kernel_unacked``, ``write_shortfall``, ``unwritten``: see
-``PipeLosses`` in nanopy/core/stats.py).
+:class:`Liveness` is a part of :class:`~nanopy.pipe.driver.PipeDriver`, reached as
+``pipe.liveness``. It owns the judgement of how the pipe ended (``note_failure``:
+a bad peer, a dead one -- ``dead`` -- or a plain close), whether the writer task
+is inside a write (``in_write``, told by ``write_started``/``write_ended``) and the
+TCP window guard (a task that keeps the TCP user timeout from cutting off a peer
+that is alive but not reading, and finds a dead one by its unanswered window
+probes). The module's helpers count what a pipe that ended never delivered
+(``kernel_unacked``, ``write_shortfall``, ``unwritten``: see ``PipeLosses`` in
+nanopy/core/stats.py).
 
 May call: the connection's kernel socket (``kernel_socket``), nanopy.platform's
 ``user_timeout``/``set_user_timeout`` and its counters (``send_window_state``,
-``unacked_bytes``, through nanopy/transports/_stream.py); nothing of the socket.
+``unacked_bytes``, through nanopy/transports/_stream.py); nothing of the socket
+but the protocol-error note it is given.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
+import threading
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from .. import platform
+from ..core.errors import MessageTooLarge, RemoteProtocolError
 from ..transports._base import CountsUnwritten, JudgesSilence, KernelSocketBacked
 from ..transports._keepalive import stall_slack
 from ..transports._stream import send_window_state, unacked_bytes
@@ -28,47 +35,73 @@ from ..transports._stream import send_window_state, unacked_bytes
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from ..core.message import Pipe
     from ..transports._base import Connection
 
+log = logging.getLogger("nanopy")
 
-class PipeLiveness:
-    """Dead-peer detection of :class:`~nanopy.pipe.driver.PipeDriver` (see the module docstring)."""
 
-    conn: Connection
-    paused: bool
-    _in_write: bool  # the writer task is inside write_all (the kernel may be full)
-    _guard_event: trio.Event | None  # wakes the window guard
-    # The write side (nanopy/pipe/driver.py), read by take_unwritten.
-    channel: Any
-    outbox: list[bytes]
-    tail: Any
-    _tail_batch: list[bytes]
-    control: bytes | None
-    orphans: list[bytes]
-    #: the socket took this pipe out of its load balancing (set under the socket's
-    #: lock by SocketDriver.pipe_ending, once)
-    withdrawn = False
+class Liveness:
+    """How a :class:`~nanopy.pipe.driver.PipeDriver` ended, and its window guard
+    (see the module docstring)."""
 
-    def take_unwritten(self) -> list[bytes]:
-        """Take everything this pipe will never write, in order (its lock held, no
-        write under way): what a failed write left (``orphans``), the whole
-        messages of a chunk's unwritten rest, then the queue. Leaves nothing queued."""
-        out = self.orphans
-        self.orphans = []
-        if self.tail is not None:
-            out += unwritten(self.channel, self._tail_batch, len(self.tail))
-        out += self.outbox
-        self.outbox = []
-        self.tail = self.control = None
-        return out
+    def __init__(
+        self,
+        conn: Connection,
+        lock: threading.Lock,
+        name: str,
+        pipe: Pipe,
+        note_protocol_error: Callable[[Pipe, BaseException], None],
+    ) -> None:
+        self.conn = conn
+        self.lock = lock  # the pipe's lock (``note_failure`` is judged once)
+        self.name = name
+        self.pipe = pipe
+        self.note_protocol_error = note_protocol_error
+        #: the peer stopped answering (counted by the socket's ``PipeLosses``)
+        self.dead = False
+        self._failure_noted = False
+        self.in_write = False  # the writer task is inside write_all (the kernel may be full)
+        self._guard_event: trio.Event | None = None  # wakes the window guard
+
+    def note_failure(self, exc: BaseException) -> None:
+        """Note how the pipe ended, once (a reading thread and the reader task may
+        both meet the same stored error)."""
+        with self.lock:
+            if self._failure_noted:
+                return
+            self._failure_noted = True
+        if isinstance(exc, (RemoteProtocolError, MessageTooLarge)):
+            self.note_protocol_error(self.pipe, exc)
+        elif isinstance(exc, OSError) and exc.errno == errno.ETIMEDOUT:
+            # The kernel's keepalive or user timeout, or the ws PINGs, gave up on it.
+            self.dead = True
+            self._log_dead("the peer stopped answering", exc.strerror or str(exc))
+        elif isinstance(exc, (EOFError, OSError)) and (blamed := silence_blamed(self.conn)):
+            self.dead = True  # the peer gave up on us (a ZMTP TTL we announced)
+            self._log_dead("the peer took us for dead and closed it", blamed)
+        else:
+            log.debug("%s: pipe %d closed: %s", self.name, self.pipe.id, exc)
+
+    def _log_dead(self, what: str, why: str) -> None:
+        """The one INFO line of a pipe ended for silence (docs/partitions.md)."""
+        log.info("%s: pipe %d to %s: %s (%s); closing it", self.name, self.pipe.id,
+                 self.pipe.remote_address or "?", what, why)
 
     # -- dead-peer detection beside a full send buffer -----------------------------------
-    def _busy(self) -> bool:
-        """Silence from the peer proves nothing now: we read nothing (a full queue) or
-        our data waits for the peer's window (the window guard judges that case)."""
-        return self.paused or self._in_write
+    def write_started(self) -> None:
+        """The writer task enters ``write_all``: the window guard watches it."""
+        self.in_write = True
+        event = self._guard_event
+        if event is not None:
+            self._guard_event = None
+            event.set()
 
-    def _window_guard_for(self) -> Callable[[], Awaitable[None]] | None:
+    def write_ended(self) -> None:
+        """The writer task's ``write_all`` is over (done or failed)."""
+        self.in_write = False
+
+    def guard_for(self) -> Callable[[], Awaitable[None]] | None:
         """The guard task of a TCP connection with a user timeout (dead_peer_timeout), or None."""
         conn = self.conn
         if not isinstance(conn, KernelSocketBacked):
@@ -99,7 +132,7 @@ class PipeLiveness:
         lifted = False
         unanswered: float | None = None  # since when a window probe waits for its answer
         while True:
-            if not self._in_write:
+            if not self.in_write:
                 if lifted:
                     platform.set_user_timeout(sock, user_timeout)
                     lifted = False
@@ -110,7 +143,7 @@ class PipeLiveness:
             await trio.sleep(interval)
             if trio.current_time() - due > stall_slack(interval):
                 unanswered = None  # we stood still, not the peer: the probes get a fresh grace
-            state = send_window_state(sock) if self._in_write else (False, False)
+            state = send_window_state(sock) if self.in_write else (False, False)
             if state is None:
                 await trio.sleep_forever()  # (no TCP_INFO: the kernel's rules stand)
             closed, probing = state

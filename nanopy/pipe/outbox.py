@@ -1,8 +1,17 @@
 """A pipe's outbox: what is queued and not yet written, and how much one write takes.
 
-Owns: the batch a write takes from the outbox (``take_batch``), the size of
-that batch (``write_step``, learned by ``note_write``), and the questions asked of
-what is left unwritten (``queued_out``, ``flushed``, ``wait_flushed``).
+Owns: the write side's state, made by ``Outbox.__init__``: the outbox of payloads,
+a chunk's unwritten rest (``tail``), the control frame, the channel's claim
+(``writing``), the sent counters; the batch a write takes from the outbox
+(``take_batch``), the size of that batch (``write_step``, learned by
+``note_write``), the questions asked of what is left unwritten (``queued_out``,
+``flushed``, ``wait_flushed``) and what an ending pipe hands back
+(``take_unwritten``: see nanopy/driver/endings.py).
+
+``Outbox`` is the one base class of :class:`~nanopy.pipe.driver.PipeDriver`, not a
+part reached through an attribute: ``transmit``, the writer task and the fan-out
+loop read and write these fields per message, and on the pipe itself each is one
+``self.x`` away.
 
 A write frames its batch into one chunk -- a copy of every payload plus its
 header -- and holds that chunk until the connection has taken all of it. A peer
@@ -25,6 +34,8 @@ from typing import Any
 
 import trio
 
+from .liveness import unwritten
+
 #: about how many payload bytes one write frames at most (see the module docstring)
 WRITE_CHUNK_BYTES = 256 * 1024
 #: ``write_step`` of a pipe whose chunk is its batch itself (inproc, a plug-in's
@@ -36,30 +47,49 @@ FRAME_ALLOWANCE = 16
 
 
 class Outbox:
-    """The outbox side of :class:`~nanopy.pipe.driver.PipeDriver` (see the module docstring)."""
+    """The write side of :class:`~nanopy.pipe.driver.PipeDriver` (see the module docstring)."""
 
+    # the pipe's, declared for the methods below (PipeDriver.__init__ makes them)
     lock: Any
-    outbox: list[bytes]
-    tail: Any
-    tail_credit: int
-    tail_bytes: int
-    control: bytes | None
-    writing: bool
     closed: bool
-    _idle_event: trio.Event | None
     channel: Any
-    tx_msgs: int
-    tx_bytes: int
-    #: messages the writer task is writing now (taken from the outbox or a rest),
-    #: and their payload bytes once framed
-    in_write = 0
-    in_write_bytes = 0
-    #: the channel says when a write waits for room (ReportsWriteWait): ``in_write``
-    #: counts only then; otherwise until the write returns
-    reports_wait = False
-    #: the most messages one write takes from the outbox (0: not known before the
-    #: first write, which judges by the size of its oldest message)
-    write_step = 0
+
+    def __init__(self) -> None:
+        self.outbox: list[bytes] = []
+        self.tail: Any = None  # the unwritten rest of a chunk
+        self.tail_credit = 0  # messages of that chunk, credited once it is written
+        self.tail_bytes = 0  # their payload bytes (counted as sent then)
+        self._tail_batch: list[bytes] = []  # the messages of the chunk ``tail`` ends
+        self.control: bytes | None = None  # a control frame to write before the outbox
+        self.writing = False  # a thread or the writer task holds the channel
+        # Counters of the pipe view (Socket.pipes()), counted per write, never per
+        # message (under the pipe lock; see the note above ``claim_write``).
+        self.tx_msgs = self.tx_bytes = 0
+        #: messages the writer task is writing now (taken from the outbox or a rest),
+        #: and their payload bytes once framed
+        self.in_write = self.in_write_bytes = 0
+        #: the channel says when a write waits for room (ReportsWriteWait): ``in_write``
+        #: counts only then; otherwise until the write returns
+        self.reports_wait = False
+        #: the most messages one write takes from the outbox (0: not known before the
+        #: first write, which judges by the size of its oldest message)
+        self.write_step = 0
+        #: what a failed write never handed to the kernel (taken by ``take_unwritten``)
+        self.orphans: list[bytes] = []
+        self._idle_event: trio.Event | None = None  # wakes ``wait_flushed``
+
+    def take_unwritten(self) -> list[bytes]:
+        """Take everything this pipe will never write, in order (its lock held, no
+        write under way): what a failed write left (``orphans``), the whole
+        messages of a chunk's unwritten rest, then the queue. Leaves nothing queued."""
+        out = self.orphans
+        self.orphans = []
+        if self.tail is not None:
+            out += unwritten(self.channel, self._tail_batch, len(self.tail))
+        out += self.outbox
+        self.outbox = []
+        self.tail = self.control = None
+        return out
 
     def take_batch(self) -> list[bytes]:
         """Take the next batch to write (pipe lock held): the whole outbox, or its

@@ -1,10 +1,12 @@
 """A pipe's read side: the reader task, the inproc sink, and the read role.
 
-Owns: ``paused`` readers' wake-up (``resume_read``), the read role (``role``,
-``lease_until``, ``role_waker``; see the docstring of nanopy/pipe/driver.py) and the
+:class:`PipeReader` is a part of :class:`~nanopy.pipe.driver.PipeDriver`, reached as
+``pipe.reader``. It owns ``paused`` (the core's queue for the pipe is full: read
+nothing) and its wake-up (``resume``), the read role (``role``, ``lease_until``,
+``role_waker``, ``read_lock``; see the docstring of nanopy/pipe/driver.py) and the
 three reader loops: a plain ``receive()`` loop, an inproc sink's drain, and the
 role reader of a stream connection (tcp, ipc) that stands aside while a
-receiving thread holds the role.
+receiving thread holds the role. It sees its pipe only as a :class:`ReadOwner`.
 
 May call: the socket driver's ``deliver`` (the one way read payloads reach the
 core), the connection's read side (``receive``, ``read_nowait``,
@@ -15,17 +17,18 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
 from ..core.errors import MessageTooLarge, RemoteProtocolError
+from ..transports._base import DirectReadable, SinkAttachable
 
 if TYPE_CHECKING:
-    from ..engine.engine import Engine
+    from collections.abc import Callable
+
     from ..platform import Waker
-    from ..transports._base import Connection, DirectReadable, SinkAttachable
-    from .host import PipeHost
+    from ..transports._base import Connection
 
 # A thread that lets go of the read role usually comes straight back: the reader
 # task leaves the role to it for this long after it let go.
@@ -34,44 +37,68 @@ READ_LEASE = 5e-3
 STAND_ASIDE_MAX = 50e-3
 
 
-class PipeReading:
-    """The read side of :class:`~nanopy.pipe.driver.PipeDriver` (see the module docstring)."""
+class ReadOwner(Protocol):
+    """What the read side needs of its pipe (``PipeDriver``)."""
 
-    sock: PipeHost
-    conn: Connection
-    pid: int
-    engine: Engine
-    lock: threading.Lock
-    read_lock: threading.Lock
-    closed: bool
-    paused: bool
-    direct: bool  # the connection is DirectReadable (direct_conn)
-    direct_conn: DirectReadable | None
-    hands_over: bool  # the connection is SinkAttachable (sink_conn)
-    sink_conn: SinkAttachable | None
-    role: bool
-    lease_until: float
-    role_waker: Waker | None
-    _reader_event: trio.Event | None
+    @property
+    def lock(self) -> threading.Lock:
+        """The pipe lock: ``paused`` and the read role change under it."""
+        ...
 
-    if TYPE_CHECKING:
+    @property
+    def closed(self) -> bool:
+        """The pipe is closed: read nothing more."""
+        ...
 
-        def _failed(self, exc: BaseException) -> None: ...
+    def close_soon(self) -> None:
+        """End the pipe (its reader and writer stop)."""
+        ...
 
-        def close_soon(self) -> None: ...
 
-    def resume_read(self) -> None:
+class PipeReader:
+    """The read side of a :class:`~nanopy.pipe.driver.PipeDriver` (see the module docstring)."""
+
+    def __init__(
+        self,
+        owner: ReadOwner,
+        conn: Connection,
+        pid: int,
+        deliver: Callable[[int, list[bytes]], bool],
+        run_soon: Callable[[Callable[[], Any]], None],
+        note_failure: Callable[[BaseException], None],
+    ) -> None:
+        self.owner = owner
+        self.lock = owner.lock  # (the pipe's lock: one object, not a copy of state)
+        self.conn = conn
+        self.pid = pid
+        self._deliver = deliver  # the socket's (PipeHost.deliver)
+        self._run_soon = run_soon  # the engine's
+        self._note_failure = note_failure  # the pipe's liveness judges how it ended
+        self.paused = False  # the core's queue for this pipe is full: read nothing
+        self._event: trio.Event | None = None  # wakes a paused reader task
+        # In-memory connections (inproc) deliver from the sender's thread (a sink).
+        self.sink_conn = conn if isinstance(conn, SinkAttachable) else None
+        # The read role (see the docstring of nanopy/pipe/driver.py).
+        self.direct_conn = conn if isinstance(conn, DirectReadable) else None
+        self.direct = self.direct_conn is not None
+        self.read_lock = threading.Lock()
+        self.role = False  # a thread holds the read role
+        self.lease_until = 0.0
+        self.role_waker: Waker | None = None  # the role holder's waker (nanopy.platform)
+
+    def resume(self) -> None:
+        """The core's queue has room again: read on (the round's RESUME_READ)."""
         with self.lock:
             self.paused = False
-            event, self._reader_event = self._reader_event, None
+            event, self._event = self._event, None
         if event is not None:
-            self.engine.run_soon(event.set)
+            self._run_soon(event.set)
 
     # -- the read role (any thread) --------------------------------------------
     def take_role(self, waker: Waker) -> bool:
         """A thread asks for the read role; False if it cannot have it now."""
         with self.lock:
-            if self.role or self.closed or self.paused or not self.direct:
+            if self.role or self.owner.closed or self.paused or not self.direct:
                 return False
             self.role = True
             self.role_waker = waker
@@ -79,7 +106,7 @@ class PipeReading:
 
     def release_role(self) -> None:
         conn = self.direct_conn
-        if conn is not None and conn.failed and not self.closed:
+        if conn is not None and conn.failed and not self.owner.closed:
             # What we read ended in an error or EOF after good messages: the
             # reader task may never be woken for it, so end the pipe here.
             try:
@@ -95,24 +122,25 @@ class PipeReading:
         """Read what the kernel holds (role holder only); None if nothing or closed."""
         with self.read_lock:
             conn = self.direct_conn
-            if self.closed or conn is None:
+            if self.owner.closed or conn is None:
                 return None
             return conn.read_nowait()
 
     def direct_failed(self, exc: BaseException) -> None:
         """The role holder met the end of the connection or a bad peer."""
-        self._failed(exc)
-        self.close_soon()
+        self._note_failure(exc)
+        self.owner.close_soon()
 
-    async def _reader(self) -> None:
+    async def run(self) -> None:
+        """The reader task: read until the connection ends (raises how it ended)."""
         if self.direct:
             await self._role_reader()
             return
-        if self.hands_over:
+        if self.sink_conn is not None:
             await self._sink_reader()
             return
         conn = self.conn
-        deliver = self.sock.deliver
+        deliver = self._deliver
         pid = self.pid
         while True:
             await self._until_resumed()
@@ -121,18 +149,18 @@ class PipeReading:
                 # A plug-in transport broke the payload contract (Connection.receive):
                 # cores get bytes, never a buffer that may change or cannot be hashed.
                 payloads = [bytes(p) for p in payloads]
-            deliver(pid, payloads)  # a full queue sets self.paused
+            deliver(pid, payloads)  # a full queue sets paused
 
     async def _sink_reader(self) -> None:
         """An in-memory connection delivers from the sender's thread through a sink;
         this task only drains what queued while the core's queue was full."""
         conn = self.sink_conn
-        assert conn is not None  # (only for a sink connection: see _reader)
-        deliver = self.sock.deliver
+        assert conn is not None  # (only for a sink connection: see run)
+        deliver = self._deliver
         pid = self.pid
 
         def sink(payloads: list[bytes]) -> None:
-            deliver(pid, payloads)  # a full queue sets self.paused
+            deliver(pid, payloads)  # a full queue sets paused
 
         conn.attach_sink(sink, lambda: self.paused)
         while True:
@@ -145,14 +173,14 @@ class PipeReading:
             with self.lock:
                 if not self.paused:
                     return
-                event = self._reader_event = trio.Event()
+                event = self._event = trio.Event()
             await event.wait()
 
     async def _role_reader(self) -> None:
         """The reader of a connection with a read role: reads only while it holds it."""
         conn = self.direct_conn
-        assert conn is not None  # (only for a direct connection: see _reader)
-        deliver = self.sock.deliver
+        assert conn is not None  # (only for a direct connection: see run)
+        deliver = self._deliver
         pid = self.pid
         read_lock = self.read_lock
         more = False
@@ -173,7 +201,7 @@ class PipeReading:
             with read_lock:  # read and deliver as one step: reads reach the core in order
                 payloads = conn.read_nowait()
                 if payloads:
-                    deliver(pid, payloads)  # a full queue sets self.paused
+                    deliver(pid, payloads)  # a full queue sets paused
             more = conn.read_more
 
     async def _stand_aside(self) -> None:

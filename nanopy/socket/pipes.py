@@ -264,7 +264,8 @@ class PipeHosting:
                 await driver.run()
             finally:
                 self._disconnects += 1
-                self._driver.remove_pipe(pipe.id, driver.orphans, driver.resent_late, driver.lost_messages)
+                resend = driver.resend
+                self._driver.remove_pipe(pipe.id, driver.orphans, resend.resent_late, resend.lost_messages)
                 self._losses.pipe_ended(driver)
                 self._notify_pipes_changed()
                 self._call_pipe_callbacks(self._removed_callbacks, pipe, accept=False)
