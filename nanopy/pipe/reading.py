@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
@@ -64,7 +64,7 @@ class PipeReader:
         conn: Connection,
         pid: int,
         deliver: Callable[[int, list[bytes]], bool],
-        run_soon: Callable[[Callable[[], Any]], None],
+        run_soon: Callable[[Callable[[], object]], object],
         note_failure: Callable[[BaseException], None],
     ) -> None:
         self.owner = owner
