@@ -5,7 +5,7 @@ of a ServerHello; a peer ``authorize=`` refuses (after the handshake, it may nee
 certificate) gets a close_notify, a clean end of the session rather than a bare TCP
 close. ws: HTTP 403 before the upgrade, CLOSE 1008 after it; wss: the same inside TLS.
 Each test also shows an admitted peer served by the same bind, and a nanopy dialer
-that keeps retrying (its back-off) with a clear reason in its log.
+that keeps retrying (its back-off) with a clear reason in its log; pynng names the refusal too.
 """
 
 from __future__ import annotations
@@ -166,3 +166,20 @@ def test_nanopy_ws_dialer_sees_1008_and_retries(make_socket: MakeSocket, caplog:
     wait_until(lambda: pull.stats().auth_failures >= 3, what="the dialer retrying")
     assert pull.pipes == [] and pull.stats().messages_received == 0
     assert any("1008" in r.getMessage() for r in caplog.records if r.name.startswith("nanopy"))
+
+
+@pytest.mark.parametrize(("scheme", "error"), [("tls+tcp", "CryptoError"), ("ws", "PermissionDenied")])
+def test_pynng_dialer_reports_the_refusal(make_socket: MakeSocket, scheme: str, error: str) -> None:
+    """NNG reads the access_denied alert as a crypto error and the 403 as EPERM."""
+    pynng = pytest.importorskip("pynng")
+    from peers import pynng_peer
+
+    pull = make_socket("pull", recv_timeout=5)
+    opts = server_ctx() if scheme == "tls+tcp" else {}
+    ep = pull.bind(f"{scheme}://127.0.0.1:0" + ("/g" if scheme == "ws" else ""), deny=["127.0.0.1"], **opts)
+    t = tls_files()
+    tls = {"tls_config": {"mode": "MODE_CLIENT", "server_name": "localhost", "ca_string": t.ca_pem}}
+    with pynng_peer("Push0", **(tls if scheme == "tls+tcp" else {})) as push:
+        with pytest.raises(getattr(pynng, error)):
+            push.dial(ep.url.replace("127.0.0.1", "localhost") if scheme == "tls+tcp" else ep.url, block=True)
+    assert pull.stats().auth_failures >= 1 and pull.pipes == []
