@@ -205,7 +205,7 @@ class Endpoint:
                         raise Refused(reason)
         except Refused as exc:  # (the gate logged it, rate-limited per peer host)
             sock._count_handshake(self, exc)
-            await conn.aclose()
+            await conn.aclose_refused(str(exc))  # (with the mechanism's error: TLS alert, 403, 1008)
             return False
         except trio.TooSlowError:
             error = RemoteProtocolError(f"handshake with {conn.remote_address or 'peer'} timed out")

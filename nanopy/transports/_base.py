@@ -95,6 +95,15 @@ class Connection(abc.ABC):
     async def aclose(self) -> None:
         """Close the connection; idempotent; must not raise."""
 
+    async def aclose_refused(self, reason: str) -> None:
+        """Close a connection a bind's gate refused, telling the peer in its own
+        wire protocol where it has a word for it: a TLS ``access_denied`` alert
+        before the TLS handshake (a close_notify after it), HTTP 403 before a
+        WebSocket upgrade, CLOSE 1008 after it. ``reason`` is the gate's text (a
+        transport may pass it on). The default just closes (tcp, ipc: the dialer
+        sees its connection end). Bounded in time; must not raise."""
+        await self.aclose()
+
 
 #: see :attr:`Connection.gate`
 Gate = Callable[[Connection], Awaitable["str | None"]]

@@ -247,6 +247,24 @@ class WsConnection(ChannelConnection):
             except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
 
+    async def aclose_refused(self, reason: str) -> None:
+        """A bind's gate refused the peer: before the upgrade (``allow=``/``deny=``)
+        HTTP 403, after it (``authorize=``) CLOSE 1008 (policy violation) with the
+        reason; on wss both inside TLS, which then ends with a close_notify."""
+        proto = self._proto
+        with trio.CancelScope(shield=True):
+            if proto is not None and proto.state is State.CONNECTING:
+                await self.refuse(403, "Forbidden")
+                end_tls = getattr(self._chan, "refuse", None)  # (wss: TLS's close_notify)
+                if end_tls is not None:
+                    await end_tls()
+            elif proto is not None and proto.state is State.OPEN:
+                # A CLOSE reason holds 123 bytes (RFC 6455 5.5); the close handshake
+                # runs in aclose, bounded by CLOSE_TIMEOUT.
+                proto.send_close(CloseCode.POLICY_VIOLATION,
+                                 reason.encode()[:123].decode("utf-8", "ignore"))
+            await self.aclose()
+
     # -- writing (the pipe's driver; see ChannelConnection) ----------------------------
     def frame(self, payloads: list[bytes]) -> bytes:
         parts: list[Any] = []

@@ -33,6 +33,12 @@ from .tcp import TcpListener, TcpTransport, bind_tcp_socket, bound_url, dial_tcp
 CLOSE_TIMEOUT = 0.5
 #: the most plaintext one TLS record carries (ChannelConnection.unacked_slack)
 TLS_RECORD_PLAINTEXT = 16 * 1024
+#: a plaintext TLS record holding a fatal ``access_denied`` alert (RFC 8446 6.2,
+#: description 49): a bind's gate answers a refused address's ClientHello with it,
+#: as OpenSSL would from a callback, without the handshake's cost
+ACCESS_DENIED_ALERT = bytes([21, 3, 3, 0, 2, 2, ssl.ALERT_DESCRIPTION_ACCESS_DENIED])
+#: the most of a ClientHello read before answering it
+HELLO_READ = 64 * 1024
 
 
 # -- the TLS byte channel ----------------------------------------------------------
@@ -68,6 +74,7 @@ class StreamChannel:
         self.closed = False
         self._describe = describe
         self._server_side = server_side
+        self._handshook = False  # the TLS handshake completed (a refusal then ends with close_notify)
 
     @property
     def waiting_for_room(self) -> bool:
@@ -89,6 +96,7 @@ class StreamChannel:
             await self._wait_first_byte()
         try:
             await self.stream.do_handshake()
+            self._handshook = True
         except trio.BrokenResourceError as exc:
             failure = _tls_failure(exc)
             if failure is None and not self._server_side:
@@ -118,6 +126,38 @@ class StreamChannel:
                     await self.stream.transport_stream.send_all(data)
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                     pass
+
+    async def refuse(self) -> None:
+        """Tell a peer a bind's gate refused why the connection ends (best effort,
+        bounded by CLOSE_TIMEOUT; the caller closes): before the TLS handshake a fatal
+        ``access_denied`` alert (the dialer's handshake fails with
+        ``TLSV1_ALERT_ACCESS_DENIED``), after it a close_notify (a clean end of the
+        session, which trio's https-compatible close leaves out)."""
+        with trio.move_on_after(CLOSE_TIMEOUT):
+            try:
+                if self._handshook:
+                    await self._close_notify()
+                elif self._server_side:
+                    await self._deny_hello()
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ssl.SSLError):
+                pass
+
+    async def _deny_hello(self) -> None:
+        """Read the ClientHello (so that closing with it unread does not reset the
+        connection and destroy the alert), then answer it with ``access_denied``."""
+        sock = self.stream.transport_stream.socket
+        if await sock.recv(HELLO_READ):
+            await sock.send(ACCESS_DENIED_ALERT)
+
+    async def _close_notify(self) -> None:
+        obj = getattr(self.stream, "_ssl_object", None)  # (trio keeps its ssl.SSLObject here)
+        if obj is None:
+            return
+        try:
+            obj.unwrap()  # writes our close_notify; the peer's is not awaited
+        except ssl.SSLWantReadError:
+            pass
+        await self._send_alert()  # (what is outgoing: the close_notify record)
 
     def kernel_socket(self) -> Any:
         """The TCP socket under the TLS session, for the kernel's counters."""
@@ -271,6 +311,13 @@ class TlsConnection(FramedConnection):
 
     async def aclose(self) -> None:
         await self._chan.aclose()
+
+    async def aclose_refused(self, reason: str) -> None:
+        """A refused address gets the TLS alert ``access_denied`` (its TLS handshake
+        never ran); a peer ``authorize`` refused after the handshake a close_notify."""
+        with trio.CancelScope(shield=True):
+            await self._chan.refuse()
+            await self.aclose()
 
 
 class TlsListener(TcpListener):
