@@ -60,6 +60,8 @@ def _matches(address: str, entries: Iterable[Any]) -> bool:
 def load_public_keys(directory: str | Path) -> frozenset[bytes]:
     """The public keys of the ``*.key`` certificate files in ``directory`` (the
     files pyzmq's ``zmq.auth.create_certificates`` writes)."""
+    if not Path(directory).is_dir():
+        raise ValueError(f"{str(directory)!r} is no directory of certificate files (for one key, pass {{key}})")
     keys = set()
     for path in sorted(Path(directory).glob("*.key")):
         for line in path.read_text().splitlines():

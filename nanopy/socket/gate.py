@@ -170,7 +170,10 @@ class Gate:
             return f"ZAP: {answer}", "500"
         if not answer.ok:
             return f"ZAP handler said {answer.status_code} {answer.status_text}".rstrip(), answer.status_code
-        self._zapped[conn] = {"zap_user": answer.user_id, "zap_metadata": answer.metadata}
+        try:
+            self._zapped[conn] = {"zap_user": answer.user_id, "zap_metadata": answer.metadata}
+        except TypeError:
+            pass  # (a plug-in connection without weak references: its peer lacks the ZAP answer)
         return None, None
 
     async def _ask(self, peer: Peer) -> tuple[str | None, Exception | None]:
