@@ -101,19 +101,30 @@ class ZapAuthenticator:
 
     # -- configuration -------------------------------------------------------------
     def allow(self, *addresses: str) -> None:
-        """Admit only these client addresses (IP addresses, CIDR blocks, ipc paths,
-        inproc names); adds to earlier calls."""
+        """Admit only these client addresses; adds to earlier calls.
+
+        Args:
+            *addresses: IP addresses, CIDR blocks, ipc paths or inproc names.
+        """
         with self._lock:
             self._allow += tuple(_address_matcher(a) for a in addresses)
 
     def deny(self, *addresses: str) -> None:
-        """Refuse these client addresses (as for :meth:`allow`); adds to earlier calls."""
+        """Refuse these client addresses; adds to earlier calls (deny wins over allow).
+
+        Args:
+            *addresses: as for :meth:`allow`.
+        """
         with self._lock:
             self._deny += tuple(_address_matcher(a) for a in addresses)
 
     def configure_plain(self, domain: str = "*", passwords: Mapping[str, str] | None = None) -> None:
-        """PLAIN clients of ``domain`` (``"*"``: any domain without its own table)
-        must give one of these user names with its password."""
+        """PLAIN clients of ``domain`` must give one of these user names with its password.
+
+        Args:
+            domain: the bind's ``zap_domain`` (``"*"``: any domain without its own table).
+            passwords: password by user name (None: nobody).
+        """
         with self._lock:
             self._passwords[domain] = dict(passwords or {})
 
@@ -138,7 +149,14 @@ class ZapAuthenticator:
     # -- the decision ----------------------------------------------------------------
     def authenticate(self, request: ZapRequest) -> ZapReply:
         """The reply to one request (runs in the handler's thread; override to decide
-        otherwise). An exception is answered with status 500."""
+        otherwise). An exception is answered with status 500.
+
+        Args:
+            request: the parsed ZAP request.
+
+        Returns:
+            The reply (:meth:`ZapReply.to` echoes the request id).
+        """
         with self._lock:
             allow, deny = self._allow, self._deny
             passwords = self._passwords.get(request.domain, self._passwords.get("*"))

@@ -167,7 +167,8 @@ class PipeHosting:
         if isinstance(url, str) and any(value is not None for value in gate_options.values()):
             gate = Gate(str(self.name), url, **gate_options,  # (checked before anything is made)
                         timeout=self._options.handshake_timeout)
-        if options.get("plain_server") and options.get("plain_auth") is None and (gate is None or gate.zap_domain is None):
+        zap = gate is not None and gate.zap_domain is not None
+        if options.get("plain_server") and options.get("plain_auth") is None and not zap:
             raise TypeError("plain_server=True leaves the password check to a ZAP handler: give zap_domain= "
                             "too (or plain_auth=check)")
         ep = self._make_endpoint(url, False, options)

@@ -115,7 +115,8 @@ class ZapRequest:
     @property
     def user(self) -> str | None:
         """The PLAIN user name (None for other mechanisms)."""
-        return self.credentials[0].decode("utf-8", "replace") if self.mechanism == "PLAIN" and self.credentials else None
+        ok = self.mechanism == "PLAIN" and len(self.credentials) > 0
+        return self.credentials[0].decode("utf-8", "replace") if ok else None
 
     @property
     def password(self) -> str | None:
