@@ -271,3 +271,20 @@ def test_a_silent_handler_stalls_no_admitted_pipe(make_socket: MakeSocket, zctx:
                what="the refusal for the silent handler")
     wait_until(lambda: pull.stats().auth_failures >= 1, what="the refusal counted")
     assert len(pull.pipes) == 1
+
+
+def test_inproc_carries_multipart_between_req_and_rep_only(make_socket: MakeSocket) -> None:
+    rep = make_socket("rep", recv_timeout=5, bind="inproc://zap-mp")
+    req = make_socket("req", recv_timeout=5, connect="inproc://zap-mp")
+    replies: list[bytes] = []
+    thread = threading.Thread(target=lambda: replies.append(req.request(nanopy.zmtp.Multipart([b"a", b"", b"c"]))))
+    thread.start()
+    with pytest.raises(nanopy.ProtocolError, match="3 frames"):
+        rep.recv()  # (a plain recv never joins frames silently)
+    assert rep.recv_multipart() == [b"a", b"", b"c"]
+    rep.send_multipart([b"x", b"y"])
+    thread.join(5)
+    assert isinstance(replies[0], nanopy.zmtp.Multipart) and replies[0].parts == (b"x", b"y")
+    pair = make_socket("pair", bind="inproc://zap-mp-pair")
+    with pytest.raises(nanopy.ProtocolError, match="SP pipes carry one frame"):
+        pair.send_multipart([b"a", b"b"])

@@ -34,7 +34,7 @@ from ..transports._base import Connection, DiscardsMessages, OtherWireProtocol, 
 from ..transports._registry import transports as _transports
 from .endpoint import Endpoint
 from .gate import Gate, make_peer
-from .multipart import receive_multipart
+from .multipart import INPROC_MULTIPART, receive_multipart
 
 if TYPE_CHECKING:
     from ..driver.socket_driver import SocketDriver
@@ -115,8 +115,10 @@ class PipeHosting:
             transport.check_protocol(self._driver.core.name, self.raw, options)
         for check in self._endpoint_checks:
             check(self, url)
-        if isinstance(transport, OtherWireProtocol) or scheme == "inproc":
-            receive_multipart(self)  # from now on recv() looks for multipart messages (inproc carries them too)
+        if isinstance(transport, OtherWireProtocol) or (
+            scheme == "inproc" and self._driver.core.name in INPROC_MULTIPART
+        ):
+            receive_multipart(self)  # from now on recv() looks for multipart messages
         priority = validate_priority("priority", options.pop("priority", 8))
         recv_priority = validate_priority("recv_priority", options.pop("recv_priority", 8))
         allowed = set(transport.endpoint_options)
