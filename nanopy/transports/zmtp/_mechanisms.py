@@ -113,7 +113,8 @@ class PlainServer:
             await conn.write(_error("Invalid username or password"))
             raise AuthenticationFailed(f"PLAIN: credentials of user {user.decode('utf-8', 'replace')!r} refused")
         conn.peer_user = user.decode("utf-8", "replace")
-        conn.plain_credentials = (user, password)  # (for a ZAP request; dropped once admitted)
+        if conn.gate is not None:
+            conn.plain_credentials = (user, password)  # (for a ZAP request; dropped once admitted)
         await conn.write(codec.encode_command(b"WELCOME"))
         props = codec.parse_metadata(await expect(conn, b"INITIATE"))
         await conn.admit(props)  # (after INITIATE: the gate sees the Identity too)
