@@ -288,3 +288,33 @@ def test_inproc_carries_multipart_between_req_and_rep_only(make_socket: MakeSock
     pair = make_socket("pair", bind="inproc://zap-mp-pair")
     with pytest.raises(nanopy.ProtocolError, match="SP pipes carry one frame"):
         pair.send_multipart([b"a", b"b"])
+
+
+def test_authenticator_decisions(tmp_path: Any) -> None:
+    """The decision alone (no sockets): domains, address lists, key directories."""
+    import zmq.auth
+
+    public_file, _ = zmq.auth.create_certificates(str(tmp_path), "client")
+    public, _ = zmq.auth.load_certificate(public_file)
+    a = nanopy.ZapAuthenticator()
+    a.configure_plain("shop", {"ann": "pw"})
+    a.configure_curve("*", str(tmp_path))
+    raw = zmq.utils.z85.decode(public)
+
+    def code(domain: str, address: str, mechanism: str, *credentials: bytes) -> tuple[str, str]:
+        reply = a.authenticate(ZapRequest(domain, address, b"", mechanism, credentials, b"1"))
+        assert reply.request_id == b"1"
+        return reply.status_code, reply.user_id
+
+    assert code("shop", "10.1.2.3", "PLAIN", b"ann", b"pw") == ("200", "ann")
+    assert code("shop", "10.1.2.3", "PLAIN", b"ann", b"no")[0] == "400"
+    assert code("other", "10.1.2.3", "PLAIN", b"ann", b"pw")[0] == "400"  # no table for that domain, none for "*"
+    assert code("other", "10.1.2.3", "CURVE", raw) == ("200", public.decode())
+    assert code("other", "10.1.2.3", "CURVE", bytes(32))[0] == "400"
+    a.allow("10.0.0.0/8")
+    a.deny("10.9.0.0/16")
+    assert code("x", "10.1.2.3", "NULL")[0] == "200"
+    assert code("x", "10.9.1.1", "NULL")[0] == "400"  # deny wins
+    assert code("x", "192.168.1.1", "NULL")[0] == "400"  # not allowed
+    with pytest.raises(ValueError, match="no directory"):
+        a.configure_curve("*", str(tmp_path / "missing"))
