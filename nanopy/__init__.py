@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 from . import zmtp as zmtp
+from .auth import ZapAuthenticator as ZapAuthenticator
 from .core.errors import AddressError as AddressError
 from .core.errors import AddressInUse as AddressInUse
 from .core.errors import AuthenticationFailed as AuthenticationFailed
@@ -56,7 +57,7 @@ __all__ = [
     "AddressError", "AddressInUse", "AuthenticationFailed", "BUS", "Closed", "Endpoint", "Message", "MessageTooLarge",
     "NanopyError", "PAIR", "PAIR1", "POLLIN", "POLLOUT", "PUB", "PULL", "PUSH", "Peer", "Pipe", "PipeStats", "Poller",
     "ProtocolError", "REP", "REQ", "RESPONDENT", "RemoteProtocolError", "SUB", "SURVEYOR", "Socket",
-    "SocketStats", "Timeout", "adevice", "device", "poll",
+    "SocketStats", "Timeout", "ZapAuthenticator", "adevice", "device", "poll",
 ]
 
 

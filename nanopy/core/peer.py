@@ -10,6 +10,7 @@ May call: nothing (a value type).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,10 @@ class Peer:
             returns it, when TLS verified one (a client certificate on a server that
             asks for them; the server's on a verifying client), else None.
         routing_id: the ZMTP Identity the peer announced (bytes), else None.
+        zap_user: the user id a ZAP handler's 200 reply gave for the peer (a bind
+            with ``zap_domain=``; ``""`` when it gave none), else None.
+        zap_metadata: the metadata that reply carried, by property name as the
+            handler wrote it (a read-only mapping of bytes), else None.
     """
 
     address: str
@@ -44,6 +49,8 @@ class Peer:
     curve_key: str | None = None
     certificate: dict[str, Any] | None = None
     routing_id: bytes | None = None
+    zap_user: str | None = None
+    zap_metadata: Mapping[str, bytes] | None = None
 
     @property
     def host(self) -> str | None:

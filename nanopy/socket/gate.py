@@ -10,6 +10,12 @@ host and interval, and counted in ``stats().auth_failures``.
 bind, so a slow one holds up only the handshakes waiting for it, never the
 socket's pipes; the handshake's ``handshake_timeout`` bounds it.
 
+With ``zap_domain=`` the gate also asks the process's ZAP handler (RFC 27,
+nanopy/socket/zap.py), in the same worker threads. The order: ``deny``/``allow``,
+then ZAP, then ``authorize`` (which sees the handler's user id and metadata on
+the peer); the first refusal ends it. A ZAP refusal tells a ZMTP peer only the
+status code (what libzmq clients read); the log has the handler's text.
+
 May call: nothing of the socket (the endpoint counts and closes).
 """
 
@@ -18,6 +24,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -26,6 +33,7 @@ import trio
 from ..core.errors import AddressError
 from ..core.peer import Peer, address_host
 from ..transports._base import Connection
+from . import zap
 
 log = logging.getLogger("nanopy")
 
@@ -41,12 +49,22 @@ THREADS = 4
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
-def make_peer(conn: Connection, scheme: str) -> Peer:
-    """The :class:`Peer` of a connection whose handshake is done (or under way)."""
+def make_peer(conn: Connection, scheme: str, gate: Gate | None = None) -> Peer:
+    """The :class:`Peer` of a connection whose handshake is done (or under way);
+    with the ZAP handler's user id and metadata if ``gate`` asked one."""
     address = conn.remote_address
     if scheme == "inproc" and address.startswith("inproc://"):
         address = address[len("inproc://"):]
-    return Peer(address=address, transport=scheme, **conn.peer_details())
+    zapped = {} if gate is None else gate.zap_answer(conn)
+    return Peer(address=address, transport=scheme, **conn.peer_details(), **zapped)
+
+
+def _zap_domain(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"zap_domain= takes a str, not {type(value).__name__}")
+    if not 0 < len(value) <= 255 or not value.isascii():
+        raise ValueError("zap_domain= must be 1 to 255 ASCII characters (RFC 27)")
+    return value
 
 
 def _networks(value: Any, what: str) -> tuple[Network, ...]:
@@ -66,7 +84,8 @@ def _networks(value: Any, what: str) -> tuple[Network, ...]:
 class Gate:
     """The admission check of one bound endpoint (see the module docstring)."""
 
-    def __init__(self, name: str, url: str, authorize: Any = None, allow: Any = None, deny: Any = None) -> None:
+    def __init__(self, name: str, url: str, authorize: Any = None, allow: Any = None, deny: Any = None,
+                 zap_domain: Any = None, timeout: float = 10.0) -> None:
         scheme = url.partition("://")[0]
         if authorize is not None and not callable(authorize):
             raise TypeError("authorize= takes a callable(peer) -> bool | str")
@@ -79,6 +98,11 @@ class Gate:
         self.authorize: Callable[[Peer], Any] | None = authorize
         self.allow = None if allow is None else _networks(allow, "allow")
         self.deny = () if deny is None else _networks(deny, "deny")
+        #: the ZAP domain (None: no ZAP) and the request timeout's upper bound
+        self.zap_domain = None if zap_domain is None else _zap_domain(zap_domain)
+        self.timeout = timeout
+        # what the handler's 200 said per connection, until its Peer is made
+        self._zapped: weakref.WeakKeyDictionary[Connection, dict[str, Any]] = weakref.WeakKeyDictionary()
         self._limiter = trio.CapacityLimiter(THREADS)
         self._next_log: dict[str, float] = {}
         self._quiet: dict[str, int] = {}
@@ -110,13 +134,47 @@ class Gate:
     async def __call__(self, conn: Connection) -> str | None:
         """After the handshake (ZMTP: before its READY): the reason to refuse, or None."""
         peer = make_peer(conn, self.scheme)
-        reason = self.address_refusal(peer.address)
+        reason = told = self.address_refusal(peer.address)
         failure = None
+        if reason is None and self.zap_domain is not None:
+            reason, told = await self._ask_zap(conn, peer)
+            if reason is None:
+                peer = make_peer(conn, self.scheme, self)  # (authorize sees the ZAP answer)
         if reason is None and self.authorize is not None:
             reason, failure = await self._ask(peer)
+            told = reason
         if reason is not None:
             self._log(peer.address, reason, failure)
-        return reason
+        return told
+
+    def zap_answer(self, conn: Connection) -> dict[str, Any]:
+        """``zap_user``/``zap_metadata`` of an admitted connection (``{}``: no ZAP)."""
+        return self._zapped.get(conn, {})
+
+    async def _ask_zap(self, conn: Connection, peer: Peer) -> tuple[str | None, str | None]:
+        """(reason to log, what the peer is told), or (None, None) for a 200."""
+        assert self.zap_domain is not None
+        mechanism: str = "NULL"
+        credentials: tuple[bytes, ...] = ()
+        if isinstance(conn, zap.ZapCredentials):
+            mechanism, credentials = conn.zap_credentials()
+        request = zap.ZapRequest(self.zap_domain, peer.host or peer.address, peer.routing_id or b"", mechanism,
+                                 credentials, zap.client.next_id())
+        # The handshake's deadline bounds the wait; the request gives up a little
+        # earlier, so that the refusal is ours (and reaches the peer), not a timeout.
+        left = min(trio.current_effective_deadline() - trio.current_time(), self.timeout)
+        wait = max(left - min(0.5, left / 10), 0.0)
+        answer = await trio.to_thread.run_sync(zap.client.ask, request, wait, limiter=self._limiter,
+                                               abandon_on_cancel=True)
+        if isinstance(answer, str):
+            return f"ZAP: {answer}", "500"
+        if not answer.ok:
+            return f"ZAP handler said {answer.status_code} {answer.status_text}".rstrip(), answer.status_code
+        try:
+            self._zapped[conn] = {"zap_user": answer.user_id, "zap_metadata": answer.metadata}
+        except TypeError:
+            pass  # (a plug-in connection without weak references: its peer lacks the ZAP answer)
+        return None, None
 
     async def _ask(self, peer: Peer) -> tuple[str | None, Exception | None]:
         """``authorize``'s verdict as (refusal reason or None, what it raised)."""

@@ -1,16 +1,19 @@
 """Multipart messages (ZeroMQ's frames) on the socket API.
 
 A multipart message travels through the protocol cores as a :class:`Multipart`:
-``bytes`` holding the frames joined, with the frames kept in ``parts``. Only
-ZMTP pipes write it as frames; an SP pipe carries one frame per message, so a
-socket with SP endpoints refuses to send one rather than join it silently. A
+``bytes`` holding the frames joined, with the frames kept in ``parts``. ZMTP
+pipes write it as frames, and inproc pipes between REQ and REP sockets hand the
+object over as it is (a ZAP handler's requests are multipart); other pipes carry
+one frame per message, so a socket with such endpoints refuses to send one rather
+than join it silently. A
 plain ``recv()`` that meets one raises and leaves it first in line for
 ``recv_multipart()``, ``recv_msg()`` or ``recv_batch()``; every other receive
 (``recv_msg``, ``recv_multipart``, ``recv_batch``, their async forms, ``request``)
 returns it with its frames.
 
-Only a socket with a ZMTP endpoint can receive one, so only such a socket pays
-for the check: its first ``zmtp+`` bind or connect moves it to a subclass whose
+Only a socket with a ZMTP endpoint (or a REQ/REP one with an inproc endpoint) can
+receive one, so only such a socket pays for the check: its first such bind or
+connect moves it to a subclass whose
 ``recv``/``arecv`` look at the body's class (:func:`receive_multipart`); an SP
 socket's receive path is untouched.
 """
@@ -32,6 +35,9 @@ if TYPE_CHECKING:
 
 #: the socket types whose messages may have several frames on ZMTP pipes
 MULTIPART_PROTOCOLS = frozenset({"pair", "push", "pull", "pub", "sub", "req", "rep"})
+#: ... and on inproc pipes: request/reply, what a ZAP handler needs. Other types keep
+#: one frame per message there, so their inproc receive path pays no check.
+INPROC_MULTIPART = frozenset({"req", "rep"})
 
 
 def as_multipart(parts: Any) -> Multipart:
@@ -131,12 +137,15 @@ class MultipartMixin:
                 f"{self.protocol} sockets send one frame per message; multipart messages work on "
                 f"{', '.join(sorted(MULTIPART_PROTOCOLS))} sockets over zmtp+ URLs"
             )
-        sp = [ep.url for ep in self._endpoints if not ep.url.startswith("zmtp+")]
+        # (inproc hands the message object over as it is: its frames arrive intact)
+        framed = ("zmtp+", "inproc://") if self.protocol in INPROC_MULTIPART else ("zmtp+",)
+        sp = [ep.url for ep in self._endpoints if not ep.url.startswith(framed)]
         if sp:
             raise ProtocolError(
                 f"a multipart message cannot go to {sp[0]}: SP pipes carry one frame per message, "
                 "and nanopy never joins frames silently; send it on a socket whose endpoints are "
-                "all zmtp+tcp:// or zmtp+ipc://, or join the frames yourself and send() them"
+                "all zmtp+tcp:// or zmtp+ipc:// (req and rep: or inproc://), or join the frames "
+                "yourself and send() them"
             )
 
     def _refuse_multipart(self, body: bytes) -> bytes:

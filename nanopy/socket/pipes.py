@@ -34,7 +34,7 @@ from ..transports._base import Connection, DiscardsMessages, OtherWireProtocol, 
 from ..transports._registry import transports as _transports
 from .endpoint import Endpoint
 from .gate import Gate, make_peer
-from .multipart import receive_multipart
+from .multipart import INPROC_MULTIPART, receive_multipart
 
 if TYPE_CHECKING:
     from ..driver.socket_driver import SocketDriver
@@ -45,6 +45,8 @@ log = logging.getLogger("nanopy")
 
 _pipe_ids_lock = _fork.process_lock()
 _pipe_ids = itertools.count(random.randrange(1, 1 << 30))
+#: the bind keywords that make its gate (nanopy/socket/gate.py)
+GATE_OPTIONS = ("authorize", "allow", "deny", "zap_domain")
 
 
 def _new_pipe_id() -> int:
@@ -113,7 +115,9 @@ class PipeHosting:
             transport.check_protocol(self._driver.core.name, self.raw, options)
         for check in self._endpoint_checks:
             check(self, url)
-        if isinstance(transport, OtherWireProtocol):
+        if isinstance(transport, OtherWireProtocol) or (
+            scheme == "inproc" and self._driver.core.name in INPROC_MULTIPART
+        ):
             receive_multipart(self)  # from now on recv() looks for multipart messages
         priority = validate_priority("priority", options.pop("priority", 8))
         recv_priority = validate_priority("recv_priority", options.pop("recv_priority", 8))
@@ -143,7 +147,11 @@ class PipeHosting:
                 ``allow=`` / ``deny=`` (lists of IP addresses or CIDR blocks; tcp,
                 tls+tcp, ws, wss, zmtp+tcp). A refused peer is closed (a ZMTP one
                 first gets an ERROR with the reason), logged once per host and
-                interval, and counted in ``stats().auth_failures``.
+                interval, and counted in ``stats().auth_failures``. ``zap_domain="..."``
+                asks the process's ZAP handler (RFC 27, ``inproc://zeromq.zap.01``;
+                :class:`nanopy.ZapAuthenticator`) too, after ``allow``/``deny`` and
+                before ``authorize``; ZMTP's ``plain_server=True`` leaves PLAIN
+                passwords to it.
 
         Returns:
             The :class:`Endpoint`; ``ep.url`` has the real port.
@@ -152,13 +160,19 @@ class PipeHosting:
             AddressInUse: the address is taken.
             AddressError: unknown scheme or malformed URL; ``allow=``/``deny=`` on
                 a transport without IP addresses, or an entry that is no address.
-            TypeError: an unknown endpoint option, or an ``authorize`` that is not callable.
+            TypeError: an unknown endpoint option, an ``authorize`` that is not
+                callable, or ``plain_server`` without ``zap_domain``.
             Closed: the socket is closed.
         """
-        gate_options = {key: options.pop(key) for key in ("authorize", "allow", "deny") if key in options}
+        gate_options = {key: options.pop(key) for key in GATE_OPTIONS if key in options}
         gate = None
         if isinstance(url, str) and any(value is not None for value in gate_options.values()):
-            gate = Gate(str(self.name), url, **gate_options)  # (checked before anything is made)
+            gate = Gate(str(self.name), url, **gate_options,  # (checked before anything is made)
+                        timeout=self._options.handshake_timeout)
+        zap = gate is not None and gate.zap_domain is not None
+        if options.get("plain_server") and options.get("plain_auth") is None and not zap:
+            raise TypeError("plain_server=True leaves the password check to a ZAP handler: give zap_domain= "
+                            "too (or plain_auth=check)")
         ep = self._make_endpoint(url, False, options)
         ep.gate = gate
         if not self._tasks.reserve():
@@ -186,6 +200,8 @@ class PipeHosting:
             TypeError: an unknown endpoint option.
             Closed: the socket is closed.
         """
+        if options.get("plain_server"):
+            raise TypeError("plain_server= is for a bind with zap_domain= (a connect has no gate)")
         ep = self._make_endpoint(url, True, options)
         self._driver.feed(self._endpoints.append, ep)
         self._tasks.start_endpoint(ep, ep.run_dialer)
@@ -234,7 +250,7 @@ class PipeHosting:
     # -- pipes (engine thread) -----------------------------------------------------
     async def _run_pipe(self, conn: Connection, ep: Endpoint) -> None:
         """Run one pipe until it ends (a task of the socket's pipes nursery)."""
-        pipe = Pipe(_new_pipe_id(), conn.remote_address, ep, make_peer(conn, ep.url.partition("://")[0]))
+        pipe = Pipe(_new_pipe_id(), conn.remote_address, ep, make_peer(conn, ep.url.partition("://")[0], ep.gate))
         driver = PipeDriver(self._driver, self.name, conn, pipe, self._engine, self._note_protocol_error)
         if getattr(self._driver.core, "requeues", False):  # (PUSH, raw REQ: nanopy/pipe/resend.py)
             driver.sent_log = sent_log_for(conn)

@@ -209,6 +209,11 @@ class _InprocListener(Listener):
 _registry: ProcessTable[str, _InprocListener] = ProcessTable()
 
 
+def listening(name: str) -> bool:
+    """True if a socket of this process binds ``inproc://name`` now."""
+    return _registry.get(name) is not None
+
+
 def _name(url: str) -> str:
     name = url[len("inproc://") :]
     if not name:

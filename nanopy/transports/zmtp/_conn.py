@@ -25,7 +25,7 @@ from .._base import PipeContext
 from .._keepalive import PeerWatch, PongDebt
 from .._stream import StreamConnection
 from . import _codec as codec
-from ._curve import Cipher
+from ._curve import Cipher, z85_decode
 from ._mechanisms import Mechanism, make_mechanism
 from ._roles import describe_peers, make_role
 
@@ -86,6 +86,8 @@ class ZmtpConnection(StreamConnection):
         #: the PLAIN user name a client gave us / the peer's CURVE public key (Z85)
         self.peer_user: str | None = None
         self.peer_curve_key: str | None = None
+        #: a PLAIN client's (user, password), kept for the gate's ZAP request until admitted
+        self.plain_credentials: tuple[bytes, bytes] | None = None
         self.gates_itself = True  # a refusal is an ERROR command in the handshake
         self.minor = 1
         self.last_heard = self.last_sent = time.monotonic()
@@ -165,9 +167,21 @@ class ZmtpConnection(StreamConnection):
         self.peer_identity = props.get("identity", b"")
         if self.gate is None:
             return
-        reason = await self.gate(self)
+        try:
+            reason = await self.gate(self)
+        finally:
+            self.plain_credentials = None  # (no password outlives the handshake)
         if reason is not None:
             await self.refuse(reason)
+
+    def zap_credentials(self) -> tuple[str, tuple[bytes, ...]]:
+        """The mechanism's name and credentials as a ZAP request carries them (RFC 27)."""
+        name = self.mechanism.name.decode()
+        if name == "PLAIN" and self.plain_credentials is not None:
+            return name, self.plain_credentials
+        if name == "CURVE" and self.peer_curve_key is not None:
+            return name, (z85_decode(self.peer_curve_key),)
+        return name, ()
 
     async def refuse(self, reason: str) -> None:
         """Send ERROR with ``reason`` (as much as its 255 bytes hold), then raise."""

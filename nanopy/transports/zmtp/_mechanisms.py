@@ -1,8 +1,9 @@
 """ZMTP security mechanisms: NULL (RFC 37) and PLAIN (RFC 24).
 
 A mechanism runs after the greetings and returns the peer's metadata. The
-server side of PLAIN is whichever endpoint was given ``plain_auth`` (usually the
-bind); the client side is the endpoint given ``plain=(user, password)``.
+server side of PLAIN is whichever endpoint was given ``plain_auth`` or
+``plain_server=True`` (a bind whose ZAP handler checks the password); the client
+side is the endpoint given ``plain=(user, password)``.
 """
 
 from __future__ import annotations
@@ -80,12 +81,13 @@ class PlainClient:
 
 
 class PlainServer:
-    """PLAIN, server side: the credentials go to ``auth(user, password) -> bool``."""
+    """PLAIN, server side: the credentials go to ``auth(user, password) -> bool``
+    and, with no ``auth`` or besides it, to the listener's gate (its ZAP handler)."""
 
     name = b"PLAIN"
     as_server = True
 
-    def __init__(self, auth: Callable[[str, str], bool]) -> None:
+    def __init__(self, auth: Callable[[str, str], bool] | None) -> None:
         self.auth = auth
 
     async def handshake(self, conn: ZmtpConnection, metadata: Metadata) -> dict[str, bytes]:
@@ -99,15 +101,20 @@ class PlainServer:
                 raise IndexError
         except IndexError:
             raise RemoteProtocolError("malformed PLAIN HELLO command") from None
-        try:
-            ok = bool(self.auth(user.decode("utf-8", "replace"), password.decode("utf-8", "replace")))
-        except Exception:
-            log.exception("zmtp: the plain_auth callable failed; refusing %s", conn.remote_address)
-            ok = False
+        if self.auth is None:
+            ok = conn.gate is not None  # (the gate's ZAP handler checks the password: never none at all)
+        else:
+            try:
+                ok = bool(self.auth(user.decode("utf-8", "replace"), password.decode("utf-8", "replace")))
+            except Exception:
+                log.exception("zmtp: the plain_auth callable failed; refusing %s", conn.remote_address)
+                ok = False
         if not ok:
             await conn.write(_error("Invalid username or password"))
             raise AuthenticationFailed(f"PLAIN: credentials of user {user.decode('utf-8', 'replace')!r} refused")
         conn.peer_user = user.decode("utf-8", "replace")
+        if conn.gate is not None:
+            conn.plain_credentials = (user, password)  # (for a ZAP request; dropped once admitted)
         await conn.write(codec.encode_command(b"WELCOME"))
         props = codec.parse_metadata(await expect(conn, b"INITIATE"))
         await conn.admit(props)  # (after INITIATE: the gate sees the Identity too)
@@ -140,11 +147,15 @@ def check_options(options: Mapping[str, Any]) -> None:
     auth = options.get("plain_auth")
     if auth is not None and not callable(auth):
         raise TypeError("plain_auth= takes a callable(user, password) -> bool")
-    if plain is not None and auth is not None:
-        raise TypeError("an endpoint is either a PLAIN client (plain=) or a PLAIN server (plain_auth=), not both")
+    server = options.get("plain_server")
+    if server is not None and not isinstance(server, bool):
+        raise TypeError("plain_server= takes True or False")
+    if plain is not None and (auth is not None or server):
+        raise TypeError("an endpoint is either a PLAIN client (plain=) or a PLAIN server (plain_auth=, "
+                        "plain_server=True), not both")
     curve = [key for key in options if key.startswith("curve_") and options[key] is not None]
     if curve:
-        if plain is not None or auth is not None:
+        if plain is not None or auth is not None or server:
             raise TypeError("an endpoint uses one security mechanism: PLAIN or CURVE, not both")
         from ._curve import make_curve
 
@@ -166,6 +177,6 @@ def make_mechanism(options: Mapping[str, Any]) -> Mechanism:
     if plain is not None:
         return PlainClient(_text(plain[0], "user"), _text(plain[1], "password"))
     auth = options.get("plain_auth")
-    if auth is not None:
+    if auth is not None or options.get("plain_server"):
         return PlainServer(auth)
     return Null()

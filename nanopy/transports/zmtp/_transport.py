@@ -18,7 +18,7 @@ from ._roles import check_protocol
 
 #: endpoint keywords of both schemes
 ENDPOINT_OPTIONS = (
-    "identity", "plain", "plain_auth",
+    "identity", "plain", "plain_auth", "plain_server",
     "curve_secret_key", "curve_public_key", "curve_server_key", "curve_clients",
 )
 
