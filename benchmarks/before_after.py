@@ -1,6 +1,12 @@
 """A change's effect on speed: alternating runs of two checkouts, as ratios to pyzmq.
 
     .venv/bin/python benchmarks/before_after.py --before ../nanopy-before [--pairs 3] [--quick]
+    .venv/bin/python benchmarks/before_after.py --before ../nanopy-before \
+        --side portable=.:NANOPY_BACKEND=portable --quick
+
+``--side NAME=CHECKOUT[:KEY=VALUE...]`` adds a third (fourth...) side, run in the same
+rounds with those environment settings: the same code with another platform backend,
+say. Its column shows its median ratio and its change against *after*.
 
 Each checkout runs its own ``benchmarks/run.py`` and ``benchmarks/pubsub.py`` with its
 own Python (``<checkout>/.venv/bin/python`` unless ``--before-python`` /
@@ -34,13 +40,22 @@ def _python(checkout: str, given: str | None) -> str:
     return given or os.path.join(checkout, ".venv", "bin", "python")
 
 
-def _run_suite(checkout: str, python: str, args: argparse.Namespace) -> dict[str, float]:
-    """One run of the benchmarks in ``checkout``: {cell: nanopy / pyzmq}."""
+def _run_suite(checkout: str, python: str, args: argparse.Namespace, env: dict[str, str] | None = None) -> dict[str, float]:
+    """One run of the benchmarks in ``checkout`` (``env`` added to the environment): {cell: nanopy / pyzmq}."""
     ratios: dict[str, float] = {}
-    if args.tests:
-        ratios.update(_run_py(checkout, python, args))
-    if args.pubsub:
-        ratios.update(_pubsub_py(checkout, python, args.pubsub_n))
+    saved = {key: os.environ.get(key) for key in env or {}}
+    os.environ.update(env or {})
+    try:
+        if args.tests:
+            ratios.update(_run_py(checkout, python, args))
+        if args.pubsub:
+            ratios.update(_pubsub_py(checkout, python, args.pubsub_n))
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     return ratios
 
 
@@ -74,21 +89,29 @@ def _pubsub_py(checkout: str, python: str, pubsub_n: int | None) -> dict[str, fl
     return ratios
 
 
+def _noise(values: list[float]) -> float:
+    """The spread of one side's ratios over its runs, in % of their median."""
+    return (max(values) - min(values)) / median(values) * 100
+
+
 def _table(runs: dict[str, list[dict[str, float]]]) -> str:
     cells = list(dict.fromkeys(cell for side in runs.values() for run in side for cell in run))
-    lines = [
-        f"{'cell (nanopy / pyzmq)':28} {'before':>8} {'after':>8} {'change':>8} {'noise b':>8} {'noise a':>8}"
-    ]
+    extra = [name for name in runs if name not in ("before", "after")]
+    head = f"{'cell (nanopy / pyzmq)':28} {'before':>8} {'after':>8} {'change':>8} {'noise b':>8} {'noise a':>8}"
+    lines = [head + "".join(f" {name[:8]:>8} {'vs after':>8} {'noise':>7}" for name in extra)]
     for cell in cells:
-        before = [run[cell] for run in runs["before"] if cell in run]
-        after = [run[cell] for run in runs["after"] if cell in run]
-        if not before or not after:
+        values = {name: [run[cell] for run in side if cell in run] for name, side in runs.items()}
+        if not all(values.values()):
             continue
-        b, a = median(before), median(after)
-        lines.append(
+        b, a = median(values["before"]), median(values["after"])
+        line = (
             f"{cell:28} {b:8.3f} {a:8.3f} {(a / b - 1) * 100:+7.1f}% "
-            f"{(max(before) - min(before)) / b * 100:7.1f}% {(max(after) - min(after)) / a * 100:7.1f}%"
+            f"{_noise(values['before']):7.1f}% {_noise(values['after']):7.1f}%"
         )
+        for name in extra:
+            m = median(values[name])
+            line += f" {m:8.3f} {(m / a - 1) * 100:+7.1f}% {_noise(values[name]):6.1f}%"
+        lines.append(line)
     lines.append("(latency cells: lower is better; every other cell: higher is better)")
     return "\n".join(lines)
 
@@ -104,17 +127,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pubsub-n", type=int, help="messages per subscriber in pubsub.py")
     p.add_argument("--tests", default="throughput,latency", help="run.py's tests ('' for none)")
     p.add_argument("--no-pubsub", dest="pubsub", action="store_false", help="skip pubsub.py")
+    p.add_argument("--side", action="append", default=[], metavar="NAME=CHECKOUT[:KEY=VALUE...]",
+                   help="another side run in the same rounds, with these environment settings")
     args = p.parse_args(argv)
-    sides = {
-        "before": (args.before, _python(args.before, args.before_python)),
-        "after": (args.after, _python(args.after, args.after_python)),
+    sides: dict[str, tuple[str, str, dict[str, str]]] = {
+        "before": (args.before, _python(args.before, args.before_python), {}),
+        "after": (args.after, _python(args.after, args.after_python), {}),
     }
-    runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+    for spec in args.side:
+        name, _, rest = spec.partition("=")
+        checkout, *settings = rest.split(":")
+        if not name or not checkout or name in sides or not all("=" in kv for kv in settings):
+            p.error(f"--side {spec!r}: give NAME=CHECKOUT[:KEY=VALUE...] with a new NAME")
+        checkout = os.path.abspath(checkout)
+        sides[name] = (checkout, _python(checkout, None), dict(kv.split("=", 1) for kv in settings))
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in sides}
+    order = list(sides)
     for i in range(args.pairs):
-        for side in ("before", "after") if i % 2 == 0 else ("after", "before"):
-            checkout, python = sides[side]
-            print(f"pair {i + 1}/{args.pairs}: {side} ({checkout}), load {os.getloadavg()[0]:.1f}", file=sys.stderr)
-            runs[side].append(_run_suite(checkout, python, args))
+        for side in order if i % 2 == 0 else order[::-1]:
+            checkout, python, env = sides[side]
+            print(f"round {i + 1}/{args.pairs}: {side} ({checkout}), load {os.getloadavg()[0]:.1f}", file=sys.stderr)
+            runs[side].append(_run_suite(checkout, python, args, env))
     print(_table(runs))
     os.makedirs(os.path.join(args.after, "benchmarks", "results"), exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
