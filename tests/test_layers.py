@@ -75,17 +75,21 @@ def _modules() -> dict[str, tuple[Path, bool]]:
 MODULES = _modules()
 
 
+def import_from_target(module: str, is_pkg: bool, node: ast.ImportFrom) -> str:
+    """The absolute module a ``from ... import`` in ``module`` names (relative ones resolved)."""
+    if not node.level:
+        return node.module or ""
+    base = module.split(".") if is_pkg else module.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
 def _imports(name: str, path: Path, is_pkg: bool) -> set[str]:
     """Every nanopy module ``name`` imports, at any place in its code."""
     out: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = name.split(".") if is_pkg else name.split(".")[:-1]
-                base = base[: len(base) - (node.level - 1)]
-                target = ".".join([*base, *([node.module] if node.module else [])])
-            else:
-                target = node.module or ""
+            target = import_from_target(name, is_pkg, node)
             if not (target == "nanopy" or target.startswith("nanopy.")):
                 continue
             for alias in node.names:

@@ -28,7 +28,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .. import _fork
-from ..core.errors import Closed, Timeout
+from ..core.errors import Closed, RemoteProtocolError, Timeout
 from ..core.message import Multipart
 from ..transports import inproc
 
@@ -71,21 +71,12 @@ def encode_metadata(metadata: Mapping[str, bytes]) -> bytes:
 
 def parse_metadata(data: bytes) -> dict[str, bytes]:
     """The properties of ZMTP metadata, names as written (ValueError if malformed)."""
-    props: dict[str, bytes] = {}
-    pos, end = 0, len(data)
-    while pos < end:
-        n = data[pos]
-        if n == 0 or pos + 1 + n + 4 > end:
-            raise ValueError("malformed metadata")
-        name = _text(data[pos + 1 : pos + 1 + n], "metadata name")
-        pos += 1 + n
-        (size,) = _U32.unpack_from(data, pos)
-        pos += 4
-        if pos + size > end:
-            raise ValueError("malformed metadata (a value runs past the frame)")
-        props[name] = data[pos : pos + size]
-        pos += size
-    return props
+    from ..transports.zmtp._codec import iter_metadata
+
+    try:
+        return {_text(name, "metadata name"): value for name, value in iter_metadata(data)}
+    except RemoteProtocolError as exc:
+        raise ValueError(str(exc)) from None
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ the receive limit before buffering a byte of the body, as the SP decoder does.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from ...core.errors import MessageTooLarge, RemoteProtocolError, too_large
 from ...core.wire import fail_after, other_wire
@@ -88,24 +88,27 @@ def encode_metadata(props: Iterable[tuple[bytes, bytes]]) -> bytes:
     return b"".join(bytes((len(k),)) + k + _U32.pack(len(v)) + v for k, v in props)
 
 
-def parse_metadata(data: bytes) -> dict[str, bytes]:
-    """Properties by lower-cased name (names are case-insensitive, RFC 37)."""
-    props: dict[str, bytes] = {}
+def iter_metadata(data: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """(name, value) pairs of ZMTP metadata as written (RFC 37; ZAP's replies use it too)."""
     pos, end = 0, len(data)
     while pos < end:
         n = data[pos]
         pos += 1
         if n == 0 or pos + n + 4 > end:
             raise RemoteProtocolError("malformed ZMTP metadata")
-        name = data[pos : pos + n].decode("ascii", "replace").lower()
+        name = data[pos : pos + n]
         pos += n
         (size,) = _U32.unpack_from(data, pos)
         pos += 4
         if pos + size > end:
             raise RemoteProtocolError("malformed ZMTP metadata (a value runs past the command)")
-        props[name] = data[pos : pos + size]
+        yield name, data[pos : pos + size]
         pos += size
-    return props
+
+
+def parse_metadata(data: bytes) -> dict[str, bytes]:
+    """Properties by lower-cased name (names are case-insensitive, RFC 37)."""
+    return {name.decode("ascii", "replace").lower(): value for name, value in iter_metadata(data)}
 
 
 def split_command(body: bytes) -> tuple[bytes, bytes]:
