@@ -131,7 +131,7 @@ class MultipartMixin:
                 f"{self.protocol} sockets send one frame per message; multipart messages work on "
                 f"{', '.join(sorted(MULTIPART_PROTOCOLS))} sockets over zmtp+ URLs"
             )
-        sp = [ep.url for ep in self._endpoints if not ep.url.startswith("zmtp+")]
+        sp = [ep.url for ep in self._endpoints if not ep.transport.carries_multipart]
         if sp:
             raise ProtocolError(
                 f"a multipart message cannot go to {sp[0]}: SP pipes carry one frame per message, "
