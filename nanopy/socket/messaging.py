@@ -45,6 +45,8 @@ class Messaging:
 
         def _outgoing(self, data: Any) -> bytes: ...
 
+        def _refuse_multipart(self, body: bytes) -> bytes: ...
+
     @staticmethod
     def _timeout(timeout: Any, default: float | None) -> float | None:
         if timeout is _DEFAULT:
@@ -131,9 +133,18 @@ class Messaging:
         run = driver.run
         if run and not driver.closed:
             try:
-                return run.popleft()  # try_recv_body's first step written out (docs/architecture.md)
+                # try_recv_body's first step written out (docs/architecture.md); a run
+                # holds only bytes, never a multipart message (nanopy/driver/runs.py)
+                return run.popleft()
             except IndexError:
                 pass
+        body = self._next_body(timeout)
+        # (a multipart message comes this way only, alone: the one class test of recv)
+        return body if body.__class__ is bytes else self._refuse_multipart(body)
+
+    def _next_body(self, timeout: Any) -> bytes:
+        """The next body, multipart or not, waiting for it as ``timeout`` says."""
+        driver = self._driver
         body = driver.try_recv_body()
         if body is None:
             timeout = self._timeout(timeout, self._options.recv_timeout)
@@ -193,9 +204,10 @@ class Messaging:
         """
         if max_messages < 1:
             raise ValueError(f"recv_batch: max_messages must be >= 1, got {max_messages}")
-        # The plain receive, not self.recv: a ZMTP socket's recv refuses a multipart
-        # message (nanopy/socket/multipart.py), and a batch takes it as it is.
-        out = [Messaging.recv(self, timeout=timeout)]
+        if timeout is not _DEFAULT:
+            self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
+        # Not self.recv: it refuses a multipart message, and a batch takes it as it is.
+        out = [self._next_body(timeout)]
         if max_messages > 1:
             self._recv_ready(out, max_messages - 1)
         return out
@@ -209,7 +221,7 @@ class Messaging:
         """
         if max_messages < 1:
             raise ValueError(f"arecv_batch: max_messages must be >= 1, got {max_messages}")
-        out = [await Messaging.arecv(self, timeout=timeout)]  # (the plain one: see recv_batch)
+        out = [await self._anext_body(timeout)]  # (not self.arecv: see recv_batch)
         if max_messages > 1:
             self._recv_ready(out, max_messages - 1)
         return out
@@ -247,6 +259,11 @@ class Messaging:
     @async_twin_of(recv)
     async def arecv(self, *, timeout: float | None = _DEFAULT) -> bytes:
         """Async :meth:`recv` (trio or asyncio); a checkpoint: if cancelled, it takes nothing."""
+        body = await self._anext_body(timeout)
+        return body if body.__class__ is bytes else self._refuse_multipart(body)
+
+    async def _anext_body(self, timeout: Any) -> bytes:
+        """Async :meth:`_next_body`: a checkpoint; if cancelled, it takes nothing."""
         if timeout is not _DEFAULT:
             self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
         driver = self._driver

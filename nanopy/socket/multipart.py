@@ -9,10 +9,13 @@ plain ``recv()`` that meets one raises and leaves it first in line for
 (``recv_msg``, ``recv_multipart``, ``recv_batch``, their async forms, ``request``)
 returns it with its frames.
 
-Only a socket with a ZMTP endpoint can receive one, so only such a socket pays
-for the check: its first ``zmtp+`` bind or connect moves it to a subclass whose
-``recv``/``arecv`` look at the body's class (:func:`receive_multipart`); an SP
-socket's receive path is untouched.
+Only a pipe whose transport carries multipart messages
+(``Transport.carries_multipart``: ``zmtp+tcp``, ``zmtp+ipc``, or a plug-in that
+says so) can deliver one, and the socket learns it per pipe when the pipe joins
+(``SocketDriver.add_pipe``). Such a pipe's runs end before a multipart message
+(``FairQueue.stops``), so the lock-free pop of a run, ``recv()``'s fast path,
+never meets one and looks at nothing; ``recv()`` tests a body's class only on
+its locked path. The socket's class never changes.
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from .. import _fork
 from ..core.errors import ProtocolError
 from ..core.message import Multipart
 from .util import DEFAULT, as_bytes
@@ -143,58 +145,8 @@ class MultipartMixin:
         """A plain receive met a multipart message: put it back first in line and say so."""
         if not isinstance(body, Multipart):
             return body
-        driver = self._driver
-        if not driver.run:
-            driver.run_token = None  # (its pipe is not known here)
-        driver.run.appendleft(body)
+        self._driver.hold(body)  # (not into the run: recv()'s fast path takes a run unseen)
         raise ProtocolError(
             f"the next message has {len(body.parts)} frames (ZeroMQ multipart); it is still "
             "queued: receive it with recv_multipart(), recv_msg() (Message.parts) or recv_batch()"
         )
-
-
-_checking: dict[type, type] = {}
-_checking_lock = _fork.process_lock()
-
-
-def receive_multipart(sock: Any) -> None:
-    """Make ``sock``'s plain receives refuse multipart messages (see the module docstring)."""
-    base = type(sock)
-    if getattr(base, "_checks_multipart", False):
-        return
-    with _checking_lock:
-        cls = _checking.get(base)
-        if cls is None:
-            cls = _checking[base] = _checking_class(base)
-    sock.__class__ = cls
-
-
-def _checking_class(base: type) -> type:
-    plain_recv: Any = getattr(base, "recv")  # noqa: B009 - (a Socket class, typed loosely here)
-    plain_arecv: Any = getattr(base, "arecv")  # noqa: B009
-
-    def recv(self: Any, *, timeout: float | None = DEFAULT) -> bytes:
-        if timeout is DEFAULT:
-            # The rest of a run, as the plain recv serves it (a call level less).
-            driver = self._driver
-            run = driver.run
-            if run and not driver.closed:
-                try:
-                    head = run.popleft()
-                except IndexError:
-                    pass
-                else:
-                    return head if head.__class__ is bytes else self._refuse_multipart(head)
-        body: bytes = plain_recv(self, timeout=timeout)
-        return body if body.__class__ is bytes else self._refuse_multipart(body)
-
-    async def arecv(self: Any, *, timeout: float | None = DEFAULT) -> bytes:
-        body: bytes = await plain_arecv(self, timeout=timeout)
-        return body if body.__class__ is bytes else self._refuse_multipart(body)
-
-    recv.__doc__ = plain_recv.__doc__
-    arecv.__doc__ = plain_arecv.__doc__
-    return type(base.__name__, (base,), {
-        "recv": recv, "arecv": arecv, "_checks_multipart": True,
-        "__module__": base.__module__, "__qualname__": base.__qualname__, "__doc__": base.__doc__,
-    })
