@@ -44,7 +44,7 @@ class ReceiveRuns(Round):
     _body_queue: FairQueue | None
     run: deque[bytes]
     run_token: Any  # the pipe token of the bodies in ``run`` (recv_msg)
-    held: bytes | None  # a refused multipart message, first in line (see the docstring)
+    held: deque[bytes]  # a refused multipart message, first in line (see the docstring)
 
     def received_counts(self) -> tuple[int, int]:
         """(messages, bytes) the user has received: a run's bodies are counted when
@@ -53,9 +53,7 @@ class ReceiveRuns(Round):
             queue = self._body_queue
             if queue is None:  # (no runs)
                 return self.received, self.bytes_received
-            held = list(self.run)
-            if self.held is not None:
-                held.append(self.held)
+            held = [*self.held, *self.run]
             # (a run's bodies given back to their queue are counted again when taken)
             return (
                 self.received - len(held) - queue.given_back,
@@ -64,7 +62,7 @@ class ReceiveRuns(Round):
 
     def readable(self) -> bool:
         """Whether a receive would take a body now (lock held)."""
-        return bool(self.run) or self.held is not None or self.core.can_recv()
+        return bool(self.run) or bool(self.held) or self.core.can_recv()
 
     def try_recv_body(self) -> bytes | None:
         """The next body if one is queued now, else None."""
@@ -98,8 +96,8 @@ class ReceiveRuns(Round):
     def _pop_body(self) -> bytes:
         """The next body (lock held): the run's next, else the first of a new run
         (counted as received here, all of it); WouldBlock if nothing is queued."""
-        if self.held is not None:
-            return self._take_held()
+        if self.held:
+            return self.held.popleft()
         run = self.run
         if run:
             try:
@@ -127,20 +125,6 @@ class ReceiveRuns(Round):
 
     recv_body_attempt = _pop_body
 
-    def hold(self, body: bytes) -> None:
-        """Put ``body`` (a multipart message a plain ``recv()`` refused) back first in line."""
-
-        def put() -> None:
-            self.held = body
-
-        self.feed(put, check_open=False)  # (the caller's ProtocolError says more than Closed)
-
-    def _take_held(self) -> bytes:
-        body = self.held
-        assert body is not None
-        self.held = None
-        return body
-
     def recv_bodies(self, limit: int) -> list[bytes]:
         """Up to ``limit`` queued bodies in one round (never waits)."""
 
@@ -158,8 +142,8 @@ class ReceiveRuns(Round):
         return self.feed(take)
 
     def recv_attempt(self) -> Message:
-        if self.held is not None:
-            return Message(self._take_held(), None)  # (counted when it was first taken)
+        if self.held:
+            return Message(self.held.popleft(), None)  # (counted when it was first taken)
         run = self.run
         if run:
             try:

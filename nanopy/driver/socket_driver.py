@@ -111,7 +111,7 @@ class SocketDriver(PipeEndings, ReceiveRuns, Waiting, PerIds):
         body_queue = self._body_queue = core.body_queue
         self.run = body_queue.run if body_queue is not None else deque()
         self.run_token = None  # the pipe token of the bodies in ``run`` (recv_msg)
-        self.held = None  # a multipart message a plain recv() refused, first in line (runs.py)
+        self.held = deque()  # a multipart message a plain recv() refused, first in line (runs.py)
         readable = self.readable if body_queue is not None else core.can_recv
         self.recv_q = self.caller_q or WaitQueue(readable)  # type: ignore[assignment]
         self.queues = [self.send_q, self.recv_q]
@@ -193,7 +193,7 @@ class SocketDriver(PipeEndings, ReceiveRuns, Waiting, PerIds):
             self.closed = True
             self._due.clear()
             self.run.clear()
-            self.held = None
+            self.held.clear()
             self._revoke_lane()
             self.core.close()
             actions = self.core.actions.copy()
@@ -231,7 +231,7 @@ class SocketDriver(PipeEndings, ReceiveRuns, Waiting, PerIds):
         self.lane = None
         self._fan_pipes, self._fan_out, self._flush_pipes = [], [], []
         self.run.clear()
-        self.held = None
+        self.held.clear()
         self._due.clear()
         self._direct_users = 0
         self._close_direct_fds()

@@ -138,18 +138,10 @@ class Messaging:
                 return run.popleft()
             except IndexError:
                 pass
-        body = self._next_body(timeout)
+        body = _next_body(self, timeout)
         # (a multipart message comes this way only, alone: the one class test of recv)
         return body if body.__class__ is bytes else self._refuse_multipart(body)
 
-    def _next_body(self, timeout: Any) -> bytes:
-        """The next body, multipart or not, waiting for it as ``timeout`` says."""
-        driver = self._driver
-        body = driver.try_recv_body()
-        if body is None:
-            timeout = self._timeout(timeout, self._options.recv_timeout)
-            body = driver.call(driver.recv_body_attempt, driver.recv_q, timeout, "recv")
-        return body
 
     def recv_msg(self, *, timeout: float | None = _DEFAULT) -> Message:
         """Receive the next message with its pipe (and header, on raw sockets).
@@ -207,7 +199,7 @@ class Messaging:
         if timeout is not _DEFAULT:
             self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
         # Not self.recv: it refuses a multipart message, and a batch takes it as it is.
-        out = [self._next_body(timeout)]
+        out = [_next_body(self, timeout)]
         if max_messages > 1:
             self._recv_ready(out, max_messages - 1)
         return out
@@ -221,7 +213,7 @@ class Messaging:
         """
         if max_messages < 1:
             raise ValueError(f"arecv_batch: max_messages must be >= 1, got {max_messages}")
-        out = [await self._anext_body(timeout)]  # (not self.arecv: see recv_batch)
+        out = [await _anext_body(self, timeout)]  # (not self.arecv: see recv_batch)
         if max_messages > 1:
             self._recv_ready(out, max_messages - 1)
         return out
@@ -259,24 +251,8 @@ class Messaging:
     @async_twin_of(recv)
     async def arecv(self, *, timeout: float | None = _DEFAULT) -> bytes:
         """Async :meth:`recv` (trio or asyncio); a checkpoint: if cancelled, it takes nothing."""
-        body = await self._anext_body(timeout)
+        body = await _anext_body(self, timeout)
         return body if body.__class__ is bytes else self._refuse_multipart(body)
-
-    async def _anext_body(self, timeout: Any) -> bytes:
-        """Async :meth:`_next_body`: a checkpoint; if cancelled, it takes nothing."""
-        if timeout is not _DEFAULT:
-            self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
-        driver = self._driver
-        # Fast path: the cancellation point, one round, the schedule point.
-        trio_task = in_trio()
-        await cancellation_point(trio_task)
-        body = driver.try_recv_body()
-        if body is not None:
-            if trio_task:
-                await cancel_shielded_checkpoint()
-            return body
-        timeout = self._timeout(timeout, self._options.recv_timeout)
-        return await driver.acall(driver.recv_body_attempt, driver.recv_q, timeout, "recv")
 
     @async_twin_of(recv_msg)
     async def arecv_msg(self, *, timeout: float | None = _DEFAULT) -> Message:
@@ -377,3 +353,32 @@ class Messaging:
             raise WouldBlock
 
         await driver.acall(attempt, driver.feed(closing_queue), None, "wait for close")
+
+
+# The receives that take a multipart message as it is (recv_batch); recv and arecv
+# refuse one. (Functions, not methods: the Socket's method count is capped.)
+def _next_body(sock: Messaging, timeout: Any) -> bytes:
+    """The next body, multipart or not, waiting for it as ``timeout`` says."""
+    driver = sock._driver
+    body = driver.try_recv_body()
+    if body is None:
+        timeout = sock._timeout(timeout, sock._options.recv_timeout)
+        body = driver.call(driver.recv_body_attempt, driver.recv_q, timeout, "recv")
+    return body
+
+
+async def _anext_body(sock: Messaging, timeout: Any) -> bytes:
+    """Async :func:`_next_body`: a checkpoint; if cancelled, it takes nothing."""
+    if timeout is not _DEFAULT:
+        sock._timeout(timeout, None)  # refuse a bad timeout whichever path runs
+    driver = sock._driver
+    # Fast path: the cancellation point, one round, the schedule point.
+    trio_task = in_trio()
+    await cancellation_point(trio_task)
+    body = driver.try_recv_body()
+    if body is not None:
+        if trio_task:
+            await cancel_shielded_checkpoint()
+        return body
+    timeout = sock._timeout(timeout, sock._options.recv_timeout)
+    return await driver.acall(driver.recv_body_attempt, driver.recv_q, timeout, "recv")

@@ -145,7 +145,10 @@ class MultipartMixin:
         """A plain receive met a multipart message: put it back first in line and say so."""
         if not isinstance(body, Multipart):
             return body
-        self._driver.hold(body)  # (not into the run: recv()'s fast path takes a run unseen)
+        driver = self._driver
+        # Into ``held``, not the run: recv()'s fast path takes a run unseen. (Without
+        # check_open: the ProtocolError below says more than Closed would.)
+        driver.feed(driver.held.appendleft, body, check_open=False)
         raise ProtocolError(
             f"the next message has {len(body.parts)} frames (ZeroMQ multipart); it is still "
             "queued: receive it with recv_multipart(), recv_msg() (Message.parts) or recv_batch()"
