@@ -95,7 +95,7 @@ class FairQueue:
         self._priority.pop(pid, None)
         self._paused.discard(pid)
         if self._queues.get(pid):
-            return True  # (it stays in ``stops`` while its queue drains: pipe ids are never reused)
+            return True  # (it stays in ``stops`` until its queue drains)
         self._queues.pop(pid, None)
         self._ready.deactivate(pid)
         self.stops.discard(pid)
@@ -173,6 +173,7 @@ class FairQueue:
             self._ready.deactivate(pid)
             if pid not in self._priority:  # a retired pipe's queue has drained
                 del self._queues[pid]
+                self.stops.discard(pid)
         paused = self._paused
         if paused and pid in paused and len(q) <= self._options.recv_buffer // 2:
             paused.discard(pid)
@@ -202,6 +203,7 @@ class FairQueue:
             ready.deactivate(pid)
             if pid not in self._priority:  # a retired pipe's queue has drained
                 del self._queues[pid]
+                self.stops.discard(pid)
         else:
             popleft = q.popleft
             items = [popleft() for _ in range(limit)]

@@ -142,7 +142,6 @@ class Messaging:
         # (a multipart message comes this way only, alone: the one class test of recv)
         return body if body.__class__ is bytes else self._refuse_multipart(body)
 
-
     def recv_msg(self, *, timeout: float | None = _DEFAULT) -> Message:
         """Receive the next message with its pipe (and header, on raw sockets).
 
