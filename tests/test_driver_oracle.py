@@ -28,13 +28,14 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from test_driver import _InstantPipe
 
 from nanopy.core.base import PipeInfo
-from nanopy.core.errors import Timeout
-from nanopy.core.message import Message
+from nanopy.core.errors import ProtocolError, Timeout
+from nanopy.core.message import Message, Multipart
 from nanopy.core.options import new_options
 from nanopy.driver.socket_driver import SocketDriver
 from nanopy.protocols.pipeline import Pull0, Push0
 from nanopy.protocols.pubsub import Pub0
 from nanopy.socket.messaging import Messaging
+from nanopy.socket.multipart import MultipartMixin
 
 ORACLE = settings(max_examples=100, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -75,11 +76,15 @@ def _no_fan_out_bursts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(nanopy.driver.lanes, "FANOUT_GAP", -1.0)
 
 
+class _Calls(Messaging, MultipartMixin):
+    """The receive calls of a Socket, its refusal of a multipart message included."""
+
+
 def _socket_calls(driver: SocketDriver) -> Messaging:
     """The user's ``Socket.send``/``recv`` (with their written-out copies of the
     lane send and the run pop, docs/architecture.md) on ``driver``; a send that
     would wait times out at once."""
-    calls = Messaging()
+    calls = _Calls()
     calls._driver = driver
     calls._options = SimpleNamespace(send_timeout=0.0, recv_timeout=0.0)
     return calls
@@ -285,11 +290,60 @@ class ReceiverPair(_Pair):
         assert self.fast.inspect(self.fast.readable) == self.ref.inspect(self.ref.readable)
 
 
+class MultipartReceiverPair(ReceiverPair):
+    """PULL on pipes that carry multipart messages (ZMTP): runs end before one, a
+    plain recv() refuses one and keeps it first, every other receive returns it."""
+
+    @rule(credit=st.integers(0, 6))
+    def add_pipe(self, credit: int) -> None:
+        if len(self.pipes) >= 3:
+            return
+        pid = self.next_pid
+        self.next_pid += 1
+        pair = (_Pipe(pid), _Pipe(pid))
+        for driver, pipe in zip((self.fast, self.ref), pair, strict=True):
+            info = PipeInfo(pid, f"p{pid}", 8, 8)
+            assert driver.add_pipe(pipe, info, credit, multipart=True)  # type: ignore[arg-type]
+        self.pipes[pid] = pair
+
+    @precondition(lambda self: self.pipes)
+    @rule(data=st.data(), n=st.integers(1, 12))
+    def deliver(self, data: st.DataObject, n: int) -> None:
+        pid = data.draw(st.sampled_from(sorted(self.pipes)))
+        frames = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+        payloads = [self.body(pid) for _ in range(n)]
+        # (a multipart message's joined bytes are the plain body: the logs compare them alike)
+        payloads = [Multipart([p[:4], p[4:]]) if f else p for p, f in zip(payloads, frames, strict=True)]
+        for d in (self.fast, self.ref):
+            d.deliver(pid, list(payloads))
+
+    @rule(n=st.integers(1, 20))
+    def socket_recv(self, n: int) -> None:
+        for _ in range(n):
+            if not self.fast.readable():
+                assert self.ref.try_recv_body() is None
+                return
+            try:
+                got = self.fast_socket.recv()
+            except ProtocolError:
+                got = self.fast.try_recv_body()  # the refused message, still first in line
+                assert got.__class__ is Multipart
+            ref = self.ref.try_recv_body()
+            assert got.__class__ is ref.__class__
+            self._took([got, ref])
+
+    @invariant()
+    def runs_hold_plain_bodies(self) -> None:
+        assert all(body.__class__ is bytes for body in self.fast.run)
+
+
 TestSenderOracle = SenderPair.TestCase
 TestPublisherOracle = PublisherPair.TestCase
 TestDroppingPublisherOracle = DroppingPublisherPair.TestCase
 TestReceiverOracle = ReceiverPair.TestCase
-for _case in (TestSenderOracle, TestPublisherOracle, TestDroppingPublisherOracle, TestReceiverOracle):
+TestMultipartReceiverOracle = MultipartReceiverPair.TestCase
+for _case in (TestSenderOracle, TestPublisherOracle, TestDroppingPublisherOracle, TestReceiverOracle,
+              TestMultipartReceiverOracle):
     _case.settings = ORACLE
 del _case  # (not a test of its own)
 

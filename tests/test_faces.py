@@ -44,6 +44,7 @@ DOCUMENTED_INTERNAL: dict[tuple[str, str], str] = {
     ("nanopy.socket.util", "ClosingContext"): "discovery: close() on leaving a with block",
     ("nanopy.socket.util", "run_in_worker_thread"): "discovery: blocking calls from trio/asyncio",
     ("nanopy.discovery.signing", "load_secret"): "CLI: a bad --secret-file is a usage error",
+    ("nanopy.transports._registry", "carries_multipart"): "spark: which URLs carry ZeroMQ frames",
 }
 
 #: (module, attribute expression) of a private name that is another library's API

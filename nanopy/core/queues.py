@@ -9,6 +9,7 @@ without the socket lock, from the other end than this module ever pops it.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from typing import Any
 
@@ -28,6 +29,12 @@ class FairQueue:
     again). They still count against that pipe's ``recv_buffer``, and they go
     back to the front of that queue as soon as another pipe has a message, so
     priorities and round robin stay per message (``given_back`` counts them).
+
+    ``stops`` names the pipes whose items may be of another class than ``bytes``
+    (multipart messages, on transports that carry them): their runs end before
+    such an item, which is handed out alone, so a receiver popping ``run``
+    without looking at its items only ever gets ``bytes``. Other pipes pay one
+    set test per run, nothing per item.
 
     ``run`` is the one object here shared beyond the socket lock, and its two ends
     have two owners: receivers (nanopy/driver/runs.py, nanopy/socket/messaging.py) take from
@@ -50,6 +57,7 @@ class FairQueue:
         "last_pid",
         "run",
         "run_pid",
+        "stops",
         "given_back",
         "given_back_bytes",
     )
@@ -64,6 +72,7 @@ class FairQueue:
         self.last_pid = 0
         self.run: deque[Any] = deque()
         self.run_pid = 0
+        self.stops: set[int] = set()  # (see the class docstring)
         self.given_back = self.given_back_bytes = 0  # bodies a run returned to its queue
 
     def add(self, pid: int, priority: int) -> None:
@@ -76,6 +85,7 @@ class FairQueue:
         self._priority.pop(pid, None)
         self._ready.deactivate(pid)
         self._paused.discard(pid)
+        self.stops.discard(pid)
 
     def retire(self, pid: int) -> bool:
         """The pipe is gone; what it queued stays readable. True if anything is queued.
@@ -85,9 +95,10 @@ class FairQueue:
         self._priority.pop(pid, None)
         self._paused.discard(pid)
         if self._queues.get(pid):
-            return True
+            return True  # (it stays in ``stops`` until its queue drains)
         self._queues.pop(pid, None)
         self._ready.deactivate(pid)
+        self.stops.discard(pid)
         return False
 
     def holds(self, pid: int) -> bool:
@@ -162,6 +173,7 @@ class FairQueue:
             self._ready.deactivate(pid)
             if pid not in self._priority:  # a retired pipe's queue has drained
                 del self._queues[pid]
+                self.stops.discard(pid)
         paused = self._paused
         if paused and pid in paused and len(q) <= self._options.recv_buffer // 2:
             paused.discard(pid)
@@ -183,12 +195,15 @@ class FairQueue:
             return [self.pop()]
         pid: int = ready.take()  # type: ignore[assignment]  # (the only one)
         q = self._queues[pid]
+        if self.stops and pid in self.stops:
+            limit = _plain_prefix(q, limit)
         if len(q) <= limit:
             items = list(q)
             q.clear()
             ready.deactivate(pid)
             if pid not in self._priority:  # a retired pipe's queue has drained
                 del self._queues[pid]
+                self.stops.discard(pid)
         else:
             popleft = q.popleft
             items = [popleft() for _ in range(limit)]
@@ -296,3 +311,12 @@ class LoadBalancer:
 
     def __bool__(self) -> bool:
         return bool(self._ready)
+
+
+def _plain_prefix(q: deque[Any], limit: int) -> int:
+    """How many of ``q``'s first items a run may take: up to ``limit``, stopping
+    before the first that is not exactly ``bytes``, which goes alone (at least 1)."""
+    for i, item in enumerate(itertools.islice(q, limit)):
+        if item.__class__ is not bytes:
+            return i or 1
+    return limit

@@ -111,6 +111,7 @@ class SocketDriver(PipeEndings, ReceiveRuns, Waiting, PerIds):
         body_queue = self._body_queue = core.body_queue
         self.run = body_queue.run if body_queue is not None else deque()
         self.run_token = None  # the pipe token of the bodies in ``run`` (recv_msg)
+        self.held = deque()  # a multipart message a plain recv() refused, first in line (runs.py)
         readable = self.readable if body_queue is not None else core.can_recv
         self.recv_q = self.caller_q or WaitQueue(readable)  # type: ignore[assignment]
         self.queues = [self.send_q, self.recv_q]
@@ -136,12 +137,15 @@ class SocketDriver(PipeEndings, ReceiveRuns, Waiting, PerIds):
         self.requeued = self.resent = 0
 
     # -- engine inputs ---------------------------------------------------------------
-    def add_pipe(self, driver: PipeDriver, info: PipeInfo, credit: int) -> bool:
-        """A pipe is up; False if the socket closed meanwhile."""
+    def add_pipe(self, driver: PipeDriver, info: PipeInfo, credit: int, multipart: bool = False) -> bool:
+        """A pipe is up; False if the socket closed meanwhile. ``multipart``: its
+        transport carries multipart messages (``Transport.carries_multipart``)."""
         with self.lock:
             if self.closed:
                 return False
             self.pipes[info.id] = driver
+            if multipart and self._body_queue is not None:
+                self._body_queue.stops.add(info.id)  # (its runs end before a multipart message)
             self._revoke_lane()  # (two pipes share sends message by message)
             self.core.add_pipe(info, credit)
             if driver.closed:
@@ -189,6 +193,7 @@ class SocketDriver(PipeEndings, ReceiveRuns, Waiting, PerIds):
             self.closed = True
             self._due.clear()
             self.run.clear()
+            self.held.clear()
             self._revoke_lane()
             self.core.close()
             actions = self.core.actions.copy()
@@ -226,6 +231,7 @@ class SocketDriver(PipeEndings, ReceiveRuns, Waiting, PerIds):
         self.lane = None
         self._fan_pipes, self._fan_out, self._flush_pipes = [], [], []
         self.run.clear()
+        self.held.clear()
         self._due.clear()
         self._direct_users = 0
         self._close_direct_fds()

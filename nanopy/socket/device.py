@@ -31,6 +31,7 @@ from typing import Any
 import trio
 
 from ..core.errors import AddressError, Closed, ProtocolError
+from ..transports._registry import carries_multipart
 from .socket import Socket
 
 
@@ -63,7 +64,7 @@ def _check(a: Socket, b: Socket) -> list[tuple[Socket, Socket]]:
 
 
 def _is_zmtp(url: str) -> bool:
-    return url.startswith("zmtp+")
+    return carries_multipart(url)
 
 
 def _frames_lost(pumps: list[tuple[Socket, Socket]], adding: tuple[Socket, str] | None = None) -> str:

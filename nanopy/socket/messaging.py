@@ -45,6 +45,8 @@ class Messaging:
 
         def _outgoing(self, data: Any) -> bytes: ...
 
+        def _refuse_multipart(self, body: bytes) -> bytes: ...
+
     @staticmethod
     def _timeout(timeout: Any, default: float | None) -> float | None:
         if timeout is _DEFAULT:
@@ -131,14 +133,14 @@ class Messaging:
         run = driver.run
         if run and not driver.closed:
             try:
-                return run.popleft()  # try_recv_body's first step written out (docs/architecture.md)
+                # try_recv_body's first step written out (docs/architecture.md); a run
+                # holds only bytes, never a multipart message (nanopy/driver/runs.py)
+                return run.popleft()
             except IndexError:
                 pass
-        body = driver.try_recv_body()
-        if body is None:
-            timeout = self._timeout(timeout, self._options.recv_timeout)
-            body = driver.call(driver.recv_body_attempt, driver.recv_q, timeout, "recv")
-        return body
+        body = _next_body(self, timeout)
+        # (a multipart message comes this way only, alone: the one class test of recv)
+        return body if body.__class__ is bytes else self._refuse_multipart(body)
 
     def recv_msg(self, *, timeout: float | None = _DEFAULT) -> Message:
         """Receive the next message with its pipe (and header, on raw sockets).
@@ -193,9 +195,10 @@ class Messaging:
         """
         if max_messages < 1:
             raise ValueError(f"recv_batch: max_messages must be >= 1, got {max_messages}")
-        # The plain receive, not self.recv: a ZMTP socket's recv refuses a multipart
-        # message (nanopy/socket/multipart.py), and a batch takes it as it is.
-        out = [Messaging.recv(self, timeout=timeout)]
+        if timeout is not _DEFAULT:
+            self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
+        # Not self.recv: it refuses a multipart message, and a batch takes it as it is.
+        out = [_next_body(self, timeout)]
         if max_messages > 1:
             self._recv_ready(out, max_messages - 1)
         return out
@@ -209,7 +212,7 @@ class Messaging:
         """
         if max_messages < 1:
             raise ValueError(f"arecv_batch: max_messages must be >= 1, got {max_messages}")
-        out = [await Messaging.arecv(self, timeout=timeout)]  # (the plain one: see recv_batch)
+        out = [await _anext_body(self, timeout)]  # (not self.arecv: see recv_batch)
         if max_messages > 1:
             self._recv_ready(out, max_messages - 1)
         return out
@@ -247,19 +250,8 @@ class Messaging:
     @async_twin_of(recv)
     async def arecv(self, *, timeout: float | None = _DEFAULT) -> bytes:
         """Async :meth:`recv` (trio or asyncio); a checkpoint: if cancelled, it takes nothing."""
-        if timeout is not _DEFAULT:
-            self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
-        driver = self._driver
-        # Fast path: the cancellation point, one round, the schedule point.
-        trio_task = in_trio()
-        await cancellation_point(trio_task)
-        body = driver.try_recv_body()
-        if body is not None:
-            if trio_task:
-                await cancel_shielded_checkpoint()
-            return body
-        timeout = self._timeout(timeout, self._options.recv_timeout)
-        return await driver.acall(driver.recv_body_attempt, driver.recv_q, timeout, "recv")
+        body = await _anext_body(self, timeout)
+        return body if body.__class__ is bytes else self._refuse_multipart(body)
 
     @async_twin_of(recv_msg)
     async def arecv_msg(self, *, timeout: float | None = _DEFAULT) -> Message:
@@ -360,3 +352,32 @@ class Messaging:
             raise WouldBlock
 
         await driver.acall(attempt, driver.feed(closing_queue), None, "wait for close")
+
+
+# The receives that take a multipart message as it is (recv_batch); recv and arecv
+# refuse one. (Functions, not methods: the Socket's method count is capped.)
+def _next_body(sock: Messaging, timeout: Any) -> bytes:
+    """The next body, multipart or not, waiting for it as ``timeout`` says."""
+    driver = sock._driver
+    body = driver.try_recv_body()
+    if body is None:
+        timeout = sock._timeout(timeout, sock._options.recv_timeout)
+        body = driver.call(driver.recv_body_attempt, driver.recv_q, timeout, "recv")
+    return body
+
+
+async def _anext_body(sock: Messaging, timeout: Any) -> bytes:
+    """Async :func:`_next_body`: a checkpoint; if cancelled, it takes nothing."""
+    if timeout is not _DEFAULT:
+        sock._timeout(timeout, None)  # refuse a bad timeout whichever path runs
+    driver = sock._driver
+    # Fast path: the cancellation point, one round, the schedule point.
+    trio_task = in_trio()
+    await cancellation_point(trio_task)
+    body = driver.try_recv_body()
+    if body is not None:
+        if trio_task:
+            await cancel_shielded_checkpoint()
+        return body
+    timeout = sock._timeout(timeout, sock._options.recv_timeout)
+    return await driver.acall(driver.recv_body_attempt, driver.recv_q, timeout, "recv")

@@ -11,11 +11,15 @@ plain ``recv()`` that meets one raises and leaves it first in line for
 (``recv_msg``, ``recv_multipart``, ``recv_batch``, their async forms, ``request``)
 returns it with its frames.
 
-Only a socket with a ZMTP endpoint (or a REQ/REP one with an inproc endpoint) can
-receive one, so only such a socket pays for the check: its first such bind or
-connect moves it to a subclass whose
-``recv``/``arecv`` look at the body's class (:func:`receive_multipart`); an SP
-socket's receive path is untouched.
+Only a pipe whose transport carries multipart messages
+(``Transport.carries_multipart``: ``zmtp+tcp``, ``zmtp+ipc``, or a plug-in that
+says so) can deliver one, and the socket learns it per pipe when the pipe joins
+(``SocketDriver.add_pipe``). Such a pipe's runs end before a multipart message
+(``FairQueue.stops``), so the lock-free pop of a run, ``recv()``'s fast path,
+never meets one and looks at nothing; ``recv()`` tests a body's class only on
+its locked path. The socket's class never changes. Inproc pipes carry them too
+between REQ and REP sockets (:data:`INPROC_MULTIPART`: what a ZAP handler needs),
+as inproc hands the message object over as it is.
 """
 
 from __future__ import annotations
@@ -23,7 +27,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from .. import _fork
 from ..core.errors import ProtocolError
 from ..core.message import Multipart
 from .util import DEFAULT, as_bytes
@@ -38,6 +41,13 @@ MULTIPART_PROTOCOLS = frozenset({"pair", "push", "pull", "pub", "sub", "req", "r
 #: ... and on inproc pipes: request/reply, what a ZAP handler needs. Other types keep
 #: one frame per message there, so their inproc receive path pays no check.
 INPROC_MULTIPART = frozenset({"req", "rep"})
+
+
+def endpoint_carries_multipart(ep: Endpoint, protocol: str) -> bool:
+    """Whether ``ep``'s pipes carry multipart messages for a ``protocol`` socket: its
+    transport says so (``Transport.carries_multipart``), or it is inproc between
+    request/reply sockets."""
+    return ep.transport.carries_multipart or (protocol in INPROC_MULTIPART and "inproc" in ep.transport.schemes)
 
 
 def as_multipart(parts: Any) -> Multipart:
@@ -137,9 +147,7 @@ class MultipartMixin:
                 f"{self.protocol} sockets send one frame per message; multipart messages work on "
                 f"{', '.join(sorted(MULTIPART_PROTOCOLS))} sockets over zmtp+ URLs"
             )
-        # (inproc hands the message object over as it is: its frames arrive intact)
-        framed = ("zmtp+", "inproc://") if self.protocol in INPROC_MULTIPART else ("zmtp+",)
-        sp = [ep.url for ep in self._endpoints if not ep.url.startswith(framed)]
+        sp = [ep.url for ep in self._endpoints if not endpoint_carries_multipart(ep, self.protocol)]
         if sp:
             raise ProtocolError(
                 f"a multipart message cannot go to {sp[0]}: SP pipes carry one frame per message, "
@@ -153,57 +161,10 @@ class MultipartMixin:
         if not isinstance(body, Multipart):
             return body
         driver = self._driver
-        if not driver.run:
-            driver.run_token = None  # (its pipe is not known here)
-        driver.run.appendleft(body)
+        # Into ``held``, not the run: recv()'s fast path takes a run unseen. (Without
+        # check_open: the ProtocolError below says more than Closed would.)
+        driver.feed(driver.held.appendleft, body, check_open=False)
         raise ProtocolError(
             f"the next message has {len(body.parts)} frames (ZeroMQ multipart); it is still "
             "queued: receive it with recv_multipart(), recv_msg() (Message.parts) or recv_batch()"
         )
-
-
-_checking: dict[type, type] = {}
-_checking_lock = _fork.process_lock()
-
-
-def receive_multipart(sock: Any) -> None:
-    """Make ``sock``'s plain receives refuse multipart messages (see the module docstring)."""
-    base = type(sock)
-    if getattr(base, "_checks_multipart", False):
-        return
-    with _checking_lock:
-        cls = _checking.get(base)
-        if cls is None:
-            cls = _checking[base] = _checking_class(base)
-    sock.__class__ = cls
-
-
-def _checking_class(base: type) -> type:
-    plain_recv: Any = getattr(base, "recv")  # noqa: B009 - (a Socket class, typed loosely here)
-    plain_arecv: Any = getattr(base, "arecv")  # noqa: B009
-
-    def recv(self: Any, *, timeout: float | None = DEFAULT) -> bytes:
-        if timeout is DEFAULT:
-            # The rest of a run, as the plain recv serves it (a call level less).
-            driver = self._driver
-            run = driver.run
-            if run and not driver.closed:
-                try:
-                    head = run.popleft()
-                except IndexError:
-                    pass
-                else:
-                    return head if head.__class__ is bytes else self._refuse_multipart(head)
-        body: bytes = plain_recv(self, timeout=timeout)
-        return body if body.__class__ is bytes else self._refuse_multipart(body)
-
-    async def arecv(self: Any, *, timeout: float | None = DEFAULT) -> bytes:
-        body: bytes = await plain_arecv(self, timeout=timeout)
-        return body if body.__class__ is bytes else self._refuse_multipart(body)
-
-    recv.__doc__ = plain_recv.__doc__
-    arecv.__doc__ = plain_arecv.__doc__
-    return type(base.__name__, (base,), {
-        "recv": recv, "arecv": arecv, "_checks_multipart": True,
-        "__module__": base.__module__, "__qualname__": base.__qualname__, "__doc__": base.__doc__,
-    })

@@ -34,7 +34,7 @@ from ..transports._base import Connection, DiscardsMessages, OtherWireProtocol, 
 from ..transports._registry import transports as _transports
 from .endpoint import Endpoint
 from .gate import Gate, make_peer
-from .multipart import INPROC_MULTIPART, receive_multipart
+from .multipart import endpoint_carries_multipart
 
 if TYPE_CHECKING:
     from ..driver.socket_driver import SocketDriver
@@ -115,10 +115,6 @@ class PipeHosting:
             transport.check_protocol(self._driver.core.name, self.raw, options)
         for check in self._endpoint_checks:
             check(self, url)
-        if isinstance(transport, OtherWireProtocol) or (
-            scheme == "inproc" and self._driver.core.name in INPROC_MULTIPART
-        ):
-            receive_multipart(self)  # from now on recv() looks for multipart messages
         priority = validate_priority("priority", options.pop("priority", 8))
         recv_priority = validate_priority("recv_priority", options.pop("recv_priority", 8))
         allowed = set(transport.endpoint_options)
@@ -266,7 +262,8 @@ class PipeHosting:
                 )
                 return
             info = PipeInfo(pipe.id, pipe, ep.priority, ep.recv_priority)
-            if not self._driver.add_pipe(driver, info, self._options.send_buffer):
+            multipart = endpoint_carries_multipart(ep, self._driver.core.name)  # (per pipe: runs end before one)
+            if not self._driver.add_pipe(driver, info, self._options.send_buffer, multipart):
                 return
             if ep.closed:
                 driver.close_soon()  # Endpoint.close() swept its pipes before this one was added

@@ -37,6 +37,7 @@ from typing import Any, TextIO
 
 from ..core.errors import AddressError, Closed, Timeout
 from ..socket.socket import Socket
+from ..transports._registry import carries_multipart
 from ._client import TaskClient
 from ._hub import ensure_registered
 from ._progress import ProgressBar
@@ -121,7 +122,7 @@ class Coordinator:
         self.max_message = max_message
         if bind is not None and port:
             raise ValueError("pass either bind (a full URL) or port, not both")
-        if bind is not None and bind.startswith("zmtp+"):
+        if bind is not None and carries_multipart(bind):
             raise AddressError(
                 f"Coordinator(bind={bind!r}): zmtp+ URLs are for ZeroMQ peers, and the coordinator's "
                 "peers are nanopy tasks speaking single-frame SP messages; bind tcp://, tls+tcp://, "

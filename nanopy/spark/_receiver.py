@@ -28,6 +28,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..transports._registry import carries_multipart
 from . import _options as opt
 from ._rows import DropLog, build_or_drop, file_slices, is_multipart, make_batch, spool_form
 from ._spool import Segment, Spool
@@ -101,8 +102,8 @@ class Receiver:
         self.received = 0
         self.received_bytes = 0
         self.multipart = 0  # messages of several frames (zmtp+ URLs)
-        # Only zmtp+ pipes carry multipart messages: without one, messages are not inspected.
-        self.frames = any(u.startswith("zmtp+") for u in self.urls)
+        # Only zmtp+ pipes (transports that carry multipart) do: without one, messages are not inspected.
+        self.frames = any(map(carries_multipart, self.urls))
         self.drops = DropLog(",".join(self.urls))
         self.too_large_seen = 0
         self.spool_errors = 0

@@ -23,6 +23,7 @@ from pyspark.sql.types import ArrayType, BinaryType, DataType, StringType, Struc
 
 from .. import _fork
 from ..core.message import Multipart
+from ..transports._registry import carries_multipart
 from . import _options as opt
 from ._tags import make_tag
 
@@ -79,7 +80,7 @@ def _columns(schema: StructType, column: str | None, urls: list[str]) -> tuple[s
         raise opt.SourceOptionError(
             f"the nanopy sink needs a binary or string column to send; columns are {names} "
             '(cast one, and name it "payload" or pass .option("column", name))')
-    sp = next((u for u in urls if not u.startswith("zmtp+")), None)
+    sp = next((u for u in urls if not carries_multipart(u)), None)
     if frames is not None and sp is not None:
         how = (f'.option("column", {frames!r}) sends' if column is not None
                else f"the DataFrame's {frames!r} column (ZeroMQ frames, as the nanopy source reads them) is sent as")

@@ -29,6 +29,7 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from .. import _fork, platform
+from ..transports._registry import carries_multipart
 from . import _options as opt
 from ._logfmt import use_spark_format
 from ._receiver import Limits, Receiver, open_socket
@@ -416,7 +417,7 @@ class NanopyBatchReader(_ReaderOptions, DataSourceReader):
         max_size = opt.integer(self.options, "recvMaxSize", 1 << 20, 0)
         subs = opt.topics(self.options) if self.protocol == "sub" else []
         schema = arrow_schema(_source_schema())
-        frames = any(u.startswith("zmtp+") for u in self.urls)
+        frames = any(map(carries_multipart, self.urls))
         drops = DropLog(",".join(self.urls))  # (logged by the executor running the read)
         deadline = None if self.duration is None else time.monotonic() + self.duration
         got = 0

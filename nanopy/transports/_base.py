@@ -350,6 +350,9 @@ class Transport(abc.ABC):
     schemes: tuple[str, ...] = ()
     #: endpoint options it accepts beside ``priority``/``recv_priority`` (e.g. ``("ssl_context",)``)
     endpoint_options: tuple[str, ...] = ()
+    #: its messages may have several frames (ZeroMQ multipart, :class:`nanopy.zmtp.Multipart`):
+    #: the socket then lets ``send_multipart`` use it and looks at what its pipes deliver
+    carries_multipart: bool = False
 
     def check_url(self, url: str) -> None:
         """Raise :class:`nanopy.AddressError` if ``url`` is malformed (called at once by bind/connect)."""

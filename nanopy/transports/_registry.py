@@ -58,3 +58,20 @@ OPTIONAL_EXTRAS = {"ws": "ws", "wss": "ws"}
 transports = Registry(
     "nanopy.transports", "transport", BUILTIN_TRANSPORTS, _validate_transport, _address_error, OPTIONAL_EXTRAS
 )
+
+
+def carries_multipart(url: str) -> bool:
+    """Whether ``url``'s transport carries multipart messages (``Transport.carries_multipart``).
+
+    The scheme is looked up in the registry, so a plug-in transport that declares
+    the capability counts as the ZMTP ones do. An unknown scheme, or one whose
+    transport cannot load, carries none (bind/connect report it, not this).
+    """
+    scheme, sep, _ = url.partition("://")
+    if not sep:
+        return False
+    try:
+        transport = transports.get(scheme)
+    except (AddressError, ImportError, ValueError):
+        return False
+    return bool(getattr(transport, "carries_multipart", False))

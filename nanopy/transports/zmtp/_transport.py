@@ -38,6 +38,7 @@ class ZmtpTcpTransport(TcpTransport):
 
     schemes = ("zmtp+tcp",)
     endpoint_options = ENDPOINT_OPTIONS
+    carries_multipart = True  # (ZMTP frames)
 
     def check_protocol(self, name: str, raw: bool, options: dict[str, object]) -> None:
         """bind/connect: refuse a socket type ZeroMQ has no peer for, or bad security options."""
@@ -59,6 +60,7 @@ class ZmtpIpcTransport(IpcTransport):
 
     schemes = ("zmtp+ipc",)
     endpoint_options = ENDPOINT_OPTIONS
+    carries_multipart = True  # (ZMTP frames)
     listener_class = _ZmtpIpcListener
     check_protocol = ZmtpTcpTransport.check_protocol
 
