@@ -102,6 +102,9 @@ def _sent(send: Any) -> bool:
 class _Pair(RuleBasedStateMachine):
     """The fast driver and the reference, with the same pipes."""
 
+    #: whether the pipes carry multipart messages (ZMTP)
+    multipart = False
+
     core_cls: type = Push0
     options: dict[str, Any] = {}
 
@@ -126,7 +129,8 @@ class _Pair(RuleBasedStateMachine):
         self.next_pid += 1
         pair = (_Pipe(pid), _Pipe(pid))
         for driver, pipe in zip((self.fast, self.ref), pair, strict=True):
-            assert driver.add_pipe(pipe, PipeInfo(pid, f"p{pid}", 8, 8), credit)  # type: ignore[arg-type]
+            info = PipeInfo(pid, f"p{pid}", 8, 8)
+            assert driver.add_pipe(pipe, info, credit, multipart=self.multipart)  # type: ignore[arg-type]
         self.pipes[pid] = pair
 
     @precondition(lambda self: self.pipes)
@@ -294,17 +298,7 @@ class MultipartReceiverPair(ReceiverPair):
     """PULL on pipes that carry multipart messages (ZMTP): runs end before one, a
     plain recv() refuses one and keeps it first, every other receive returns it."""
 
-    @rule(credit=st.integers(0, 6))
-    def add_pipe(self, credit: int) -> None:
-        if len(self.pipes) >= 3:
-            return
-        pid = self.next_pid
-        self.next_pid += 1
-        pair = (_Pipe(pid), _Pipe(pid))
-        for driver, pipe in zip((self.fast, self.ref), pair, strict=True):
-            info = PipeInfo(pid, f"p{pid}", 8, 8)
-            assert driver.add_pipe(pipe, info, credit, multipart=True)  # type: ignore[arg-type]
-        self.pipes[pid] = pair
+    multipart = True
 
     @precondition(lambda self: self.pipes)
     @rule(data=st.data(), n=st.integers(1, 12))
