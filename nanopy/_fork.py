@@ -72,8 +72,6 @@ PROCESS_STATE: dict[str, str] = {
     "nanopy.transports._registry.transports": "loading_lock taken before fork; loaded plug-ins kept",
     "nanopy.transports.inproc._registry": "ProcessTable: emptied (its listeners were the parent's)",
     "nanopy.transports._ws_server.servers": "ProcessTable: emptied, the child's copies of the ports closed",
-    "nanopy.socket.multipart._checking": "kept (classes); its lock is a process_lock",
-    "nanopy.socket.multipart._checking_lock": "process_lock: new in the child",
     # metrics
     "nanopy.metrics._prometheus_lock": "process_lock: new in the child",
     "nanopy.metrics._prometheus_collectors": "kept: a registry's collector reads the child's own sockets",
