@@ -76,9 +76,9 @@ def new_waker() -> Waker:
 
 
 class SelectorWait:
-    """A selector watching the pipe's descriptor and the waker; an event loop
-    waits for either of the two descriptors (not every system's selector has one
-    descriptor of its own: Windows' ``select`` has none)."""
+    """A selector watching the pipe's descriptor and the waker. ``fds`` is what an
+    event loop waits on: the selector's own descriptor where it has one (epoll,
+    kqueue), else both (Windows' ``select`` has none)."""
 
     __slots__ = ("_selector", "fds")
 
@@ -91,7 +91,12 @@ class SelectorWait:
             selector.close()
             raise OSError(f"cannot wait on descriptor {fd}: {exc}") from None
         self._selector = selector
-        self.fds = (fd, waker.fd)
+        # An event loop waits on one descriptor where the selector has one (epoll on Linux,
+        # kqueue on macOS: readable while either watched descriptor is), as the linux
+        # backend's wait does; only a selector without one (Windows' select) leaves the
+        # loop to wait on both, which costs a trio task a nursery per wait.
+        own = getattr(selector, "fileno", None)
+        self.fds: tuple[int, ...] = (own(),) if own is not None else (fd, waker.fd)
 
     def wait(self, timeout: float | None) -> object:
         try:
