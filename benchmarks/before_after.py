@@ -98,7 +98,8 @@ def _table(runs: dict[str, list[dict[str, float]]]) -> str:
     cells = list(dict.fromkeys(cell for side in runs.values() for run in side for cell in run))
     extra = [name for name in runs if name not in ("before", "after")]
     head = f"{'cell (nanopy / pyzmq)':28} {'before':>8} {'after':>8} {'change':>8} {'noise b':>8} {'noise a':>8}"
-    lines = [head + "".join(f" {name[:8]:>8} {'vs after':>8} {'noise':>7}" for name in extra)]
+    widths = {name: max(8, len(name)) for name in extra}
+    lines = [head + "".join(f" {name:>{widths[name]}} {'vs after':>8} {'noise':>7}" for name in extra)]
     for cell in cells:
         values = {name: [run[cell] for run in side if cell in run] for name, side in runs.items()}
         if not all(values.values()):
@@ -110,7 +111,7 @@ def _table(runs: dict[str, list[dict[str, float]]]) -> str:
         )
         for name in extra:
             m = median(values[name])
-            line += f" {m:8.3f} {(m / a - 1) * 100:+7.1f}% {_noise(values[name]):6.1f}%"
+            line += f" {m:{widths[name]}.3f} {(m / a - 1) * 100:+7.1f}% {_noise(values[name]):6.1f}%"
         lines.append(line)
     lines.append("(latency cells: lower is better; every other cell: higher is better)")
     return "\n".join(lines)
