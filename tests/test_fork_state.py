@@ -319,7 +319,7 @@ def test_a_metrics_port_closed_by_the_parent_is_free_while_a_child_lives() -> No
 
 def test_an_inherited_discovery_is_closed_in_the_child() -> None:
     with Discovery("tcp://127.0.0.1:0", interval=0.2) as discovery:
-        discovery_lock: Any = discovery._lock
+        discovery_lock: Any = discovery._live._lock  # (the live-provider table's lock)
 
         def child() -> int:
             t0 = time.monotonic()

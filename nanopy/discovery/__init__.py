@@ -32,17 +32,16 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import threading
 import time
 from collections.abc import Iterable
 from typing import Any
 
 from ..core.errors import Closed
-from ..driver.waiters import async_waiter
 from ..socket.socket import Socket
 from .announcer import Announcer
 from .beacon import DEFAULT_BEACON_PORT, new_instance_id
+from .live import LiveProviders
 from .services import BEACON_MISSES as BEACON_MISSES  # (the module's constants stay importable here)
 from .services import DEFAULT_PRIORITY as DEFAULT_PRIORITY
 from .services import (
@@ -52,7 +51,6 @@ from .services import (
     Provider,
     _BeaconSending,
     _closed_on_error,
-    _Entry,
     _seconds,
     _SocketThread,
     decode_answer,
@@ -142,14 +140,10 @@ class Discovery(_SocketThread):
         self.rounds = 0  #: surveys completed
         self.rejected = 0  #: answers that were not valid version-1 answers
         self.answers = 0  #: answers taken (valid, and verified when there is a secret)
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
-        self._live: dict[tuple[str, str], _Entry] = {}
+        self._live = LiveProviders(misses)  # the providers, the waiting resolves, the closed flag
         self._callbacks: list[ChangeCallback] = []
-        self._async_waiters: list[Any] = []
         self._wakeup = threading.Event()
         self._survey_requested = self._newcomers = False
-        self._closing = False
         socket_options.setdefault("name", "discovery")
         self._beacon: _BeaconSending | None = None
         self._sock = Socket("surveyor", survey_deadline=self.deadline, **socket_options)
@@ -186,10 +180,8 @@ class Discovery(_SocketThread):
         (malformed answers), ``providers`` (live now) and ``dropped``: answers that
         failed verification, by reason (``unsigned``, ``bad_signature``, ``stale``,
         ``replayed``, ``wrong_survey``; all 0 without a secret)."""
-        with self._lock:
-            providers = len(self._live)
         return {"signed": self.signed, "rounds": self.rounds, "beacons_sent": self.beacons_sent,
-                "answers": self.answers, "rejected": self.rejected, "providers": providers,
+                "answers": self.answers, "rejected": self.rejected, "providers": len(self._live),
                 "dropped": dict(drop_counts(self._verifier, KIND_ANSWER))}
 
     def __repr__(self) -> str:
@@ -205,35 +197,7 @@ class Discovery(_SocketThread):
 
     def providers(self, name: str | None = None) -> list[Provider]:
         """Live :class:`Provider` records (of one service, or all), sorted by name, priority, address."""
-        with self._lock:
-            found = [e.provider for e in self._live.values() if name is None or e.provider.name == name]
-        return sorted(found, key=lambda p: (p.name, p.priority, p.address))
-
-    def _pick(self, name: str) -> str | None:
-        candidates = [e.provider for e in self._live.values() if e.provider.name == name]
-        if not candidates:
-            return None
-        best = min(p.priority for p in candidates)
-        return random.choice([p.address for p in candidates if p.priority == best])
-
-    def _lookup_error(self, name: str) -> LookupError:
-        known = sorted({k[0] for k in self._live})
-        return LookupError(f"no live provider of {name!r}; live services: {', '.join(known) or 'none'}")
-
-    def _resolve_step(self, name: str, end: float | None) -> tuple[str | None, float | None]:
-        """One look (lock held): ``(address, None)``, or ``(None, seconds left to wait)``.
-
-        Raises Closed or LookupError when waiting longer cannot help.
-        """
-        address = self._pick(name)
-        if address is not None:
-            return address, None
-        if self._closing:
-            raise Closed("discovery is closed")
-        left = None if end is None else end - time.monotonic()
-        if left is not None and left <= 0:
-            raise self._lookup_error(name)
-        return None, left
+        return self._live.providers(name)
 
     def resolve(self, name: str, *, timeout: float = 0.0) -> str:
         """A random live provider's address among those with the best priority.
@@ -246,13 +210,7 @@ class Discovery(_SocketThread):
             LookupError: no live provider (within ``timeout``).
             Closed: the discovery was closed while waiting.
         """
-        end = None if timeout is None else time.monotonic() + timeout
-        with self._changed:
-            while True:
-                address, left = self._resolve_step(name, end)
-                if address is not None:
-                    return address
-                self._changed.wait(left)
+        return self._live.resolve(name, timeout)
 
     async def aservices(self) -> dict[str, list[str]]:
         """Async :meth:`services` (never blocks; for symmetry in async code)."""
@@ -260,20 +218,7 @@ class Discovery(_SocketThread):
 
     async def aresolve(self, name: str, *, timeout: float = 0.0) -> str:
         """Async :meth:`resolve` (trio or asyncio); waiting does not block the event loop."""
-        end = None if timeout is None else time.monotonic() + timeout
-        while True:
-            with self._lock:
-                address, left = self._resolve_step(name, end)
-                if address is not None:
-                    return address
-                waiter = async_waiter()
-                self._async_waiters.append(waiter)
-            try:
-                await waiter.wait(left)
-            finally:
-                with self._lock:
-                    if waiter in self._async_waiters:
-                        self._async_waiters.remove(waiter)
+        return await self._live.aresolve(name, timeout)
 
     # -- change notification --------------------------------------------------------------------
     def on_change(self, callback: ChangeCallback) -> ChangeCallback:
@@ -296,7 +241,7 @@ class Discovery(_SocketThread):
 
     # -- the survey loop ---------------------------------------------------------------------------
     def _run(self) -> None:
-        while not self._closing:
+        while not self._live.closed:
             start = time.monotonic()
             if self._beacon is not None:
                 self._beacon.send()
@@ -305,8 +250,7 @@ class Discovery(_SocketThread):
                 break
             self._end_round(seen)
             self._pause_until(start + self.interval)
-        with self._changed:
-            self._wake_waiters()
+        self._live.wake_all()
 
     def _survey(self, seen: set[tuple[str, str]]) -> bool:
         """One survey, its answers recorded in ``seen``; False once the socket is closed."""
@@ -328,7 +272,7 @@ class Discovery(_SocketThread):
         """Wait for the next round. Announcers that connected meanwhile get a welcome survey,
         which may add providers but counts no misses. A welcome runs only when it (nearly)
         fits before the next round, so rounds keep their pace and the drop bound holds."""
-        while not self._closing:
+        while not self._live.closed:
             left = end - time.monotonic()
             if left <= 0 or not self._wakeup.wait(left):
                 return
@@ -356,47 +300,14 @@ class Discovery(_SocketThread):
             log.debug("discovery: ignoring an answer: %s", exc)
             return
         self.answers += 1
-        key = (provider.name, provider.address)
-        seen.add(key)
-        with self._changed:
-            entry = self._live.get(key)
-            if entry is not None:
-                old = entry.provider
-                entry.provider = Provider(
-                    provider.name,
-                    provider.address,
-                    provider.priority,
-                    provider.metadata,
-                    old.first_seen,
-                    provider.last_seen,
-                )
-                entry.missed = 0
-                return
-            self._live[key] = _Entry(provider)
-            self._wake_waiters()
-        self._notify(provider.name, provider.address, True)
+        seen.add((provider.name, provider.address))
+        if self._live.record(provider):
+            self._notify(provider.name, provider.address, True)
 
     def _end_round(self, seen: set[tuple[str, str]]) -> None:
-        gone: list[tuple[str, str]] = []
-        with self._changed:
-            self.rounds += 1
-            for key, entry in list(self._live.items()):
-                if key in seen:
-                    continue
-                entry.missed += 1
-                if entry.missed >= self.misses:
-                    del self._live[key]
-                    gone.append(key)
-            self._wake_waiters()
-        for name, address in gone:
+        self.rounds += 1  # (counted before the drops: whoever sees one sees its round counted)
+        for name, address in self._live.end_round(seen):
             self._notify(name, address, False)
-
-    def _wake_waiters(self) -> None:
-        """Wake every waiting resolve (lock held)."""
-        self._changed.notify_all()
-        for waiter in self._async_waiters:
-            waiter.wake()
-        self._async_waiters.clear()
 
     def _notify(self, name: str, address: str, added: bool) -> None:
         log.info("discovery: %s %s at %s", "found" if added else "lost", name, address)
@@ -411,17 +322,12 @@ class Discovery(_SocketThread):
         """Inherited by a forked child: closed there, and it knows no provider (what it
         knew was the parent's, never refreshed here): lookups raise Closed."""
         super()._after_fork_in_child()
-        self._closing = True
-        self._live = {}
-        self._async_waiters = []  # (the parent's loops: dropped, not woken)
+        self._live.after_fork_in_child()
 
     def close(self) -> None:
         """Stop surveying and unbind; idempotent. Waiting resolves raise :class:`nanopy.Closed`."""
-        with self._changed:
-            if self._closing:
-                return
-            self._closing = True
-            self._wake_waiters()
+        if not self._live.close():
+            return
         self._wakeup.set()
         super().close()
         if self._beacon is not None:
