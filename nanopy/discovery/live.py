@@ -18,9 +18,19 @@ from typing import Any
 from .. import _fork
 from ..core.errors import Closed
 from ..driver.waiters import async_waiter
-from .services import Provider, _Entry
+from .services import Provider
 
 Key = tuple[str, str]  # (service name, address)
+
+
+class _Entry:
+    """One live provider and the rounds it has missed in a row."""
+
+    __slots__ = ("missed", "provider")
+
+    def __init__(self, provider: Provider) -> None:
+        self.provider = provider
+        self.missed = 0
 
 
 class LiveProviders:

@@ -244,11 +244,3 @@ def _beacon_port(port: Any) -> int:
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         raise ValueError(f"beacon_port must be a UDP port number 1..65535, got {port!r}")
     return port
-
-
-class _Entry:
-    __slots__ = ("missed", "provider")
-
-    def __init__(self, provider: Provider) -> None:
-        self.provider = provider
-        self.missed = 0
