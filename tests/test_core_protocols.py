@@ -17,8 +17,11 @@ from nanopy.protocols._common import (
     MALFORMED,
     REPLIER_TABLE,
     TOO_MANY_HOPS,
+    ReplierEvent,
+    ReplierState,
     StateTable,
     split_backtrace,
+    table_rows,
 )
 from nanopy.protocols.bus import Bus0
 from nanopy.protocols.pair1 import Pair1
@@ -74,6 +77,20 @@ def test_state_table_rejects_a_pair_listed_twice_or_an_error_for_a_legal_pair() 
     assert table.initial == "a" and table.notes[("a", "go")] == "off it goes"
     with pytest.raises(ProtocolError, match="^b cannot go$"):
         table.step("b", "go")
+
+
+def test_table_rows_read_a_text_table_of_enum_values() -> None:
+    rows = table_rows(ReplierState, ReplierEvent, """
+        idle     recv  pending  a note: with  its own   spacing
+        pending  send  idle     back
+    """)
+    assert rows == [
+        (ReplierState.IDLE, ReplierEvent.RECV, ReplierState.PENDING, "a note: with  its own   spacing"),
+        (ReplierState.PENDING, ReplierEvent.SEND, ReplierState.IDLE, "back"),
+    ]
+    assert type(rows[0][0]) is ReplierState and type(rows[0][1]) is ReplierEvent
+    with pytest.raises(ValueError, match="'pendng' is not a valid ReplierState"):
+        table_rows(ReplierState, ReplierEvent, "idle recv pendng typo")
 
 
 def test_request_table_is_the_documented_one() -> None:

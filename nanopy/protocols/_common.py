@@ -47,8 +47,9 @@ class StateTable(Generic[S, E]):
     States and events are string enums (a plain string of the same value looks
     up the same entry); every state change of a core goes through ``step``.
     Each row is ``(state, event, next state, what happens)``: the last part is
-    prose for the reader. docs/protocols.md draws its diagrams and tables from
-    these rows (``python -m nanopy.protocols._diagram --write docs/protocols.md``).
+    prose for the reader (the cores write their rows as text: :func:`table_rows`).
+    docs/protocols.md draws its diagrams and tables from these rows
+    (``python -m nanopy.protocols._diagram --write docs/protocols.md``).
     """
 
     __slots__ = ("initial", "messages", "name", "notes", "transitions")
@@ -93,6 +94,17 @@ class StateTable(Generic[S, E]):
             for event in sorted(self.events()):
                 if (state, event) not in self.transitions:
                     yield state, event
+
+
+def table_rows(states: type[S], events: type[E], text: str) -> list[tuple[S, E, S, str]]:
+    """The rows of a :class:`StateTable`, written as a text table: one transition a
+    line, ``state event next-state what happens`` (the first three are values of
+    ``states`` and ``events``: a misspelt one fails at import)."""
+    found: list[tuple[S, E, S, str]] = []
+    for line in text.strip().splitlines():
+        state, event, new, note = line.split(None, 3)
+        found.append((states(state), events(event), states(new), note))
+    return found
 
 
 def split_backtrace(payload: bytes, max_ttl: int) -> tuple[bytes, bytes] | str:
@@ -241,21 +253,16 @@ class ReplierEvent(enum.StrEnum):
     ANSWERED = "answered"  # the pending request was answered through msg.reply()
 
 
+_REPLIER_ROWS = """
+    idle     recv      pending  the request's route is remembered
+    pending  recv      pending  the older request is abandoned (nanomsg)
+    pending  send      idle     the reply goes back along the route
+    pending  answered  idle     answered through `msg.reply()` instead
+"""
 REPLIER_TABLE = StateTable(
-    "replier",
-    ReplierState.IDLE,
-    [
-        (ReplierState.IDLE, ReplierEvent.RECV, ReplierState.PENDING, "the request's route is remembered"),
-        (ReplierState.PENDING, ReplierEvent.RECV, ReplierState.PENDING, "the older request is abandoned (nanomsg)"),
-        (ReplierState.PENDING, ReplierEvent.SEND, ReplierState.IDLE, "the reply goes back along the route"),
-        (ReplierState.PENDING, ReplierEvent.ANSWERED, ReplierState.IDLE, "answered through `msg.reply()` instead"),
-    ],
-    {
-        (ReplierState.IDLE, ReplierEvent.SEND): (
-            "send() without a pending request: call recv() first "
-            "(or reply via msg.reply())"
-        )
-    },
+    "replier", ReplierState.IDLE, table_rows(ReplierState, ReplierEvent, _REPLIER_ROWS),
+    {(ReplierState.IDLE, ReplierEvent.SEND): "send() without a pending request: call recv() first "
+     "(or reply via msg.reply())"},
 )
 
 

@@ -69,7 +69,7 @@ from ..core.callers import PerCaller, current_caller
 from ..core.drops import CANCELLED, PROTOCOL_ERROR
 from ..core.errors import WouldBlock
 from ..core.message import Message
-from ._common import END_BIT, ID_MASK, BacktraceQueuing, RawReplier, RawVariant, Replier, StateTable
+from ._common import END_BIT, ID_MASK, BacktraceQueuing, RawReplier, RawVariant, Replier, StateTable, table_rows
 
 
 class RequestState(enum.StrEnum):
@@ -93,32 +93,22 @@ class RequestEvent(enum.StrEnum):
     TAKE = "take"
 
 
+_REQUEST_ROWS = """
+    idle    send       queued  new id; waits for a pipe with send credit
+    queued  transmit   sent    written to one pipe (priority, then round robin)
+    queued  reply      done    a reply to an earlier transmission is accepted
+    queued  cancel     idle    abandoned (timeout, cancellation, a newer classic send)
+    sent    reply      done    matching id: kept for its caller
+    sent    pipe_lost  queued  the pipe died: resent at once on another pipe
+    sent    resend     queued  no reply after `resend_interval`: sent again, on another pipe when one can take it
+    sent    cancel     idle    abandoned; a late reply is dropped
+    done    take       idle    the caller takes the reply
+    done    cancel     idle    the reply is dropped (counted)
+"""
 REQUEST_TABLE = StateTable(
-    "req",
-    RequestState.IDLE,
-    [
-        (RequestState.IDLE, RequestEvent.SEND, RequestState.QUEUED, "new id; waits for a pipe with send credit"),
-        (RequestState.QUEUED, RequestEvent.TRANSMIT, RequestState.SENT,
-         "written to one pipe (priority, then round robin)"),
-        (RequestState.QUEUED, RequestEvent.REPLY, RequestState.DONE,
-         "a reply to an earlier transmission is accepted"),
-        (RequestState.QUEUED, RequestEvent.CANCEL, RequestState.IDLE,
-         "abandoned (timeout, cancellation, a newer classic send)"),
-        (RequestState.SENT, RequestEvent.REPLY, RequestState.DONE, "matching id: kept for its caller"),
-        (RequestState.SENT, RequestEvent.PIPE_LOST, RequestState.QUEUED,
-         "the pipe died: resent at once on another pipe"),
-        (RequestState.SENT, RequestEvent.RESEND, RequestState.QUEUED,
-         "no reply after `resend_interval`: sent again, on another pipe when one can take it"),
-        (RequestState.SENT, RequestEvent.CANCEL, RequestState.IDLE, "abandoned; a late reply is dropped"),
-        (RequestState.DONE, RequestEvent.TAKE, RequestState.IDLE, "the caller takes the reply"),
-        (RequestState.DONE, RequestEvent.CANCEL, RequestState.IDLE, "the reply is dropped (counted)"),
-    ],
-    {
-        (RequestState.IDLE, RequestEvent.TAKE): (
-            "recv() without a request: send() a request first (this thread or task has none, "
-            "and no other classic request is left unclaimed)"
-        )
-    },
+    "req", RequestState.IDLE, table_rows(RequestState, RequestEvent, _REQUEST_ROWS),
+    {(RequestState.IDLE, RequestEvent.TAKE): "recv() without a request: send() a request first (this thread or "
+     "task has none, and no other classic request is left unclaimed)"},
 )
 
 RESEND_TICKS = 4  # tick timer period = resend_interval / RESEND_TICKS
