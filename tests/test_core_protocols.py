@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -604,3 +605,21 @@ class ReqChurn(RuleBasedStateMachine):
 
 TestReqChurn = ReqChurn.TestCase
 TestReqChurn.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+
+
+def test_a_subclass_keeps_its_own_hot_methods() -> None:
+    # The cores bind their parts' hot methods onto the instance; a subclass's own wins.
+    class MyRep(Rep0):
+        def recv(self) -> Any:
+            return "mine"
+
+    class MyReq(Req0):
+        def start_request(self, body: bytes) -> int:
+            return 7
+
+    assert make(MyRep).recv() == "mine"
+    assert make(MyReq).start_request(b"x") == 7
+    plain = make(Req0)
+    plain.add_pipe(PipeInfo(1, None, 8, 8), 1)
+    rid = plain.start_request(b"x")
+    assert plain.request_state(rid) == "sent" and not plain.reply_ready(rid)

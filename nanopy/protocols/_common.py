@@ -366,7 +366,7 @@ class Replier(LoadBalancing, BacktraceQueuing):
         # payloads (``requeues`` is False), the one case LoadBalancing swaps send.
         cls = type(self)
         for name in ("recv", "send", "reply"):
-            if getattr(cls, name) is getattr(Replier, name):
+            if getattr(cls, name) is getattr(Replier, name) and not self.requeues:
                 setattr(self, name, getattr(routes, name))
 
     @property

@@ -188,6 +188,12 @@ class RequestTracker:
         return req is None or req.state is RequestState.DONE
 
     # -- pipes ---------------------------------------------------------------------
+    def credit(self, pid: int, n: int) -> None:
+        """``n`` more requests may go to pipe ``pid``: queued ones go now."""
+        self._lb.give(pid, n)
+        if self._queue:
+            self.flush()
+
     def pipe_added(self, pid: int) -> None:
         self._inflight[pid] = set()
         if self._queue:
@@ -435,13 +441,15 @@ class Req0(RawVariant, Core):
         tracker = self._tracker = RequestTracker(self.actions, self._lb, options)
         self._classic = ClassicCallers()
         self._owners = self._classic.owners  # (read on every reply)
-        # Socket.request()'s calls go straight to the part (no hop per request),
-        # unless a subclass has its own.
+        # Socket.request()'s calls and returned credit go straight to the part (no
+        # hop per request), unless a subclass has its own.
         cls = type(self)
         if cls.start_request is Req0.start_request:
             self.start_request = tracker.start  # type: ignore[method-assign]
         if cls.reply_ready is Req0.reply_ready:
             self.reply_ready = tracker.ready  # type: ignore[method-assign]
+        if cls.pipe_credit is Req0.pipe_credit:
+            self.pipe_credit = tracker.credit  # type: ignore[method-assign]
 
     # -- pipes ---------------------------------------------------------------------
     def add_pipe(self, pipe: PipeInfo, credit: int) -> None:
@@ -463,8 +471,7 @@ class Req0(RawVariant, Core):
         return 0  # withdraw_pipe (or remove_pipe) resends every request the pipe carried: none is lost
 
     def pipe_credit(self, pid: int, n: int) -> None:
-        self._lb.give(pid, n)
-        self._tracker.flush()
+        self._tracker.credit(pid, n)
 
     def timer_fired(self, key: Any) -> None:
         if key == _TICK:
