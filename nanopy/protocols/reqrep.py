@@ -50,7 +50,7 @@ import enum
 import random
 import weakref
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..core.base import (
@@ -343,18 +343,28 @@ class RequestTracker:
 
 
 class ClassicCallers:
-    """Which caller (thread or task) owns which classic request of a cooked REQ.
+    """The classic send()/recv() of a cooked REQ: which caller (thread or task)
+    owns which request.
 
     A part of :class:`Req0`: each caller's request id (a :class:`PerCaller` map),
     the owner of each classic request (weakly: a caller that ends without recv()
     has its request cancelled; oldest send first; read by the core through
     :attr:`owners`) and the requests some caller's recv() asked for. A caller with
-    none of its own adopts the oldest unclaimed one.
+    none of its own adopts the oldest unclaimed one. Requests are started, taken
+    and cancelled through the three functions handed over at construction.
     """
 
-    __slots__ = ("_by_caller", "_claimed", "_owners")
+    __slots__ = ("_by_caller", "_cancel", "_claimed", "_owners", "_start", "_take")
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        start: Callable[[bytes], int],
+        take: Callable[[int], Message],
+        cancel: Callable[[int], None],
+    ) -> None:
+        self._start = start
+        self._take = take
+        self._cancel = cancel
         self._by_caller: PerCaller[int] = PerCaller()
         self._owners: dict[int, weakref.ref[Any]] = {}  # oldest send first
         self._claimed: set[int] = set()  # classic ids some caller's recv() asked for
@@ -364,32 +374,31 @@ class ClassicCallers:
         """Classic request id -> a weak reference to its caller (read only)."""
         return self._owners
 
-    def abandoned(self, caller: Any) -> Sequence[int]:
-        """``caller`` sends a new request: the ids to cancel -- its previous one
-        and those of callers that ended without recv()."""
+    def send(self, body: bytes, header: bytes = b"") -> None:
+        """Start the caller's request; its previous one, and those of callers that
+        ended without recv(), are cancelled."""
+        caller = current_caller()
         old = self._by_caller.pop(caller)
-        owners = self._owners
-        if not owners:
-            return ()
-        dead = [rid for rid, ref in owners.items() if ref() is None]
         if old is not None:
-            dead.insert(0, old)
-        return dead
-
-    def sent(self, rid: int, caller: Any) -> None:
-        """``caller``'s send() started request ``rid``."""
+            self._cancel(old)  # only this caller's earlier request
+        owners = self._owners
+        if owners:
+            for rid in [rid for rid, ref in owners.items() if ref() is None]:
+                self._cancel(rid)
+        rid = self._start(body)
         self._by_caller.set(rid, caller)
-        self._owners[rid] = weakref.ref(caller)
+        owners[rid] = weakref.ref(caller)
 
     def forget(self, rid: int) -> None:
         """Request ``rid`` is finished (taken or cancelled)."""
         self._owners.pop(rid, None)
         self._claimed.discard(rid)
 
-    def receive(self, caller: Any, take: Callable[[int], Message]) -> Message:
-        """``caller``'s recv(): ``take`` the reply of its own request, else of the
-        oldest unclaimed one, which it adopts. ProtocolError (friendly) if there is
-        neither; WouldBlock (from ``take``) while the reply is outstanding."""
+    def recv(self) -> Message:
+        """The reply to the caller's own request, else to the oldest unclaimed one,
+        which it adopts. ProtocolError (friendly) if there is neither; WouldBlock
+        while the reply is outstanding."""
+        caller = current_caller()
         by_caller = self._by_caller
         rid = by_caller.get(caller)
         if rid is None:
@@ -403,7 +412,7 @@ class ClassicCallers:
             by_caller.set(rid, caller)
             self._owners[rid] = weakref.ref(caller)  # keeps its place in the order
         self._claimed.add(rid)
-        msg = take(rid)
+        msg = self._take(rid)
         by_caller.pop(caller)
         self._owners.pop(rid, None)
         self._claimed.discard(rid)
@@ -439,11 +448,15 @@ class Req0(RawVariant, Core):
         super().__init__(options, False)
         self._lb = LoadBalancer()
         tracker = self._tracker = RequestTracker(self.actions, self._lb, options)
-        self._classic = ClassicCallers()
-        self._owners = self._classic.owners  # (read on every reply)
-        # Socket.request()'s calls and returned credit go straight to the part (no
-        # hop per request), unless a subclass has its own.
+        classic = self._classic = ClassicCallers(tracker.start, tracker.take, self.cancel_request)
+        self._owners = classic.owners  # (read on every reply)
+        # Classic send/recv, Socket.request()'s calls and returned credit go straight
+        # to the parts (no hop per message), unless a subclass has its own.
         cls = type(self)
+        if cls.send is Req0.send:
+            self.send = classic.send  # type: ignore[method-assign]
+        if cls.recv is Req0.recv:
+            self.recv = classic.recv  # type: ignore[method-assign]
         if cls.start_request is Req0.start_request:
             self.start_request = tracker.start  # type: ignore[method-assign]
         if cls.reply_ready is Req0.reply_ready:
@@ -526,17 +539,13 @@ class Req0(RawVariant, Core):
 
     # -- classic send/recv (per caller) --------------------------------------------------
     def send(self, body: bytes, header: bytes = b"") -> None:
-        caller = current_caller()
-        classic = self._classic
-        for rid in classic.abandoned(caller):
-            self.cancel_request(rid)
-        classic.sent(self._tracker.start(body), caller)
+        self._classic.send(body, header)
 
     def can_send(self) -> bool:
         return True  # a request waits inside the core for a pipe, never in send()
 
     def recv(self) -> Message:
-        return self._classic.receive(current_caller(), self._tracker.take)
+        return self._classic.recv()
 
     def can_recv(self) -> bool:
         """Whether the *calling* thread's (task's) classic reply is here, or, for a
