@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -17,8 +18,11 @@ from nanopy.protocols._common import (
     MALFORMED,
     REPLIER_TABLE,
     TOO_MANY_HOPS,
+    ReplierEvent,
+    ReplierState,
     StateTable,
     split_backtrace,
+    table_rows,
 )
 from nanopy.protocols.bus import Bus0
 from nanopy.protocols.pair1 import Pair1
@@ -74,6 +78,20 @@ def test_state_table_rejects_a_pair_listed_twice_or_an_error_for_a_legal_pair() 
     assert table.initial == "a" and table.notes[("a", "go")] == "off it goes"
     with pytest.raises(ProtocolError, match="^b cannot go$"):
         table.step("b", "go")
+
+
+def test_table_rows_read_a_text_table_of_enum_values() -> None:
+    rows = table_rows(ReplierState, ReplierEvent, """
+        idle     recv  pending  a note: with  its own   spacing
+        pending  send  idle     back
+    """)
+    assert rows == [
+        (ReplierState.IDLE, ReplierEvent.RECV, ReplierState.PENDING, "a note: with  its own   spacing"),
+        (ReplierState.PENDING, ReplierEvent.SEND, ReplierState.IDLE, "back"),
+    ]
+    assert type(rows[0][0]) is ReplierState and type(rows[0][1]) is ReplierEvent
+    with pytest.raises(ValueError, match="'pendng' is not a valid ReplierState"):
+        table_rows(ReplierState, ReplierEvent, "idle recv pendng typo")
 
 
 def test_request_table_is_the_documented_one() -> None:
@@ -587,3 +605,21 @@ class ReqChurn(RuleBasedStateMachine):
 
 TestReqChurn = ReqChurn.TestCase
 TestReqChurn.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+
+
+def test_a_subclass_keeps_its_own_hot_methods() -> None:
+    # The cores bind their parts' hot methods onto the instance; a subclass's own wins.
+    class MyRep(Rep0):
+        def recv(self) -> Any:
+            return "mine"
+
+    class MyReq(Req0):
+        def start_request(self, body: bytes) -> int:
+            return 7
+
+    assert make(MyRep).recv() == "mine"
+    assert make(MyReq).start_request(b"x") == 7
+    plain = make(Req0)
+    plain.add_pipe(PipeInfo(1, None, 8, 8), 1)
+    rid = plain.start_request(b"x")
+    assert plain.request_state(rid) == "sent" and not plain.reply_ready(rid)

@@ -11,7 +11,8 @@
 * :class:`BacktraceQueuing`: the receive path of REP, RESPONDENT and all four
   raw backtrace cores (split, hop limit, route or header, fair queue).
 * :class:`Replier` / :class:`RawReplier`: the REP and RESPONDENT cores, which
-  differ only in their protocol identity.
+  differ only in their protocol identity; :class:`ReplyRoutes` is the part of a
+  cooked one that keeps the routes of requests not answered yet.
 
 The generic building blocks (LoadBalancing, Distributing, FairQueuing,
 BodyQueuing) live in :mod:`nanopy.core.base`.
@@ -20,10 +21,10 @@ BodyQueuing) live in :mod:`nanopy.core.base`.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
-from ..core.base import CLOSE_PIPE, Core, FairQueuing, LoadBalancing, PipeInfo
+from ..core.base import CLOSE_PIPE, Core, FairQueue, FairQueuing, LoadBalancing, PipeInfo
 from ..core.callers import PerCaller, current_caller
 from ..core.drops import PROTOCOL_ERROR, TTL_EXCEEDED
 from ..core.errors import ProtocolError
@@ -46,8 +47,9 @@ class StateTable(Generic[S, E]):
     States and events are string enums (a plain string of the same value looks
     up the same entry); every state change of a core goes through ``step``.
     Each row is ``(state, event, next state, what happens)``: the last part is
-    prose for the reader. docs/protocols.md draws its diagrams and tables from
-    these rows (``python -m nanopy.protocols._diagram --write docs/protocols.md``).
+    prose for the reader (the cores write their rows as text: :func:`table_rows`).
+    docs/protocols.md draws its diagrams and tables from these rows
+    (``python -m nanopy.protocols._diagram --write docs/protocols.md``).
     """
 
     __slots__ = ("initial", "messages", "name", "notes", "transitions")
@@ -92,6 +94,17 @@ class StateTable(Generic[S, E]):
             for event in sorted(self.events()):
                 if (state, event) not in self.transitions:
                     yield state, event
+
+
+def table_rows(states: type[S], events: type[E], text: str) -> list[tuple[S, E, S, str]]:
+    """The rows of a :class:`StateTable`, written as a text table: one transition a
+    line, ``state event next-state what happens`` (the first three are values of
+    ``states`` and ``events``: a misspelt one fails at import)."""
+    found: list[tuple[S, E, S, str]] = []
+    for line in text.strip().splitlines():
+        state, event, new, note = line.split(None, 3)
+        found.append((states(state), events(event), states(new), note))
+    return found
 
 
 def split_backtrace(payload: bytes, max_ttl: int) -> tuple[bytes, bytes] | str:
@@ -240,21 +253,16 @@ class ReplierEvent(enum.StrEnum):
     ANSWERED = "answered"  # the pending request was answered through msg.reply()
 
 
+_REPLIER_ROWS = """
+    idle     recv      pending  the request's route is remembered
+    pending  recv      pending  the older request is abandoned (nanomsg)
+    pending  send      idle     the reply goes back along the route
+    pending  answered  idle     answered through `msg.reply()` instead
+"""
 REPLIER_TABLE = StateTable(
-    "replier",
-    ReplierState.IDLE,
-    [
-        (ReplierState.IDLE, ReplierEvent.RECV, ReplierState.PENDING, "the request's route is remembered"),
-        (ReplierState.PENDING, ReplierEvent.RECV, ReplierState.PENDING, "the older request is abandoned (nanomsg)"),
-        (ReplierState.PENDING, ReplierEvent.SEND, ReplierState.IDLE, "the reply goes back along the route"),
-        (ReplierState.PENDING, ReplierEvent.ANSWERED, ReplierState.IDLE, "answered through `msg.reply()` instead"),
-    ],
-    {
-        (ReplierState.IDLE, ReplierEvent.SEND): (
-            "send() without a pending request: call recv() first "
-            "(or reply via msg.reply())"
-        )
-    },
+    "replier", ReplierState.IDLE, table_rows(ReplierState, ReplierEvent, _REPLIER_ROWS),
+    {(ReplierState.IDLE, ReplierEvent.SEND): "send() without a pending request: call recv() first "
+     "(or reply via msg.reply())"},
 )
 
 
@@ -262,29 +270,37 @@ def _replier_state(route: tuple[int, bytes] | None) -> ReplierState:
     return ReplierState.IDLE if route is None else ReplierState.PENDING
 
 
-class Replier(LoadBalancing, BacktraceQueuing):
-    """Cooked REP/RESPONDENT: strips and stores backtraces, answers along them.
+class ReplyRoutes:
+    """The classic replies of a cooked REP/RESPONDENT: the routes ``(pid,
+    backtrace)`` of requests received and not answered yet, and the answers.
 
-    Each caller's pending request lives in a :class:`PerCaller` map, so threads
-    and tasks sharing one socket through classic recv()/send() answer their own
-    requests. Replies never block: a reply for a pipe that is gone or whose send
-    queue is full is dropped and counted (the requester resends), as in nanomsg.
+    A part of :class:`Replier` that owns this bookkeeping; it takes requests from
+    the core's fair queue and answers through the core's ``send_to`` (both handed
+    over at construction). Each caller's pending route lives in a
+    :class:`PerCaller` map, so threads and tasks sharing one socket through classic
+    recv()/send() answer their own requests; every pending route is also kept
+    socket-wide, oldest recv() first, keyed by identity (two copies of a resent
+    request are two routes), so a caller with none of its own answers the oldest
+    (one thread receives, another sends, as in nanomsg).
     """
 
-    def __init__(self, options: Any, raw: bool = False) -> None:
-        super().__init__(options, raw)
+    __slots__ = ("_fq", "_pending", "_send_to", "_unanswered")
+
+    def __init__(self, fq: FairQueue, send_to: Callable[[int, bytes], None]) -> None:
+        self._fq = fq
+        self._send_to = send_to
         self._pending: PerCaller[tuple[int, bytes]] = PerCaller()
-        # Every pending route, oldest recv() first, keyed by identity (two copies of
-        # a resent request are two routes): a caller with none of its own answers
-        # the oldest (one thread receives, another sends, as in nanomsg).
         self._unanswered: dict[int, tuple[int, bytes]] = {}
 
-    @property
+    def __bool__(self) -> bool:
+        return bool(self._unanswered)
+
     def state(self) -> ReplierState:
-        """The calling thread's (task's) classic state: "idle" or "pending"."""
+        """The calling thread's (task's) classic state."""
         return _replier_state(self._pending.get())
 
     def recv(self) -> Message:
+        """The next request; its route becomes the caller's pending one."""
         msg: Message = self._fq.pop()
         caller = current_caller()
         pending = self._pending
@@ -307,6 +323,8 @@ class Replier(LoadBalancing, BacktraceQueuing):
             del self._unanswered[key]
 
     def send(self, body: bytes, header: bytes = b"") -> None:
+        """Answer the caller's pending request, else the oldest unanswered one;
+        ProtocolError (friendly) when there is none."""
         route = self._pending.pop()
         if route is None and self._unanswered:
             route = next(iter(self._unanswered.values()))  # the oldest, whoever received it
@@ -315,13 +333,7 @@ class Replier(LoadBalancing, BacktraceQueuing):
         assert route is not None
         del self._unanswered[id(route)]
         pid, stack = route
-        self.send_to(pid, stack + body)
-
-    def can_send(self) -> bool:
-        # Per caller (the Poller asks from the polling thread), with the socket-wide
-        # fallback. send() never waits -- it raises or sends (or drops) -- so no
-        # waiter depends on this.
-        return bool(self._unanswered)
+        self._send_to(pid, stack + body)
 
     def reply(self, route: tuple[int, bytes], body: bytes) -> None:
         """Answer the request that came with ``route`` (pipe id, backtrace)."""
@@ -334,7 +346,49 @@ class Replier(LoadBalancing, BacktraceQueuing):
             else:
                 pending.discard_value(route)
         pid, header = route
-        self.send_to(pid, header + body)
+        self._send_to(pid, header + body)
+
+
+class Replier(LoadBalancing, BacktraceQueuing):
+    """Cooked REP/RESPONDENT: strips and stores backtraces, answers along them.
+
+    Its classic replies are a :class:`ReplyRoutes` part. Replies never block: a
+    reply for a pipe that is gone or whose send queue is full is dropped and
+    counted (the requester resends), as in nanomsg.
+    """
+
+    def __init__(self, options: Any, raw: bool = False) -> None:
+        super().__init__(options, raw)
+        routes = self._routes = ReplyRoutes(self._fq, self.send_to)
+        # The hot calls are the part's own methods, bound here unless a subclass
+        # has its own: no hop through the core per message (as BodyQueuing binds
+        # recv_body). Nothing else replaces them: a replier never holds requeued
+        # payloads (``requeues`` is False), the one case LoadBalancing swaps send.
+        cls = type(self)
+        for name in ("recv", "send", "reply"):
+            if getattr(cls, name) is getattr(Replier, name) and not self.requeues:
+                setattr(self, name, getattr(routes, name))
+
+    @property
+    def state(self) -> ReplierState:
+        """The calling thread's (task's) classic state: "idle" or "pending"."""
+        return self._routes.state()
+
+    def recv(self) -> Message:
+        return self._routes.recv()
+
+    def send(self, body: bytes, header: bytes = b"") -> None:
+        self._routes.send(body, header)
+
+    def can_send(self) -> bool:
+        # Per caller (the Poller asks from the polling thread), with the socket-wide
+        # fallback. send() never waits -- it raises or sends (or drops) -- so no
+        # waiter depends on this.
+        return bool(self._routes)
+
+    def reply(self, route: tuple[int, bytes], body: bytes) -> None:
+        """Answer the request that came with ``route`` (pipe id, backtrace)."""
+        self._routes.reply(route, body)
 
 
 class RawReplier(LoadBalancing, BacktraceQueuing):

@@ -43,7 +43,7 @@ from ..core.base import ARM_TIMER, CANCEL_TIMER, READY, Distributing
 from ..core.drops import CANCELLED, PROTOCOL_ERROR, QUEUE_FULL
 from ..core.errors import Timeout, WouldBlock
 from ..core.message import Message
-from ._common import END_BIT, ID_MASK, BacktraceQueuing, RawReplier, RawVariant, Replier, StateTable
+from ._common import END_BIT, ID_MASK, BacktraceQueuing, RawReplier, RawVariant, Replier, StateTable, table_rows
 
 
 class Survey(enum.StrEnum):
@@ -61,18 +61,17 @@ class SurveyEvent(enum.StrEnum):
     DEADLINE = "deadline"
 
 
+_SURVEY_ROWS = """
+    idle     send      active   new id, broadcast, deadline timer armed
+    active   send      active   the previous survey is abandoned, its answers dropped
+    expired  send      active   a new survey; the expired one's answers are dropped
+    active   answer    active   matching id: queued for `recv()` or the iterator
+    active   recv      active   an answer, or wait
+    active   deadline  expired  later answers are dropped
+    expired  recv      idle     answers that came in time first, then `Timeout` once
+"""
 SURVEY_TABLE = StateTable(
-    "surveyor",
-    Survey.IDLE,
-    [
-        (Survey.IDLE, SurveyEvent.SEND, Survey.ACTIVE, "new id, broadcast, deadline timer armed"),
-        (Survey.ACTIVE, SurveyEvent.SEND, Survey.ACTIVE, "the previous survey is abandoned, its answers dropped"),
-        (Survey.EXPIRED, SurveyEvent.SEND, Survey.ACTIVE, "a new survey; the expired one's answers are dropped"),
-        (Survey.ACTIVE, SurveyEvent.ANSWER, Survey.ACTIVE, "matching id: queued for `recv()` or the iterator"),
-        (Survey.ACTIVE, SurveyEvent.RECV, Survey.ACTIVE, "an answer, or wait"),
-        (Survey.ACTIVE, SurveyEvent.DEADLINE, Survey.EXPIRED, "later answers are dropped"),
-        (Survey.EXPIRED, SurveyEvent.RECV, Survey.IDLE, "answers that came in time first, then `Timeout` once"),
-    ],
+    "surveyor", Survey.IDLE, table_rows(Survey, SurveyEvent, _SURVEY_ROWS),
     {(Survey.IDLE, SurveyEvent.RECV): "recv() with no survey open: send() a survey first"},
 )
 
