@@ -20,7 +20,7 @@ from ..driver.socket_driver import _Blocked, cancellation_point, in_trio
 from ..driver.waiters import WaitQueue
 from ..transports._base import SubscriptionForwarding
 from .util import DEFAULT as _DEFAULT
-from .util import as_bytes, async_twin_of
+from .util import as_bytes, async_twin_of, check_timeout
 
 if TYPE_CHECKING:
     from ..core.operations import Operations
@@ -47,16 +47,7 @@ class Messaging:
 
         def _refuse_multipart(self, body: bytes) -> bytes: ...
 
-    @staticmethod
-    def _timeout(timeout: Any, default: float | None) -> float | None:
-        if timeout is _DEFAULT:
-            return default
-        if timeout is not None:
-            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-                raise TypeError(f"timeout must be a number of seconds or None, not {type(timeout).__name__}")
-            if timeout < 0:
-                raise ValueError(f"timeout must be >= 0, got {timeout}")
-        return float(timeout) if timeout is not None else None
+    _timeout = staticmethod(check_timeout)  # (tests and the other parts use it as sock._timeout)
 
     # -- sending and receiving -------------------------------------------------------
     def send(self, data: Any, *, timeout: float | None = _DEFAULT) -> None:

@@ -33,7 +33,7 @@ from ..engine import engine as _engine
 from ..pipe.driver import PipeDriver
 from ..protocols._registry import protocols as _protocols
 from . import series as _series
-from .batch import BatchSending
+from .batch import Batches, BatchSending
 from .endpoint import Endpoint
 from .lifecycle import SocketTasks
 from .messaging import Messaging
@@ -117,6 +117,7 @@ class Socket(
         self._driver = SocketDriver(core_cls(self._options, raw=raw), self._get_name, lambda: self._engine)
         # What the core offers beyond send/recv, looked up once (nanopy/core/operations.py).
         self._ops = Operations(self._driver.core, raw, self._driver.core.name, self._get_name)
+        self._batches = Batches(self._driver, self._options, raw, self._outgoing)
         # Every engine task of this socket runs in this tree (nanopy/socket/lifecycle.py).
         self._tasks = SocketTasks(self._get_name, lambda: self._engine, lambda: list(self._driver.pipe_drivers()))
         self._driver.spawn_task = self._tasks.start_task
