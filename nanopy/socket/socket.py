@@ -41,7 +41,7 @@ from .multipart import MultipartMixin
 from .observe import PipeList, socket_stats
 from .pipes import PipeHosting
 from .poller import Pollable
-from .requests import RequestMethods
+from .requests import RequestMethods, Requests
 from .util import ClosingContext, async_twin_of, run_in_worker_thread
 
 log = logging.getLogger("nanopy")
@@ -118,6 +118,7 @@ class Socket(
         # What the core offers beyond send/recv, looked up once (nanopy/core/operations.py).
         self._ops = Operations(self._driver.core, raw, self._driver.core.name, self._get_name)
         self._batches = Batches(self._driver, self._options, raw, self._outgoing)
+        self._requests = Requests(self._driver, self._ops, self._options, self._outgoing)
         # Every engine task of this socket runs in this tree (nanopy/socket/lifecycle.py).
         self._tasks = SocketTasks(self._get_name, lambda: self._engine, lambda: list(self._driver.pipe_drivers()))
         self._driver.spawn_task = self._tasks.start_task
