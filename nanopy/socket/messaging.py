@@ -2,7 +2,7 @@
 
 Owns: the user-facing fast paths into the driver (``try_send``,
 ``try_recv_body``) and the fallback to waiting (``call``/``acall``) when they
-would block; timeout arguments; the closing wait of devices (``_await_closed``).
+would block; timeout arguments.
 
 May call: the socket's driver only (nanopy/driver/socket_driver.py and its parts).
 """
@@ -14,10 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from trio.lowlevel import cancel_shielded_checkpoint
 
-from ..core.errors import Closed, WouldBlock
+from ..core.errors import Closed
 from ..core.message import Message
 from ..driver.socket_driver import _Blocked, cancellation_point, in_trio
-from ..driver.waiters import WaitQueue
 from ..transports._base import SubscriptionForwarding
 from .util import DEFAULT as _DEFAULT
 from .util import as_bytes, async_twin_of, check_timeout
@@ -25,10 +24,6 @@ from .util import as_bytes, async_twin_of, check_timeout
 if TYPE_CHECKING:
     from ..core.operations import Operations
     from ..driver.socket_driver import SocketDriver
-
-
-def _never() -> bool:
-    return False
 
 
 class Messaging:
@@ -39,7 +34,6 @@ class Messaging:
     _options: Any
     raw: bool
     name: Any
-    _closing_q: WaitQueue | None
 
     if TYPE_CHECKING:
 
@@ -323,26 +317,6 @@ class Messaging:
         """Async :meth:`send_msg` (trio or asyncio)."""
         body = msg.body if msg.body.__class__ is bytes else self._outgoing(msg.body)
         await self._asend(body, msg.header if self.raw else b"", timeout)
-
-    async def _await_closed(self) -> None:
-        """Wait (trio or asyncio) until this socket closes; raises :class:`Closed` then.
-
-        Devices watch both of their sockets with it, so a pump blocked on one
-        socket ends when the *other* one closes. ``close`` wakes every wait queue.
-        """
-        driver = self._driver
-
-        def closing_queue() -> WaitQueue:
-            queue = self._closing_q
-            if queue is None:
-                queue = self._closing_q = WaitQueue(_never)
-                driver.queues.append(queue)
-            return queue
-
-        def attempt() -> None:
-            raise WouldBlock
-
-        await driver.acall(attempt, driver.feed(closing_queue), None, "wait for close")
 
 
 # The receives that take a multipart message as it is (recv_batch); recv and arecv

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ..core.message import Message
     from ..driver.socket_driver import SocketDriver
     from .endpoint import Endpoint
+    from .pipes import PipeHost
 
 #: the socket types whose messages may have several frames on ZMTP pipes
 MULTIPART_PROTOCOLS = frozenset({"pair", "push", "pull", "pub", "sub", "req", "rep"})
@@ -64,7 +65,7 @@ class MultipartMixin:
     """``send_multipart``/``recv_multipart`` and their async forms, for :class:`Socket`."""
 
     _driver: SocketDriver
-    _endpoints: list[Endpoint]
+    _host: PipeHost
 
     if TYPE_CHECKING:  # what the mixin uses of Socket (declared for mypy only)
         @property
@@ -147,7 +148,7 @@ class MultipartMixin:
                 f"{self.protocol} sockets send one frame per message; multipart messages work on "
                 f"{', '.join(sorted(MULTIPART_PROTOCOLS))} sockets over zmtp+ URLs"
             )
-        sp = [ep.url for ep in self._endpoints if not endpoint_carries_multipart(ep, self.protocol)]
+        sp = [ep.url for ep in self._host.endpoints if not endpoint_carries_multipart(ep, self.protocol)]
         if sp:
             raise ProtocolError(
                 f"a multipart message cannot go to {sp[0]}: SP pipes carry one frame per message, "
