@@ -161,11 +161,15 @@ class MultipartMixin:
         """A plain receive met a multipart message: put it back first in line and say so."""
         if not isinstance(body, Multipart):
             return body
-        driver = self._driver
-        # Into ``held``, not the run: recv()'s fast path takes a run unseen. (Without
-        # check_open: the ProtocolError below says more than Closed would.)
-        driver.feed(driver.held.appendleft, body, check_open=False)
-        raise ProtocolError(
-            f"the next message has {len(body.parts)} frames (ZeroMQ multipart); it is still "
-            "queued: receive it with recv_multipart(), recv_msg() (Message.parts) or recv_batch()"
-        )
+        raise _held_back(self._driver, body)
+
+
+def _held_back(driver: SocketDriver, body: Multipart) -> ProtocolError:
+    """``body`` put back first in line, and the error that tells a plain receive so."""
+    # Into ``held``, not the run: recv()'s fast path takes a run unseen. (Without
+    # check_open: the ProtocolError says more than Closed would.)
+    driver.feed(driver.held.appendleft, body, check_open=False)
+    return ProtocolError(
+        f"the next message has {len(body.parts)} frames (ZeroMQ multipart); it is still "
+        "queued: receive it with recv_multipart(), recv_msg() (Message.parts) or recv_batch()"
+    )
