@@ -2,7 +2,7 @@
 
 Owns: the endpoint list, the pipe callbacks, the per-socket connection counters
 (connects, disconnects, reconnects, protocol errors, lost pipes), and
-``_run_pipe``, which runs one pipe from its handshake's end to its close.
+``run_pipe``, which runs one pipe from its handshake's end to its close.
 
 May call: the transport registry, :class:`~nanopy.socket.endpoint.Endpoint`, the
 socket's task tree (``_tasks``) and its driver (``add_pipe``/``remove_pipe``/

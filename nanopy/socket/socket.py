@@ -13,7 +13,6 @@ hold each other's locks.
 from __future__ import annotations
 
 import itertools
-import logging
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -38,9 +37,6 @@ from .pipes import PipeHost, PipeHosting
 from .poller import Pollable
 from .requests import RequestMethods, Requests
 from .util import ClosingContext, async_twin_of
-
-log = logging.getLogger("nanopy")
-
 
 _socket_serials = itertools.count(1)  # (next() on a count is atomic under the GIL)
 
@@ -252,7 +248,7 @@ class Socket(
         return socket_stats(self)
 
     # -- closing -------------------------------------------------------------------------
-    # Both halves of closing are in _close_start; nanopy/socket/lifecycle.py has the order.
+    # Both halves of closing start in Closing.start (closing.py); lifecycle.py has the order.
     def close(self, linger: float | None = None) -> None:
         """Close the socket; idempotent and callable from any thread.
 
