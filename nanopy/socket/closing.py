@@ -38,17 +38,18 @@ class Closing:
     ``aflush`` and the engine's fork and exit hooks delegate here)."""
 
     def __init__(self, sock: Any, driver: SocketDriver, tasks: SocketTasks, host: PipeHost,
-                 options: Any, engine: Callable[[], Engine]) -> None:
+                 options: Any, engine: Callable[[], Engine], running_engine: Callable[[], Engine | None]) -> None:
         self._sock = sock  # (its repr names it in a flush Timeout)
         self._driver = driver
         self._tasks = tasks
         self._host = host
         self._options = options  # (read per call: linger may change)
-        self._engine = engine
+        self._engine = engine  # the socket's engine, started on first use
+        self._running_engine = running_engine  # ... or None if it never started
         self._closing_q: WaitQueue | None = None  # made by the first await_closed
 
     def _in_engine_thread(self) -> bool:
-        engine = self._host.running_engine()
+        engine = self._running_engine()
         return engine is not None and engine.in_engine_thread()
 
     # -- closing ----------------------------------------------------------------

@@ -70,6 +70,9 @@ def _assemble(sock: Socket, protocol: str, raw: bool, options: dict[str, Any]) -
     def engine() -> _engine.Engine:
         return sock._engine  # (started on first use)
 
+    def running_engine() -> _engine.Engine | None:
+        return sock._engine_obj  # (None: never started)
+
     driver = sock._driver = SocketDriver(core_cls(sock._options, raw=raw), sock._get_name, engine)
     sock._ops = Operations(driver.core, raw, driver.core.name, sock._get_name)
     # Every engine task of this socket runs in this tree (nanopy/socket/lifecycle.py).
@@ -77,8 +80,8 @@ def _assemble(sock: Socket, protocol: str, raw: bool, options: dict[str, Any]) -
     driver.spawn_task = tasks.start_task
     tasks.on_finished = lambda: _series.leave(sock)  # (its counts stay in its series)
     sock.raw = raw
-    host = sock._host = PipeHost(sock, driver, tasks, engine, lambda: sock._engine_obj)
-    sock._closing = Closing(sock, driver, tasks, host, sock._options, engine)
+    host = sock._host = PipeHost(sock, driver, tasks, engine, running_engine)
+    sock._closing = Closing(sock, driver, tasks, host, sock._options, engine, running_engine)
     sock._batches = Batches(driver, sock._options, raw, sock._outgoing)
     sock._requests = Requests(driver, sock._ops, sock._options, sock._outgoing)
     _engine.track_socket(sock)
