@@ -308,10 +308,11 @@ def test_every_counter_reads_what_stats_says_in_both_exporters(make_socket: Make
     push.send(b"hello")
     assert pull.recv() == b"hello"
     # (what PipeLosses.pipe_ended and the requeue count for a pipe found dead)
-    pull._losses.dead_pipes, pull._losses.lost_pipes_unacked, pull._losses.lost_unacked_bytes = 2, 3, 4000
+    counts = pull._host.counts  # (the socket's connection counters: nanopy/socket/pipes.py)
+    counts.losses.dead_pipes, counts.losses.lost_pipes_unacked, counts.losses.lost_unacked_bytes = 2, 3, 4000
     pull._driver.requeued = 5
-    pull._dial_failures, pull._handshake_failures, pull._auth_failures, pull._reconnected = 6, 7, 8, 9
-    pull._protocol_errors, pull._too_large = 10, 11
+    counts.dial_failures, counts.handshake_failures, counts.auth_failures, counts.reconnected = 6, 7, 8, 9
+    counts.protocol_errors, counts.too_large = 10, 11
     stats = pull.stats()
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader])

@@ -36,7 +36,6 @@ ALLOWED: dict[str, int] = {
     "nanopy.driver.lanes.SendLanes": 34,
     "nanopy.driver.socket_driver.SocketDriver": 69,
     "nanopy.driver.waiting.Waiting": 32,
-    "nanopy.socket.socket.Socket": 92,  # public, but its methods do more than delegate
     # +2 this wave (Connection.aclose_refused, zap_credentials): split its handshake out next
     "nanopy.transports.zmtp._conn.ZmtpConnection": 40,
 }

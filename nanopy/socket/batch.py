@@ -19,10 +19,10 @@ from ..core.errors import ProtocolError, Timeout
 from ..core.message import Message
 from ..driver.socket_driver import cancellation_point, in_trio
 from .util import DEFAULT as _DEFAULT
-from .util import async_twin_of
+from .util import async_twin_of, check_timeout
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from ..driver.socket_driver import SocketDriver
 
@@ -37,22 +37,10 @@ _REFUSED = {
 
 
 class BatchSending:
-    """``send_batch``/``asend_batch``, mixed into :class:`nanopy.Socket`."""
+    """``send_batch``/``asend_batch``, mixed into :class:`nanopy.Socket`: each hands
+    the call to the socket's :class:`Batches` part."""
 
-    _driver: SocketDriver
-    _options: Any
-    raw: bool
-
-    if TYPE_CHECKING:
-
-        def _outgoing(self, data: Any) -> bytes: ...
-
-        @staticmethod
-        def _timeout(timeout: Any, default: float | None) -> float | None: ...
-
-        @property
-        def protocol(self) -> str:
-            raise NotImplementedError
+    _batches: Batches
 
     def send_batch(self, messages: Iterable[Any], *, timeout: float | None = _DEFAULT) -> int:
         """Send many messages in one call, in order; returns how many were sent.
@@ -85,8 +73,33 @@ class BatchSending:
             TypeError: ``messages`` is not an iterable of messages (a lone ``bytes``
                 or ``str`` included), or an item is not bytes-like.
         """
-        limit = self._timeout(timeout, self._options.send_timeout)
-        items = self._batch_items(messages, "send_batch")
+        return self._batches.send(messages, timeout)
+
+    @async_twin_of(send_batch)
+    async def asend_batch(self, messages: Iterable[Any], *, timeout: float | None = _DEFAULT) -> int:
+        """Send many messages in one call, from trio or asyncio; returns how many were sent.
+
+        The async form of :meth:`send_batch`; it is a checkpoint. Cancelled while
+        it waits for room, it raises Cancelled (CancelledError): the messages before
+        the wait stay sent, the rest are not sent.
+        """
+        return await self._batches.asend(messages, timeout)
+
+
+class Batches:
+    """The batch part of a socket: checks a batch, then sends it in rounds with waits
+    for room between them (``send_batch`` and ``asend_batch`` delegate here)."""
+
+    def __init__(self, driver: SocketDriver, options: Any, raw: bool, outgoing: Callable[[Any], bytes]) -> None:
+        self._driver = driver
+        self._options = options  # (read per call: send_timeout may change)
+        self._raw = raw
+        self._outgoing = outgoing
+
+    def send(self, messages: Iterable[Any], timeout: Any) -> int:
+        """:meth:`nanopy.Socket.send_batch`'s work."""
+        limit = check_timeout(timeout, self._options.send_timeout)
+        items = self._items(messages, "send_batch")
         driver = self._driver
         deadline = None if limit is None else time.monotonic() + limit
         done, end = 0, len(items)
@@ -102,16 +115,10 @@ class BatchSending:
             done = went
         return end
 
-    @async_twin_of(send_batch)
-    async def asend_batch(self, messages: Iterable[Any], *, timeout: float | None = _DEFAULT) -> int:
-        """Send many messages in one call, from trio or asyncio; returns how many were sent.
-
-        The async form of :meth:`send_batch`; it is a checkpoint. Cancelled while
-        it waits for room, it raises Cancelled (CancelledError): the messages before
-        the wait stay sent, the rest are not sent.
-        """
-        limit = self._timeout(timeout, self._options.send_timeout)
-        items = self._batch_items(messages, "asend_batch")
+    async def asend(self, messages: Iterable[Any], timeout: Any) -> int:
+        """:meth:`nanopy.Socket.asend_batch`'s work."""
+        limit = check_timeout(timeout, self._options.send_timeout)
+        items = self._items(messages, "asend_batch")
         driver = self._driver
         trio_task = in_trio()
         await cancellation_point(trio_task)
@@ -133,13 +140,14 @@ class BatchSending:
             await cancel_shielded_checkpoint()
         return end
 
-    def _batch_items(self, messages: Any, what: str) -> list[tuple[bytes, bytes]]:
+    def _items(self, messages: Any, what: str) -> list[tuple[bytes, bytes]]:
         """The (body, header) pairs of ``messages``, checked as send() and send_msg() check."""
-        if not self.raw:
-            why = _REFUSED.get(self.protocol)
+        protocol = self._driver.core.name
+        if not self._raw:
+            why = _REFUSED.get(protocol)
             if why is not None:
                 raise ProtocolError(
-                    f"{what} is not available on {self.protocol.upper()} sockets: {why}; call send() in a loop"
+                    f"{what} is not available on {protocol.upper()} sockets: {why}; call send() in a loop"
                 )
         if isinstance(messages, (bytes, bytearray, memoryview, str)):
             raise TypeError(f"{what} takes an iterable of messages, e.g. [b'one', b'two']; use send() for one message")
@@ -149,7 +157,7 @@ class BatchSending:
             raise TypeError(
                 f"{what} takes an iterable of messages, e.g. [b'one', b'two'], not {type(messages).__name__}"
             ) from None
-        raw = self.raw
+        raw = self._raw
         items = []
         for data in iterator:
             if data.__class__ is bytes:

@@ -72,7 +72,7 @@ def _frames_lost(pumps: list[tuple[Socket, Socket]], adding: tuple[Socket, str] 
     counting ``adding`` (a socket and the URL it is about to bind or connect)."""
 
     def urls(sock: Socket) -> list[str]:
-        found = [ep.url for ep in sock._endpoints]
+        found = [ep.url for ep in sock._host.endpoints]
         if adding is not None and adding[0] is sock:
             found.append(adding[1])
         return found
@@ -105,11 +105,11 @@ class _EndpointGuard:
 
     def __enter__(self) -> None:
         for sock in self.sockets:
-            sock._endpoint_checks = (*sock._endpoint_checks, self.check)
+            sock._host.endpoint_checks = (*sock._host.endpoint_checks, self.check)
 
     def __exit__(self, *exc: object) -> None:
         for sock in self.sockets:
-            sock._endpoint_checks = tuple(c for c in sock._endpoint_checks if c != self.check)
+            sock._host.endpoint_checks = tuple(c for c in sock._host.endpoint_checks if c != self.check)
 
 
 async def _pump(src: Socket, dst: Socket) -> None:

@@ -114,7 +114,7 @@ class Endpoint:
             return
         self._closed = True
         sock = self.socket
-        sock._forget_endpoint(self)
+        sock._host.forget_endpoint(self)
         if sock._driver.fork_closed:
             return  # inherited across a fork: the engine that ran it is gone
         engine = sock._engine_obj
@@ -131,7 +131,7 @@ class Endpoint:
         self._scope.cancel()
 
     def _context(self) -> PipeContext:
-        return self.socket._pipe_context(self)
+        return self.socket._host.pipe_context(self)
 
     def _log_protocol_error(self, where: str, exc: BaseException) -> None:
         """Log a peer that broke the wire rules (WARNING, rate-limited per endpoint)."""
@@ -175,14 +175,14 @@ class Endpoint:
                     conn = await self.transport.dial(self.url, self._context())
                 except (OSError, RemoteProtocolError) as exc:
                     log.debug("%s: connect %s failed: %s", self.socket.name, self.url, exc)
-                    self.socket._count_dial_failure()
+                    self.socket._host.count_dial_failure()
                     waited = now() - started
                 else:
                     ran = await self._handshake_and_run(conn)
                     if ran and now() - started >= HEALTHY_PIPE_SECONDS:
                         delay = opts.reconnect_interval
                     if not ran:
-                        self.socket._count_reconnect()
+                        self.socket._host.count_reconnect()
                 await trio.sleep(max(backoff_delay(delay) - waited, 0.0))
                 delay = min(delay * 2, max(opts.reconnect_interval_max, opts.reconnect_interval))
 
@@ -204,34 +204,34 @@ class Endpoint:
                     if reason is not None:
                         raise Refused(reason)
         except Refused as exc:  # (the gate logged it, rate-limited per peer host)
-            sock._count_handshake(self, exc)
+            sock._host.count_handshake(self, exc)
             await conn.aclose_refused(str(exc))  # (with the mechanism's error: TLS alert, 403, 1008)
             return False
         except trio.TooSlowError:
             error = RemoteProtocolError(f"handshake with {conn.remote_address or 'peer'} timed out")
-            sock._note_protocol_error(None, error, self)
-            sock._count_handshake(self, error)
+            sock._host.note_protocol_error(None, error, self)
+            sock._host.count_handshake(self, error)
             await conn.aclose()
             return False
         except (RemoteProtocolError, MessageTooLarge) as exc:
-            sock._note_protocol_error(None, exc, self)
-            sock._count_handshake(self, exc)
+            sock._host.note_protocol_error(None, exc, self)
+            sock._host.count_handshake(self, exc)
             await conn.aclose()
             return False
         except (OSError, EOFError) as exc:
             log.debug("%s: handshake with %s failed: %s", sock.name, self.url, exc)
-            sock._count_handshake(self, exc)
+            sock._host.count_handshake(self, exc)
             await conn.aclose()
             return False
         except BaseException:
             with trio.CancelScope(shield=True):
                 await conn.aclose()
             raise
-        sock._count_handshake(self, None)
+        sock._host.count_handshake(self, None)
         # The pipe runs in the socket's pipes nursery: stopping this endpoint at
         # close does not cut it off before its queued messages are written. A
         # dialer waits for it to end before dialing again; a listener does not.
-        ended = sock._tasks.start_pipe(sock._run_pipe, conn, self)
+        ended = sock._tasks.start_pipe(sock._host.run_pipe, conn, self)
         if self.dialer:
             await ended.wait()
         return True

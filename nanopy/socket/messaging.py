@@ -2,7 +2,7 @@
 
 Owns: the user-facing fast paths into the driver (``try_send``,
 ``try_recv_body``) and the fallback to waiting (``call``/``acall``) when they
-would block; timeout arguments; the closing wait of devices (``_await_closed``).
+would block; timeout arguments.
 
 May call: the socket's driver only (nanopy/driver/socket_driver.py and its parts).
 """
@@ -14,21 +14,16 @@ from typing import TYPE_CHECKING, Any
 
 from trio.lowlevel import cancel_shielded_checkpoint
 
-from ..core.errors import Closed, WouldBlock
+from ..core.errors import Closed
 from ..core.message import Message
 from ..driver.socket_driver import _Blocked, cancellation_point, in_trio
-from ..driver.waiters import WaitQueue
 from ..transports._base import SubscriptionForwarding
 from .util import DEFAULT as _DEFAULT
-from .util import as_bytes, async_twin_of
+from .util import as_bytes, async_twin_of, check_timeout
 
 if TYPE_CHECKING:
     from ..core.operations import Operations
     from ..driver.socket_driver import SocketDriver
-
-
-def _never() -> bool:
-    return False
 
 
 class Messaging:
@@ -39,7 +34,6 @@ class Messaging:
     _options: Any
     raw: bool
     name: Any
-    _closing_q: WaitQueue | None
 
     if TYPE_CHECKING:
 
@@ -47,16 +41,7 @@ class Messaging:
 
         def _refuse_multipart(self, body: bytes) -> bytes: ...
 
-    @staticmethod
-    def _timeout(timeout: Any, default: float | None) -> float | None:
-        if timeout is _DEFAULT:
-            return default
-        if timeout is not None:
-            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-                raise TypeError(f"timeout must be a number of seconds or None, not {type(timeout).__name__}")
-            if timeout < 0:
-                raise ValueError(f"timeout must be >= 0, got {timeout}")
-        return float(timeout) if timeout is not None else None
+    _timeout = staticmethod(check_timeout)  # (tests and the other parts use it as sock._timeout)
 
     # -- sending and receiving -------------------------------------------------------
     def send(self, data: Any, *, timeout: float | None = _DEFAULT) -> None:
@@ -127,20 +112,15 @@ class Messaging:
                 pipes), which stays first in line for :meth:`recv_multipart`,
                 :meth:`recv_msg` or :meth:`recv_batch`.
         """
-        if timeout is not _DEFAULT:
-            self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
         driver = self._driver
-        run = driver.run
-        if run and not driver.closed:
+        if driver.run and timeout is _DEFAULT and not driver.closed:
             try:
                 # try_recv_body's first step written out (docs/architecture.md); a run
                 # holds only bytes, never a multipart message (nanopy/driver/runs.py)
-                return run.popleft()
+                return driver.run.popleft()
             except IndexError:
                 pass
-        body = _next_body(self, timeout)
-        # (a multipart message comes this way only, alone: the one class test of recv)
-        return body if body.__class__ is bytes else self._refuse_multipart(body)
+        return _next_plain_body(self, timeout)  # (it checks a timeout given)
 
     def recv_msg(self, *, timeout: float | None = _DEFAULT) -> Message:
         """Receive the next message with its pipe (and header, on raw sockets).
@@ -158,14 +138,7 @@ class Messaging:
             Closed: the socket is closed.
             ProtocolError: the protocol cannot receive.
         """
-        if timeout is not _DEFAULT:
-            self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
-        driver = self._driver
-        msg = driver.try_once(driver.recv_attempt)
-        if not isinstance(msg, _Blocked):
-            return msg
-        timeout = self._timeout(timeout, self._options.recv_timeout)
-        return driver.call(driver.recv_attempt, driver.recv_q, timeout, "recv")
+        return _next_message(self, timeout)
 
     def recv_batch(self, max_messages: int, *, timeout: float | None = _DEFAULT) -> list[bytes]:
         """Receive up to ``max_messages`` message bodies in one call.
@@ -193,15 +166,11 @@ class Messaging:
             Closed: the socket is closed.
             ProtocolError: the protocol cannot receive.
         """
-        if max_messages < 1:
-            raise ValueError(f"recv_batch: max_messages must be >= 1, got {max_messages}")
-        if timeout is not _DEFAULT:
-            self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
+        if max_messages < 1 or timeout is not _DEFAULT:
+            _check_batch(max_messages, timeout, "recv_batch")  # (before anything is taken)
         # Not self.recv: it refuses a multipart message, and a batch takes it as it is.
         out = [_next_body(self, timeout)]
-        if max_messages > 1:
-            self._recv_ready(out, max_messages - 1)
-        return out
+        return out if max_messages == 1 else self._recv_ready(out, max_messages - 1)
 
     @async_twin_of(recv_batch)
     async def arecv_batch(self, max_messages: int, *, timeout: float | None = _DEFAULT) -> list[bytes]:
@@ -211,41 +180,25 @@ class Messaging:
         message comes back as a ``Multipart``, as there.
         """
         if max_messages < 1:
-            raise ValueError(f"arecv_batch: max_messages must be >= 1, got {max_messages}")
+            _check_batch(max_messages, _DEFAULT, "arecv_batch")
         out = [await _anext_body(self, timeout)]  # (not self.arecv: see recv_batch)
-        if max_messages > 1:
-            self._recv_ready(out, max_messages - 1)
-        return out
+        return out if max_messages == 1 else self._recv_ready(out, max_messages - 1)
 
-    def _recv_ready(self, out: list[bytes], limit: int) -> None:
-        """Append up to ``limit`` queued bodies to ``out`` without waiting (one round)."""
-        if self._driver.closed:
-            return  # the caller keeps what it already has
-        try:
-            out.extend(self._driver.recv_bodies(limit))
-        except Closed:
-            pass
+    def _recv_ready(self, out: list[bytes], limit: int) -> list[bytes]:
+        """``out`` with up to ``limit`` queued bodies appended, taken without waiting (one round)."""
+        if not self._driver.closed:  # (closed: the caller keeps what it already has)
+            try:  # (not contextlib.suppress: its object costs more than the round)
+                out.extend(self._driver.recv_bodies(limit))
+            except Closed:
+                pass
+        return out
 
     @async_twin_of(send)
     async def asend(self, data: Any, *, timeout: float | None = _DEFAULT) -> None:
         """Async :meth:`send` (trio or asyncio); a checkpoint: if cancelled, it sends nothing."""
         if data.__class__ is not bytes:
             data = self._outgoing(data)
-        await self._asend(data, b"", timeout)
-
-    async def _asend(self, body: bytes, header: bytes, timeout: Any) -> None:
-        if timeout is not _DEFAULT:
-            self._timeout(timeout, None)  # refuse a bad timeout whichever path runs
-        driver = self._driver
-        # Fast path: the cancellation point, one round, the schedule point.
-        trio_task = in_trio()
-        await cancellation_point(trio_task)
-        if driver.try_send(body, header):
-            if trio_task:
-                await cancel_shielded_checkpoint()
-            return
-        timeout = self._timeout(timeout, self._options.send_timeout)
-        await driver.acall(driver.send_attempt(body, header), driver.send_q, timeout, "send")
+        await _asend(self, data, b"", timeout)
 
     @async_twin_of(recv)
     async def arecv(self, *, timeout: float | None = _DEFAULT) -> bytes:
@@ -302,13 +255,9 @@ class Messaging:
 
     def _with_topics(self, use: Callable[[frozenset[bytes]], None]) -> None:
         """``WithTopics`` (nanopy/transports/_base.py): ``use`` the subscriptions in one round."""
-        ops = self._ops.subscribe
-        raw = self.raw
-
-        def op() -> None:
-            use(frozenset((b"",)) if raw or ops is None else frozenset(ops.topics))
-
-        self._driver.feed(op, check_open=False)
+        ops, raw = self._ops.subscribe, self.raw
+        self._driver.feed(lambda: use(frozenset((b"",)) if raw or ops is None else frozenset(ops.topics)),
+                          check_open=False)
 
     def send_msg(self, msg: Message, *, timeout: float | None = _DEFAULT) -> None:
         """Send a :class:`Message`, header included: how devices forward on raw sockets.
@@ -331,31 +280,62 @@ class Messaging:
     async def asend_msg(self, msg: Message, *, timeout: float | None = _DEFAULT) -> None:
         """Async :meth:`send_msg` (trio or asyncio)."""
         body = msg.body if msg.body.__class__ is bytes else self._outgoing(msg.body)
-        await self._asend(body, msg.header if self.raw else b"", timeout)
-
-    async def _await_closed(self) -> None:
-        """Wait (trio or asyncio) until this socket closes; raises :class:`Closed` then.
-
-        Devices watch both of their sockets with it, so a pump blocked on one
-        socket ends when the *other* one closes. ``close`` wakes every wait queue.
-        """
-        driver = self._driver
-
-        def closing_queue() -> WaitQueue:
-            queue = self._closing_q
-            if queue is None:
-                queue = self._closing_q = WaitQueue(_never)
-                driver.queues.append(queue)
-            return queue
-
-        def attempt() -> None:
-            raise WouldBlock
-
-        await driver.acall(attempt, driver.feed(closing_queue), None, "wait for close")
+        await _asend(self, body, msg.header if self.raw else b"", timeout)
 
 
-# The receives that take a multipart message as it is (recv_batch); recv and arecv
-# refuse one. (Functions, not methods: the Socket's method count is capped.)
+# The slow paths of the calls above. (Functions, not methods: the Socket's
+# methods only delegate, tests/test_structure.py.)
+async def _asend(sock: Messaging, body: bytes, header: bytes, timeout: Any) -> None:
+    """Async send of one body (asend, asend_msg): the cancellation point, one round,
+    the schedule point; a wait for room only when there is none."""
+    if timeout is not _DEFAULT:
+        check_timeout(timeout, None)  # refuse a bad timeout whichever path runs
+    driver = sock._driver
+    # Fast path: the cancellation point, one round, the schedule point.
+    trio_task = in_trio()
+    await cancellation_point(trio_task)
+    if driver.try_send(body, header):
+        if trio_task:
+            await cancel_shielded_checkpoint()
+        return
+    timeout = check_timeout(timeout, sock._options.send_timeout)
+    await driver.acall(driver.send_attempt(body, header), driver.send_q, timeout, "send")
+
+
+def _check_batch(max_messages: int, timeout: Any, what: str) -> None:
+    """A batch receive's arguments, checked before it takes anything."""
+    if max_messages < 1:
+        raise ValueError(f"{what}: max_messages must be >= 1, got {max_messages}")
+    check_timeout(timeout, None)
+
+
+def _next_plain_body(sock: Messaging, timeout: Any) -> bytes:
+    """recv() past its lock-free step: the next body, waiting as ``timeout`` says; a
+    multipart message is refused (and stays first in line)."""
+    if timeout is not _DEFAULT:
+        check_timeout(timeout, None)  # refuse a bad timeout whichever path runs
+    driver = sock._driver
+    body = driver.try_recv_body()
+    if body is None:
+        timeout = check_timeout(timeout, sock._options.recv_timeout)
+        body = driver.call(driver.recv_body_attempt, driver.recv_q, timeout, "recv")
+    # (a multipart message comes this way only, alone: the one class test of recv)
+    return body if body.__class__ is bytes else sock._refuse_multipart(body)
+
+
+def _next_message(sock: Messaging, timeout: Any) -> Message:
+    """recv_msg()'s work: the next message with its pipe, waiting as ``timeout`` says."""
+    if timeout is not _DEFAULT:
+        check_timeout(timeout, None)  # refuse a bad timeout whichever path runs
+    driver = sock._driver
+    msg = driver.try_once(driver.recv_attempt)
+    if not isinstance(msg, _Blocked):
+        return msg
+    timeout = check_timeout(timeout, sock._options.recv_timeout)
+    return driver.call(driver.recv_attempt, driver.recv_q, timeout, "recv")
+
+
+# The receives that take a multipart message as it is (recv_batch).
 def _next_body(sock: Messaging, timeout: Any) -> bytes:
     """The next body, multipart or not, waiting for it as ``timeout`` says."""
     driver = sock._driver

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ..core.message import Message
     from ..driver.socket_driver import SocketDriver
     from .endpoint import Endpoint
+    from .pipes import PipeHost
 
 #: the socket types whose messages may have several frames on ZMTP pipes
 MULTIPART_PROTOCOLS = frozenset({"pair", "push", "pull", "pub", "sub", "req", "rep"})
@@ -64,7 +65,7 @@ class MultipartMixin:
     """``send_multipart``/``recv_multipart`` and their async forms, for :class:`Socket`."""
 
     _driver: SocketDriver
-    _endpoints: list[Endpoint]
+    _host: PipeHost
 
     if TYPE_CHECKING:  # what the mixin uses of Socket (declared for mypy only)
         @property
@@ -147,7 +148,7 @@ class MultipartMixin:
                 f"{self.protocol} sockets send one frame per message; multipart messages work on "
                 f"{', '.join(sorted(MULTIPART_PROTOCOLS))} sockets over zmtp+ URLs"
             )
-        sp = [ep.url for ep in self._endpoints if not endpoint_carries_multipart(ep, self.protocol)]
+        sp = [ep.url for ep in self._host.endpoints if not endpoint_carries_multipart(ep, self.protocol)]
         if sp:
             raise ProtocolError(
                 f"a multipart message cannot go to {sp[0]}: SP pipes carry one frame per message, "
@@ -160,11 +161,15 @@ class MultipartMixin:
         """A plain receive met a multipart message: put it back first in line and say so."""
         if not isinstance(body, Multipart):
             return body
-        driver = self._driver
-        # Into ``held``, not the run: recv()'s fast path takes a run unseen. (Without
-        # check_open: the ProtocolError below says more than Closed would.)
-        driver.feed(driver.held.appendleft, body, check_open=False)
-        raise ProtocolError(
-            f"the next message has {len(body.parts)} frames (ZeroMQ multipart); it is still "
-            "queued: receive it with recv_multipart(), recv_msg() (Message.parts) or recv_batch()"
-        )
+        raise _held_back(self._driver, body)
+
+
+def _held_back(driver: SocketDriver, body: Multipart) -> ProtocolError:
+    """``body`` put back first in line, and the error that tells a plain receive so."""
+    # Into ``held``, not the run: recv()'s fast path takes a run unseen. (Without
+    # check_open: the ProtocolError says more than Closed would.)
+    driver.feed(driver.held.appendleft, body, check_open=False)
+    return ProtocolError(
+        f"the next message has {len(body.parts)} frames (ZeroMQ multipart); it is still "
+        "queued: receive it with recv_multipart(), recv_msg() (Message.parts) or recv_batch()"
+    )

@@ -70,6 +70,7 @@ def pipe_stats(driver: PipeDriver) -> PipeStats:
 def socket_stats(sock: Socket) -> SocketStats:
     """The snapshot of one socket's counters."""
     driver = sock._driver
+    counts = sock._host.counts
     received = driver.received_counts()
     sent = driver.sent_counts()
     with driver.lock:
@@ -83,22 +84,22 @@ def socket_stats(sock: Socket) -> SocketStats:
         **_traffic(sent, received),
         messages_dropped=dropped,
         pipes=pipes,
-        connects=sock._connects,
-        disconnects=sock._disconnects,
-        reconnect_attempts=sock._reconnects,
-        protocol_errors=sock._protocol_errors + protocol_errors,
-        messages_too_large=sock._too_large,
+        connects=counts.connects,
+        disconnects=counts.disconnects,
+        reconnect_attempts=counts.reconnects,
+        protocol_errors=counts.protocol_errors + protocol_errors,
+        messages_too_large=counts.too_large,
         dropped=dropped,
         drops=drops,
         queued_in=queued_in,
         queued_out=driver.queued_out(),
         messages_requeued=driver.requeued,
         messages_resent=driver.resent,
-        **sock._losses.as_dict(),
-        dial_failures=sock._dial_failures,
-        handshake_failures=sock._handshake_failures,
-        auth_failures=sock._auth_failures,
-        reconnects=sock._reconnected,
+        **counts.losses.as_dict(),
+        dial_failures=counts.dial_failures,
+        handshake_failures=counts.handshake_failures,
+        auth_failures=counts.auth_failures,
+        reconnects=counts.reconnected,
     )
 
 

@@ -2,7 +2,7 @@
 
 Owns: the endpoint list, the pipe callbacks, the per-socket connection counters
 (connects, disconnects, reconnects, protocol errors, lost pipes), and
-``_run_pipe``, which runs one pipe from its handshake's end to its close.
+``run_pipe``, which runs one pipe from its handshake's end to its close.
 
 May call: the transport registry, :class:`~nanopy.socket.endpoint.Endpoint`, the
 socket's task tree (``_tasks``) and its driver (``add_pipe``/``remove_pipe``/
@@ -16,7 +16,8 @@ import logging
 import random
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -35,6 +36,7 @@ from ..transports._registry import transports as _transports
 from .endpoint import Endpoint
 from .gate import Gate, make_peer
 from .multipart import endpoint_carries_multipart
+from .util import check_timeout
 
 if TYPE_CHECKING:
     from ..driver.socket_driver import SocketDriver
@@ -55,81 +57,10 @@ def _new_pipe_id() -> int:
 
 
 class PipeHosting:
-    """Endpoints and pipes, mixed into :class:`nanopy.Socket`."""
+    """Endpoints and pipes, mixed into :class:`nanopy.Socket`: each call is handed to
+    the socket's :class:`PipeHost` part."""
 
-    _driver: SocketDriver
-    _tasks: SocketTasks
-    _options: Any
-    raw: bool
-    name: Any
-    _engine_obj: _engine.Engine | None
-    _endpoints: list[Endpoint]
-    _added_callbacks: list[Callable[[Pipe], Any]]
-    _removed_callbacks: list[Callable[[Pipe], Any]]
-    _pipes_changed: threading.Condition
-    _connects: int
-    _disconnects: int
-    _reconnects: int
-    _protocol_errors: int
-    _too_large: int
-    _dial_failures: int
-    _handshake_failures: int
-    _auth_failures: int
-    _reconnected: int
-    _losses: PipeLosses
-    #: called with (socket, url) before an endpoint is made; a running device's guard
-    #: refuses one that would lose frames (nanopy/socket/device.py)
-    _endpoint_checks: tuple[Callable[[Any, str], None], ...] = ()
-
-    if TYPE_CHECKING:
-
-        def _with_topics(self, use: Callable[[frozenset[bytes]], None]) -> None: ...
-
-        @staticmethod
-        def _timeout(timeout: Any, default: float | None) -> float | None: ...
-
-    # -- endpoints ---------------------------------------------------------------
-    @property
-    def _engine(self) -> _engine.Engine:
-        engine = self._engine_obj
-        if engine is None:
-            engine = self._engine_obj = _engine.get_engine()
-        return engine
-
-    def _make_endpoint(self, url: str, dialer: bool, options: dict[str, Any]) -> Endpoint:
-        self._driver.check_open()
-        if not isinstance(url, str):
-            raise TypeError(f"address must be a str URL, not {type(url).__name__}")
-        scheme, sep, _ = url.partition("://")
-        if not sep or not scheme:
-            raise AddressError(
-                f"{url!r} is not a URL; expected scheme://address with a scheme among: {', '.join(_transports.names())}"
-            )
-        transport = _transports.get(scheme)
-        # A connect must fail now, not in its background dialer, on a bind-only address.
-        if dialer:
-            transport.check_dial_url(url)
-        else:
-            transport.check_url(url)
-        if isinstance(transport, OtherWireProtocol):  # (zmtp+tcp, zmtp+ipc)
-            transport.check_protocol(self._driver.core.name, self.raw, options)
-        for check in self._endpoint_checks:
-            check(self, url)
-        priority = validate_priority("priority", options.pop("priority", 8))
-        recv_priority = validate_priority("recv_priority", options.pop("recv_priority", 8))
-        allowed = set(transport.endpoint_options)
-        if dialer:  # every dialing transport honours it (docs/api.md)
-            allowed.add("connect_timeout")
-            if "connect_timeout" in options:
-                options["connect_timeout"] = OPTIONS_BY_NAME["connect_timeout"].check(options["connect_timeout"])
-        unknown = set(options) - allowed
-        if unknown:
-            raise TypeError(
-                f"unknown endpoint option(s) {', '.join(sorted(unknown))} for {scheme}://"
-                f"{'' if dialer else ' bind'}; "
-                f"accepted: priority, recv_priority{''.join(', ' + a for a in sorted(allowed))}"
-            )
-        return Endpoint(cast("Socket", self), url, transport, dialer, priority, recv_priority, options)
+    _host: PipeHost
 
     def bind(self, url: str, **options: Any) -> Endpoint:
         """Listen on ``url``; returns once listening.
@@ -160,23 +91,7 @@ class PipeHosting:
                 callable, or ``plain_server`` without ``zap_domain``.
             Closed: the socket is closed.
         """
-        gate_options = {key: options.pop(key) for key in GATE_OPTIONS if key in options}
-        gate = None
-        if isinstance(url, str) and any(value is not None for value in gate_options.values()):
-            gate = Gate(str(self.name), url, **gate_options,  # (checked before anything is made)
-                        timeout=self._options.handshake_timeout)
-        zap = gate is not None and gate.zap_domain is not None
-        if options.get("plain_server") and options.get("plain_auth") is None and not zap:
-            raise TypeError("plain_server=True leaves the password check to a ZAP handler: give zap_domain= "
-                            "too (or plain_auth=check)")
-        ep = self._make_endpoint(url, False, options)
-        ep.gate = gate
-        if not self._tasks.reserve():
-            raise self._driver.closed_error()
-        self._engine.run(self._bind, ep)
-        # A close() since the bind began has closed the listener (or will): say so.
-        self._driver.feed(self._endpoints.append, ep)
-        return ep
+        return self._host.bind(url, options)
 
     def connect(self, url: str, **options: Any) -> Endpoint:
         """Connect to ``url`` in the background, retrying with back-off; returns at once.
@@ -196,10 +111,142 @@ class PipeHosting:
             TypeError: an unknown endpoint option.
             Closed: the socket is closed.
         """
+        return self._host.connect(url, options)
+
+    def wait_for_pipes(self, count: int = 1, timeout: float | None = None) -> None:
+        """Block until this socket has at least ``count`` pipes (connected peers).
+
+        Woken by pipe events, no polling. A pipe counts once its handshake is
+        done, so a message sent after this returns has a peer to go to (unless the
+        pipe closes meanwhile). ``count=0`` returns at once.
+
+        Args:
+            count: how many pipes to wait for.
+            timeout: seconds to wait at most; ``None`` waits until they are there.
+
+        Raises:
+            Timeout: fewer than ``count`` pipes when ``timeout`` ran out; the message
+                names the socket's endpoints.
+            Closed: the socket is or gets closed.
+            RuntimeError: called on the engine thread (from a pipe callback).
+            ValueError: a negative ``count`` or ``timeout``.
+            TypeError: a ``timeout`` that is not a number.
+        """
+        self._host.wait_for_pipes(count, timeout)
+
+    def on_pipe_added(self, callback: Callable[[Pipe], Any]) -> None:
+        """Call ``callback(pipe)`` on the engine thread for each new pipe.
+
+        Args:
+            callback: gets the new :class:`Pipe`; returning ``False`` rejects
+                (closes) it before the protocol sees it, and the rejection is
+                logged at INFO on the ``nanopy`` logger with the pipe's address.
+                It must not block; exceptions are logged.
+        """
+        self._host.added_callbacks.append(callback)
+
+    def on_pipe_removed(self, callback: Callable[[Pipe], Any]) -> None:
+        """Call ``callback(pipe)`` on the engine thread when a pipe goes away.
+
+        Args:
+            callback: gets the departed :class:`Pipe`; it must not block.
+        """
+        self._host.removed_callbacks.append(callback)
+
+
+class PipeHost:
+    """The endpoints-and-pipes part of a socket: its endpoint list, pipe callbacks,
+    the wait for pipes, each pipe's life (engine side) and the connection counters.
+
+    It reaches the rest of the socket through what it is given: the driver, the
+    task tree, the options, and a few callables (the socket's name, its engine).
+    """
+
+    def __init__(
+        self,
+        sock: Socket,
+        driver: SocketDriver,
+        tasks: SocketTasks,
+        engine: Callable[[], _engine.Engine],
+        running_engine: Callable[[], _engine.Engine | None],
+    ) -> None:
+        self._sock = sock  # (each Endpoint belongs to it; its repr names it in errors)
+        self._driver = driver
+        self._tasks = tasks
+        self._options = sock._options
+        self._engine = engine  # the socket's engine, started on first use
+        self.running_engine = running_engine  # ... or None if it never started
+        self.endpoints: list[Endpoint] = []
+        self.added_callbacks: list[Callable[[Pipe], Any]] = []
+        self.removed_callbacks: list[Callable[[Pipe], Any]] = []
+        self.pipes_changed = threading.Condition(threading.Lock())  # wait_for_pipes, nanopy.testing
+        self.counts = PipeCounts()
+        #: called with (socket, url) before an endpoint is made; a running device's guard
+        #: refuses one that would lose frames (nanopy/socket/device.py)
+        self.endpoint_checks: tuple[Callable[[Any, str], None], ...] = ()
+
+    # -- endpoints ---------------------------------------------------------------
+    def make_endpoint(self, url: str, dialer: bool, options: dict[str, Any]) -> Endpoint:
+        self._driver.check_open()
+        if not isinstance(url, str):
+            raise TypeError(f"address must be a str URL, not {type(url).__name__}")
+        scheme, sep, _ = url.partition("://")
+        if not sep or not scheme:
+            raise AddressError(
+                f"{url!r} is not a URL; expected scheme://address with a scheme among: {', '.join(_transports.names())}"
+            )
+        transport = _transports.get(scheme)
+        # A connect must fail now, not in its background dialer, on a bind-only address.
+        if dialer:
+            transport.check_dial_url(url)
+        else:
+            transport.check_url(url)
+        if isinstance(transport, OtherWireProtocol):  # (zmtp+tcp, zmtp+ipc)
+            transport.check_protocol(self._driver.core.name, self._sock.raw, options)
+        for check in self.endpoint_checks:
+            check(self._sock, url)
+        priority = validate_priority("priority", options.pop("priority", 8))
+        recv_priority = validate_priority("recv_priority", options.pop("recv_priority", 8))
+        allowed = set(transport.endpoint_options)
+        if dialer:  # every dialing transport honours it (docs/api.md)
+            allowed.add("connect_timeout")
+            if "connect_timeout" in options:
+                options["connect_timeout"] = OPTIONS_BY_NAME["connect_timeout"].check(options["connect_timeout"])
+        unknown = set(options) - allowed
+        if unknown:
+            raise TypeError(
+                f"unknown endpoint option(s) {', '.join(sorted(unknown))} for {scheme}://"
+                f"{'' if dialer else ' bind'}; "
+                f"accepted: priority, recv_priority{''.join(', ' + a for a in sorted(allowed))}"
+            )
+        return Endpoint(self._sock, url, transport, dialer, priority, recv_priority, options)
+
+    def bind(self, url: str, options: dict[str, Any]) -> Endpoint:
+        """:meth:`nanopy.Socket.bind`'s work."""
+        gate_options = {key: options.pop(key) for key in GATE_OPTIONS if key in options}
+        gate = None
+        if isinstance(url, str) and any(value is not None for value in gate_options.values()):
+            gate = Gate(str(self._sock.name), url, **gate_options,  # (checked before anything is made)
+                        timeout=self._options.handshake_timeout)
+        zap = gate is not None and gate.zap_domain is not None
+        if options.get("plain_server") and options.get("plain_auth") is None and not zap:
+            raise TypeError("plain_server=True leaves the password check to a ZAP handler: give zap_domain= "
+                            "too (or plain_auth=check)")
+        ep = self.make_endpoint(url, False, options)
+        ep.gate = gate
+        if not self._tasks.reserve():
+            raise self._driver.closed_error()
+        self._engine().run(self._bind, ep)
+        # A close() since the bind began has closed the listener (or will): say so.
+        self._driver.feed(self.endpoints.append, ep)
+        return ep
+
+    def connect(self, url: str, options: dict[str, Any]) -> Endpoint:
+        """:meth:`nanopy.Socket.connect`'s work."""
         if options.get("plain_server"):
             raise TypeError("plain_server= is for a bind with zap_domain= (a connect has no gate)")
-        ep = self._make_endpoint(url, True, options)
-        self._driver.feed(self._endpoints.append, ep)
+        ep = self.make_endpoint(url, True, options)
+        self._driver.feed(self.endpoints.append, ep)
         self._tasks.start_endpoint(ep, ep.run_dialer)
         return ep
 
@@ -222,14 +269,14 @@ class PipeHosting:
                     await listener.aclose()
             tasks.bind_ends()
 
-    def _forget_endpoint(self, ep: Endpoint) -> None:
+    def forget_endpoint(self, ep: Endpoint) -> None:
         def forget() -> None:
-            if ep in self._endpoints:
-                self._endpoints.remove(ep)
+            if ep in self.endpoints:
+                self.endpoints.remove(ep)
 
         self._driver.feed(forget, check_open=False)
 
-    def _pipe_context(self, ep: Endpoint) -> PipeContext:
+    def pipe_context(self, ep: Endpoint) -> PipeContext:
         core = self._driver.core
         opts = self._options
         return PipeContext(
@@ -244,19 +291,19 @@ class PipeHosting:
         )
 
     # -- pipes (engine thread) -----------------------------------------------------
-    async def _run_pipe(self, conn: Connection, ep: Endpoint) -> None:
+    async def run_pipe(self, conn: Connection, ep: Endpoint) -> None:
         """Run one pipe until it ends (a task of the socket's pipes nursery)."""
         pipe = Pipe(_new_pipe_id(), conn.remote_address, ep, make_peer(conn, ep.url.partition("://")[0], ep.gate))
-        driver = PipeDriver(self._driver, self.name, conn, pipe, self._engine, self._note_protocol_error)
+        driver = PipeDriver(self._driver, self._sock.name, conn, pipe, self._engine(), self.note_protocol_error)
         if getattr(self._driver.core, "requeues", False):  # (PUSH, raw REQ: nanopy/pipe/resend.py)
             driver.sent_log = sent_log_for(conn)
         try:
             if ep.closed:
                 return  # its endpoint was closed during the handshake
-            if not self._call_pipe_callbacks(self._added_callbacks, pipe, accept=True):
+            if not self._call_pipe_callbacks(self.added_callbacks, pipe, accept=True):
                 log.info(
                     "%s: pipe %d from %s rejected: an on_pipe_added callback returned False",
-                    self.name,
+                    self._sock.name,
                     pipe.id,
                     pipe.remote_address or ep.url,
                 )
@@ -268,70 +315,53 @@ class PipeHosting:
             if ep.closed:
                 driver.close_soon()  # Endpoint.close() swept its pipes before this one was added
             if isinstance(conn, SubscriptionForwarding):
-                conn.pipe_started(self._with_topics)  # a ZMTP SUB pipe tells its peer the subscriptions
+                conn.pipe_started(self._sock._with_topics)  # a ZMTP SUB pipe tells its peer the subscriptions
             if isinstance(conn, DiscardsMessages):
                 conn.count_drops_with(self._drop_counter(pipe.id))
-            self._connects += 1
-            self._notify_pipes_changed()
+            self.counts.connects += 1
+            self.notify_pipes_changed()
             try:
                 await driver.run()
             finally:
-                self._disconnects += 1
+                self.counts.disconnects += 1
                 resend = driver.resend
                 self._driver.remove_pipe(pipe.id, driver.orphans, resend.resent_late, resend.lost_messages)
-                self._losses.pipe_ended(driver)
-                self._notify_pipes_changed()
-                self._call_pipe_callbacks(self._removed_callbacks, pipe, accept=False)
+                self.counts.losses.pipe_ended(driver)
+                self.notify_pipes_changed()
+                self._call_pipe_callbacks(self.removed_callbacks, pipe, accept=False)
         finally:
             with trio.CancelScope(shield=True):
                 await conn.aclose()
 
-    def wait_for_pipes(self, count: int = 1, timeout: float | None = None) -> None:
-        """Block until this socket has at least ``count`` pipes (connected peers).
-
-        Woken by pipe events, no polling. A pipe counts once its handshake is
-        done, so a message sent after this returns has a peer to go to (unless the
-        pipe closes meanwhile). ``count=0`` returns at once.
-
-        Args:
-            count: how many pipes to wait for.
-            timeout: seconds to wait at most; ``None`` waits until they are there.
-
-        Raises:
-            Timeout: fewer than ``count`` pipes when ``timeout`` ran out; the message
-                names the socket's endpoints.
-            Closed: the socket is or gets closed.
-            RuntimeError: called on the engine thread (from a pipe callback).
-            ValueError: a negative ``count`` or ``timeout``.
-            TypeError: a ``timeout`` that is not a number.
-        """
+    def wait_for_pipes(self, count: int, timeout: float | None) -> None:
+        """:meth:`nanopy.Socket.wait_for_pipes`'s work."""
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise ValueError(f"count must be an int >= 0, got {count!r}")
-        timeout = self._timeout(timeout, None)  # (Messaging's check: TypeError, ValueError)
+        timeout = check_timeout(timeout, None)
         self._driver.check_open()
-        self._refuse_engine_thread("wait_for_pipes")
+        self.refuse_engine_thread("wait_for_pipes")
 
         def ready() -> bool:
             return self._driver.closed or len(self._driver.pipes) >= count
 
-        with self._pipes_changed:
-            done = self._pipes_changed.wait_for(ready, timeout)
+        with self.pipes_changed:
+            done = self.pipes_changed.wait_for(ready, timeout)
         self._driver.check_open()
         if not done:
-            where = ", ".join(ep.url for ep in self._endpoints) or "no endpoint"
-            raise Timeout(f"{self!r}: {count} pipe(s) wanted, {len(self._driver.pipes)} connected "
+            where = ", ".join(ep.url for ep in self.endpoints) or "no endpoint"
+            raise Timeout(f"{self._sock!r}: {count} pipe(s) wanted, {len(self._driver.pipes)} connected "
                           f"within {timeout}s ({where})")
 
-    def _refuse_engine_thread(self, call: str) -> None:
+    def refuse_engine_thread(self, call: str) -> None:
         """A blocking wait for what only the engine thread does would never end there."""
-        engine = self._engine_obj
+        engine = self.running_engine()
         if engine is not None and engine.in_engine_thread():
             raise RuntimeError(f"{call}() was called on the nanopy engine thread (from a pipe "
                                "callback?), where it would wait for itself; call it from another thread")
 
-    def _notify_pipes_changed(self) -> None:
-        with self._pipes_changed:
-            self._pipes_changed.notify_all()
+    def notify_pipes_changed(self) -> None:
+        with self.pipes_changed:
+            self.pipes_changed.notify_all()
 
     def _call_pipe_callbacks(self, callbacks: list[Callable[[Pipe], Any]], pipe: Pipe, accept: bool) -> bool:
         for cb in list(callbacks):
@@ -339,65 +369,85 @@ class PipeHosting:
                 if cb(pipe) is False and accept:
                     return False
             except Exception:
-                log.exception("%s: pipe callback %r failed", self.name, cb)
+                log.exception("%s: pipe callback %r failed", self._sock.name, cb)
         return True
 
-    def _note_protocol_error(self, pipe: Pipe | None, exc: BaseException, endpoint: Any = None) -> None:
+    def note_protocol_error(self, pipe: Pipe | None, exc: BaseException, endpoint: Any = None) -> None:
         """Count a misbehaving peer; its endpoint logs it (rate-limited: docs/transports.md)."""
-        self._protocol_errors += 1
+        self.counts.protocol_errors += 1
         if isinstance(exc, MessageTooLarge):
-            self._too_large += 1
+            self.counts.too_large += 1
             self._driver.count_drop(TOO_LARGE, 1, pipe.id if pipe is not None else None)
         where = f"pipe {pipe.id} ({pipe.remote_address})" if pipe else "a new connection"
         ep = pipe.endpoint if pipe is not None else endpoint
         if ep is not None:
             ep._log_protocol_error(where, exc)
         else:
-            log.warning("%s: closing %s: %s", self.name, where, exc)
+            log.warning("%s: closing %s: %s", self._sock.name, where, exc)
 
-    def _count_reconnect(self) -> None:
-        self._reconnects += 1
+    def count_reconnect(self) -> None:
+        self.counts.reconnects += 1
 
-    def _count_dial_failure(self) -> None:
-        self._dial_failures += 1
-        self._reconnects += 1  # (reconnect_attempts: failed dials and a dialer's failed handshakes)
+    def count_dial_failure(self) -> None:
+        self.counts.dial_failures += 1
+        self.counts.reconnects += 1  # (reconnect_attempts: failed dials and a dialer's failed handshakes)
 
-    def _count_handshake(self, ep: Endpoint, failure: BaseException | None) -> None:
+    def count_handshake(self, ep: Endpoint, failure: BaseException | None) -> None:
         """A handshake on ``ep`` ended (engine thread): ``failure`` is None if it succeeded."""
         if failure is None:
             if ep.dialer and ep._handshakes:
-                self._reconnected += 1
+                self.counts.reconnected += 1
             ep._handshakes += 1
             return
-        self._handshake_failures += 1
+        self.counts.handshake_failures += 1
         if isinstance(failure, AuthenticationFailed):
-            self._auth_failures += 1
+            self.counts.auth_failures += 1
 
     def _drop_counter(self, pid: int) -> Callable[[str, int], Any]:
         """What a pipe that discards messages itself counts them with (any thread,
         any lock held: the count is made on the engine thread, soon)."""
-        engine, count = self._engine, self._driver.count_drop
+        engine, count = self._engine(), self._driver.count_drop
 
         def counted(reason: str, n: int) -> None:
             engine.call_soon(count, reason, n, pid)
 
         return counted
 
-    def on_pipe_added(self, callback: Callable[[Pipe], Any]) -> None:
-        """Call ``callback(pipe)`` on the engine thread for each new pipe.
+    def update_contexts(self) -> None:
+        """An option a pipe context carries changed: listeners made theirs at bind time,
+        and pipes accepted from now on must see the new value (dialers build one per dial)."""
+        for ep in list(self.endpoints):
+            listener = ep._listener
+            if listener is not None:
+                listener.update_context(self.pipe_context(ep))
 
-        Args:
-            callback: gets the new :class:`Pipe`; returning ``False`` rejects
-                (closes) it before the protocol sees it, and the rejection is
-                logged at INFO on the ``nanopy`` logger with the pipe's address.
-                It must not block; exceptions are logged.
-        """
-        self._added_callbacks.append(callback)
+    def close_endpoints(self) -> None:
+        """The socket closed: every endpoint is closed and forgotten, and a
+        ``wait_for_pipes`` raises Closed."""
+        for ep in list(self.endpoints):
+            ep._closed = True
+        self.endpoints.clear()
+        self.notify_pipes_changed()
 
-    def on_pipe_removed(self, callback: Callable[[Pipe], Any]) -> None:
-        """Call ``callback(pipe)`` on the engine thread when a pipe goes away.
+    def forked(self) -> None:
+        """In a forked child: the endpoints are the parent's, the wait's lock may be held."""
+        self.pipes_changed = threading.Condition(threading.Lock())
+        for ep in self.endpoints:
+            ep._closed = True
+        self.endpoints.clear()
 
-        Args:
-            callback: gets the departed :class:`Pipe`; it must not block.
-        """
-        self._removed_callbacks.append(callback)
+
+@dataclass
+class PipeCounts:
+    """A socket's connection counters kept outside the core's rounds (``stats()``)."""
+
+    connects: int = 0
+    disconnects: int = 0
+    reconnects: int = 0  # reconnect attempts: failed dials and a dialer's failed handshakes
+    protocol_errors: int = 0
+    too_large: int = 0
+    dial_failures: int = 0
+    handshake_failures: int = 0
+    auth_failures: int = 0
+    reconnected: int = 0
+    losses: PipeLosses = field(default_factory=PipeLosses)

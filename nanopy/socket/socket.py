@@ -13,39 +13,30 @@ hold each other's locks.
 from __future__ import annotations
 
 import itertools
-import logging
-import math
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
-import trio
-
 from ..core.base import Core
-from ..core.errors import Timeout
-from ..core.message import Pipe
 from ..core.operations import Operations
-from ..core.options import OptionAttributes, docstring_section, make_descriptors, new_options
-from ..core.stats import PipeLosses, SocketStats
-from ..driver.socket_driver import SocketDriver, checkpoint_after, checkpoint_before
-from ..driver.waiters import WaitQueue
+from ..core.options import OptionAttributes, Options, docstring_section, make_descriptors, new_options
+from ..core.stats import SocketStats
+from ..driver.socket_driver import SocketDriver
 from ..engine import engine as _engine
 from ..pipe.driver import PipeDriver
 from ..protocols._registry import protocols as _protocols
 from . import series as _series
-from .batch import BatchSending
+from .batch import Batches, BatchSending
+from .closing import Closing
 from .endpoint import Endpoint
 from .lifecycle import SocketTasks
 from .messaging import Messaging
 from .multipart import MultipartMixin
 from .observe import PipeList, socket_stats
-from .pipes import PipeHosting
+from .pipes import PipeHost, PipeHosting
 from .poller import Pollable
-from .requests import RequestMethods
-from .util import ClosingContext, async_twin_of, run_in_worker_thread
-
-log = logging.getLogger("nanopy")
-
+from .requests import RequestMethods, Requests
+from .util import ClosingContext, async_twin_of
 
 _socket_serials = itertools.count(1)  # (next() on a count is atomic under the GIL)
 
@@ -56,6 +47,61 @@ def _as_list(value: str | Iterable[str] | None) -> list[str]:
     if isinstance(value, str):
         return [value]
     return list(value)
+
+
+def _assemble(sock: Socket, protocol: str, raw: bool, options: dict[str, Any]) -> None:
+    """Make ``sock``'s state and parts, in the order they need each other."""
+    if not isinstance(protocol, str):
+        raise TypeError(f"protocol must be a name such as 'req', not {type(protocol).__name__}")
+    core_cls = _protocols.get(protocol)
+    # Options check protocol-specific values against it (overflow): the raw form
+    # of REQ, REP, SURVEYOR and RESPONDENT is a core of its own.
+    sock._core_cls = vars(core_cls).get("raw_class", core_cls) if raw else core_cls
+    sock._options = new_options(protocol)
+    sock._engine_obj = None
+    # Metrics: a socket's series is its name (nanopy/socket/series.py); the serial keys it there.
+    sock._serial = next(_socket_serials)
+    sock._named = False
+    for key, value in options.items():
+        if key not in _OPTION_NAMES:
+            raise TypeError(f"unknown socket option {key!r}; options are: {', '.join(sorted(_OPTION_NAMES))}")
+        setattr(sock, key, value)
+
+    def engine() -> _engine.Engine:
+        return sock._engine  # (started on first use)
+
+    def running_engine() -> _engine.Engine | None:
+        return sock._engine_obj  # (None: never started)
+
+    driver = sock._driver = SocketDriver(core_cls(sock._options, raw=raw), sock._get_name, engine)
+    sock._ops = Operations(driver.core, raw, driver.core.name, sock._get_name)
+    # Every engine task of this socket runs in this tree (nanopy/socket/lifecycle.py).
+    tasks = sock._tasks = SocketTasks(sock._get_name, engine, lambda: list(driver.pipe_drivers()))
+    driver.spawn_task = tasks.start_task
+    tasks.on_finished = lambda: _series.leave(sock)  # (its counts stay in its series)
+    sock.raw = raw
+    host = sock._host = PipeHost(sock, driver, tasks, engine, running_engine)
+    sock._closing = Closing(sock, driver, tasks, host, sock._options, engine, running_engine)
+    sock._batches = Batches(driver, sock._options, raw, sock._outgoing)
+    sock._requests = Requests(driver, sock._ops, sock._options, sock._outgoing)
+    _engine.track_socket(sock)
+    _series.join(sock)
+
+
+def _open_endpoints(sock: Socket, bind: str | Iterable[str] | None, connect: str | Iterable[str] | None) -> None:
+    """The binds and connects given to the constructor; a failure closes ``sock``."""
+    try:
+        for url in _as_list(bind):
+            sock.bind(url)
+        for url in _as_list(connect):
+            sock.connect(url)
+    except BaseException:
+        sock.close(linger=0)
+        raise
+
+
+#: the options a listener's pipe context carries (a change reaches the listeners)
+_CONTEXT_OPTIONS = ("recv_max_size", "tcp_nodelay", "handshake_timeout", "dead_peer_timeout")
 
 
 class Socket(
@@ -81,6 +127,21 @@ class Socket(
     work from trio and asyncio tasks.
     """
 
+    # The parts a socket is made of (nanopy/socket/: each owns its own state).
+    _driver: SocketDriver  # the protocol core and every wait on it (the only lock taker)
+    _ops: Operations  # what the core offers beyond send/recv, looked up once
+    _tasks: SocketTasks  # its engine task tree (nanopy/socket/lifecycle.py)
+    _host: PipeHost  # endpoints, pipes and connection counters (pipes.py)
+    _closing: Closing  # close, flush, the fork and exit hooks (closing.py)
+    _batches: Batches  # send_batch (batch.py)
+    _requests: Requests  # request, survey, replies (requests.py)
+    _options: Options
+    _core_cls: type[Core]
+    _engine_obj: _engine.Engine | None
+    _serial: int
+    _named: bool
+    raw: bool
+
     def __init__(
         self,
         protocol: str,
@@ -90,49 +151,8 @@ class Socket(
         connect: str | Iterable[str] | None = None,
         **options: Any,
     ) -> None:
-        if not isinstance(protocol, str):
-            raise TypeError(f"protocol must be a name such as 'req', not {type(protocol).__name__}")
-        core_cls = _protocols.get(protocol)
-        # Options check protocol-specific values against it (overflow): the raw form
-        # of REQ, REP, SURVEYOR and RESPONDENT is a core of its own.
-        self._core_cls = vars(core_cls).get("raw_class", core_cls) if raw else core_cls
-        self._options = new_options(protocol)
-        self._engine_obj: _engine.Engine | None = None
-        self._endpoints: list[Endpoint] = []
-        self._added_callbacks: list[Callable[[Pipe], Any]] = []
-        self._removed_callbacks: list[Callable[[Pipe], Any]] = []
-        self._pipes_changed = threading.Condition(threading.Lock())  # wait_for_pipes, nanopy.testing
-        # counters (stats) kept outside the core's rounds
-        self._connects = self._disconnects = 0
-        self._losses = PipeLosses()
-        self._reconnects = self._protocol_errors = self._too_large = 0
-        self._dial_failures = self._handshake_failures = self._auth_failures = self._reconnected = 0
-        # Metrics: a socket's series is its name (nanopy/socket/series.py); the serial keys it there.
-        self._serial = next(_socket_serials)
-        self._named = False
-        for key, value in options.items():
-            if key not in _OPTION_NAMES:
-                raise TypeError(f"unknown socket option {key!r}; options are: {', '.join(sorted(_OPTION_NAMES))}")
-            setattr(self, key, value)
-        self._driver = SocketDriver(core_cls(self._options, raw=raw), self._get_name, lambda: self._engine)
-        # What the core offers beyond send/recv, looked up once (nanopy/core/operations.py).
-        self._ops = Operations(self._driver.core, raw, self._driver.core.name, self._get_name)
-        # Every engine task of this socket runs in this tree (nanopy/socket/lifecycle.py).
-        self._tasks = SocketTasks(self._get_name, lambda: self._engine, lambda: list(self._driver.pipe_drivers()))
-        self._driver.spawn_task = self._tasks.start_task
-        self._tasks.on_finished = lambda: _series.leave(self)  # (its counts stay in its series)
-        self.raw = raw
-        self._closing_q: WaitQueue | None = None  # made by the first _await_closed
-        _engine.track_socket(self)
-        _series.join(self)
-        try:
-            for url in _as_list(bind):
-                self.bind(url)
-            for url in _as_list(connect):
-                self.connect(url)
-        except BaseException:
-            self.close(linger=0)
-            raise
+        _assemble(self, protocol, raw, options)
+        _open_endpoints(self, bind, connect)
 
     # -- identity --------------------------------------------------------------
     def _get_name(self) -> str:
@@ -160,7 +180,7 @@ class Socket(
     @property
     def endpoints(self) -> list[Endpoint]:
         """The live endpoints (binds and connects)."""
-        return list(self._endpoints)
+        return list(self._host.endpoints)
 
     @property
     def pipes(self) -> PipeList:
@@ -191,13 +211,8 @@ class Socket(
         if name == "name":
             self._named = True
             _series.renamed(self)
-        if name in ("recv_max_size", "tcp_nodelay", "handshake_timeout", "dead_peer_timeout"):
-            # Listeners made their context at bind time; pipes accepted from now
-            # on must see the new value (dialers build a context per dial).
-            for ep in list(getattr(self, "_endpoints", ())):
-                listener = ep._listener
-                if listener is not None:
-                    listener.update_context(self._pipe_context(ep))
+        if name in _CONTEXT_OPTIONS and hasattr(self, "_host"):  # (not while __init__ sets options)
+            self._host.update_contexts()
 
     # -- state checks ---------------------------------------------------------------
     def _check_open(self) -> None:
@@ -207,14 +222,20 @@ class Socket(
         """Called in a forked child (nanopy/_fork.py): the engine serving this socket is
         gone. Closed at once, nobody woken (every waiter is a parent's thread or loop):
         calls raise ``Closed`` naming the fork."""
-        self._driver.forked()
-        self._tasks.forked()
-        self._pipes_changed = threading.Condition(threading.Lock())
-        if self._closing_q is not None:
-            self._closing_q.forget_all()
-        for ep in self._endpoints:
-            ep._closed = True
-        self._endpoints.clear()
+        self._closing.forked()
+
+    @property
+    def _engine(self) -> _engine.Engine:
+        """The engine serving this socket, started on first use."""
+        engine = self._engine_obj
+        if engine is None:
+            engine = self._engine_obj = _engine.get_engine()
+        return engine
+
+    @property
+    def _pipes_changed(self) -> threading.Condition:
+        """Notified when a pipe comes or goes, and at close (nanopy.testing waits on it)."""
+        return self._host.pipes_changed
 
     # -- observability -------------------------------------------------------------------
     def stats(self) -> SocketStats:
@@ -230,7 +251,7 @@ class Socket(
         return socket_stats(self)
 
     # -- closing -------------------------------------------------------------------------
-    # Both halves of closing are in _close_start; nanopy/socket/lifecycle.py has the order.
+    # Both halves of closing start in Closing.start (closing.py); lifecycle.py has the order.
     def close(self, linger: float | None = None) -> None:
         """Close the socket; idempotent and callable from any thread.
 
@@ -244,11 +265,7 @@ class Socket(
             linger: seconds queued sends get to be written; defaults to the
                 ``linger`` option, ``0`` closes at once.
         """
-        self._close_start(linger)
-        engine = self._engine_obj
-        if engine is not None and engine.in_engine_thread():
-            return  # from a pipe callback: the engine cannot wait for itself
-        self._tasks.wait()
+        self._closing.close(linger)
 
     async def aclose(self, linger: float | None = None) -> None:
         """Async :meth:`close`: waits (at most ``linger`` + 2 s) in the caller's trio or
@@ -258,27 +275,11 @@ class Socket(
         Args:
             linger: as for :meth:`close`.
         """
-        self._close_start(linger)
-        engine = self._engine_obj
-        if self._tasks.finished or (engine is not None and engine.in_engine_thread()):
-            # Nothing to wait for, or a pipe callback (the engine cannot wait for itself).
-            await checkpoint_after(await checkpoint_before())
-            return
-        await self._tasks.await_finished()
+        await self._closing.aclose(linger)
 
     def _close_start(self, linger: float | None) -> None:
-        """Closing, without the wait: the synchronous half (mark closed, close the
-        core, wake every blocked call) here, then the asynchronous half started in
-        the engine (listeners, dialers, flush within ``linger``, pipes). A second
-        call changes nothing."""
-        if linger is None:
-            linger = self._options.linger
-        if self._driver.close_core():
-            for ep in list(self._endpoints):
-                ep._closed = True
-            self._endpoints.clear()
-            self._notify_pipes_changed()  # (wait_for_pipes raises Closed)
-        self._tasks.shutdown(linger)
+        """Closing without the wait (the engine's exit hook closes every socket so)."""
+        self._closing.start(linger)
 
     # -- flushing ------------------------------------------------------------------------
     def flush(self, timeout: float | None = None) -> None:
@@ -304,40 +305,18 @@ class Socket(
             ValueError: a negative ``timeout``.
             TypeError: a ``timeout`` that is not a number.
         """
-        timeout = self._timeout(timeout, None)
-        self._check_open()
-        self._refuse_engine_thread("flush")
-        if self._written():
-            return
-        if timeout == 0 or not self._engine.run(self._await_written, timeout):
-            raise Timeout(self._still_queued(timeout))
+        self._closing.flush(timeout)
 
     @async_twin_of(flush)
     async def aflush(self, timeout: float | None = None) -> None:
         """Async :meth:`flush` for trio and asyncio tasks: the wait runs in a worker
         thread of the caller's loop. Cancelling it stops the wait, not the writes."""
-        timeout = self._timeout(timeout, None)
-        self._check_open()
-        if self._written():
-            await checkpoint_after(await checkpoint_before())
-            return
-        if timeout == 0 or not await run_in_worker_thread(self._engine.run, self._await_written, timeout):
-            raise Timeout(self._still_queued(timeout))
+        await self._closing.aflush(timeout)
 
-    def _written(self) -> bool:
-        return all(pipe.flushed() for pipe in self._driver.pipe_drivers())
+    async def _await_closed(self) -> None:
+        """Wait (trio or asyncio) until this socket closes; raises Closed then (devices)."""
+        await self._closing.await_closed()
 
-    def _still_queued(self, timeout: float | None) -> str:
-        return (f"{self!r}: {self._driver.queued_out()} message(s) still queued after {timeout}s; "
-                "a peer is not reading (see stats().queued_out and pipes())")
-
-    async def _await_written(self, timeout: float | None) -> bool:
-        """Engine side of :meth:`flush`: True once the pipes of the call's time wrote all."""
-        with trio.move_on_after(math.inf if timeout is None else timeout):
-            for pipe in self._driver.pipe_drivers():
-                await pipe.wait_flushed()
-            return True
-        return False
 
 _OPTION_NAMES = set()
 for _name, _descriptor in make_descriptors().items():

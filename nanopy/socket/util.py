@@ -43,6 +43,19 @@ def as_bytes(data: Any) -> bytes:
         raise TypeError(f"nanopy sends bytes-like data, not {type(data).__name__}") from None
 
 
+def check_timeout(timeout: Any, default: float | None) -> float | None:
+    """A call's ``timeout`` argument: ``default`` for :data:`DEFAULT`, else ``None`` or
+    seconds >= 0 as a float; TypeError for what is not a number, ValueError below 0."""
+    if timeout is DEFAULT:
+        return default
+    if timeout is not None:
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise TypeError(f"timeout must be a number of seconds or None, not {type(timeout).__name__}")
+        if timeout < 0:
+            raise ValueError(f"timeout must be >= 0, got {timeout}")
+    return float(timeout) if timeout is not None else None
+
+
 async def yield_to_loop() -> None:
     """One checkpoint in whichever loop runs this task (trio or asyncio)."""
     if sniffio.current_async_library() == "trio":
