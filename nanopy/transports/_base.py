@@ -314,6 +314,29 @@ class CountsUnwritten(Protocol):
 
 
 @runtime_checkable
+class WriteWindow(Protocol):
+    """A capability: a channel that takes only so many messages at a time (a ZMTP
+    REQ pipe: one request until its reply, as the wire carries no request id).
+
+    A batch the pipe takes from its outbox holds at most ``window()`` messages; the
+    rest wait in the outbox like any queued message (in ``queued_out``, their send
+    credit held until written, handed back to the socket if the pipe dies). While
+    the window is shut nothing is written directly either. The channel tells the
+    pipe through the hook given to ``watch_window`` whenever the window may have
+    moved (a write shut it, a reply opened it); the pipe then asks ``window()``.
+    """
+
+    def window(self) -> int:
+        """How many more messages the channel takes now (0: none until it opens)."""
+
+    def watch_window(self, moved: Callable[[], None]) -> bool:
+        """Call ``moved()`` from now on after the window moved (from any thread,
+        holding none of the pipe's locks: the hook takes the pipe's lock), and
+        return True; False if this channel never limits its writes (the pipe then
+        ignores the capability)."""
+
+
+@runtime_checkable
 class DiscardsMessages(Protocol):
     """A capability: a connection that may discard a message itself, as its wire
     protocol's peers would (a ZMTP REQ pipe drops a reply without its delimiter).

@@ -75,6 +75,9 @@ class ZmtpConnection(StreamConnection):
         self.framing = None  # a role may filter or rewrite per pipe: no shared chunks
         self.frame_overhead = None  # flags and a 1- or 8-byte size; a role may add frames
         self.role = make_role(ctx.protocol_name)
+        # The role's write window (WriteWindow: one request per REQ pipe), as the connection's.
+        self.window = self.role.window
+        self.watch_window = self.role.watch_window
         self.mechanism: Mechanism = make_mechanism(ctx.options)
         self._decoder = self._zmtp_decoder = codec.ZmtpDecoder(
             ctx.recv_max_size, self.role.multi, self._command, self.role.single

@@ -11,7 +11,8 @@ pipe's edge, so no core knows about ZeroMQ:
   comes up and whenever a subscription changes.
 * REQ: an SP request is ``id + body``; on the wire it is an empty delimiter and
   the body, as libzmq's REQ sends it. The wire has no id, so one request is in
-  flight per pipe: the others wait in the role and go out as replies come.
+  flight per pipe: the role's write window (``WriteWindow``) is one request, and
+  the others wait in the pipe's outbox until the reply opens it again.
 * REP: keeps every envelope (the frames up to the delimiter) under a 4-byte
   token it hands the core as the backtrace, and writes the envelope back in
   front of the reply.
@@ -21,8 +22,8 @@ from __future__ import annotations
 
 import itertools
 import logging
+import sys
 import threading
-from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +49,14 @@ def _uncounted(reason: str, n: int) -> None:
 
 #: at most this many REP envelopes wait for their replies per pipe (the oldest go first)
 MAX_ENVELOPES = 65536
+#: a REQ pipe remembers this many of the requests it wrote (resends of them are not written)
+WRITTEN_KEPT = 64
+#: the window of a role that never limits its writes
+UNLIMITED = sys.maxsize
+
+
+def _unwatched() -> None:
+    """Until the pipe watches the window (``ReqRole.watch_window``)."""
 
 
 def frames_of(payload: bytes) -> list[bytes]:
@@ -84,6 +93,14 @@ class Role:
         self.send_control: SendControl = lambda frame: None
         self.count_drop: CountDrop = _uncounted
         self.minor = 1  # the peer's ZMTP minor version (0: 3.0)
+
+    def window(self) -> int:
+        """How many more messages this pipe may write now (WriteWindow)."""
+        return UNLIMITED
+
+    def watch_window(self, moved: Callable[[], None]) -> bool:
+        """Tell ``moved`` when the window moves; False: this role has none."""
+        return False
 
     def frame(self, payloads: list[bytes]) -> bytes:
         """The wire data of a batch of SP payloads."""
@@ -218,7 +235,8 @@ class SubRole(Role):
 
 
 class ReqRole(LockedRole):
-    """One request in flight per pipe (the wire carries no request id)."""
+    """One request in flight per pipe (the wire carries no request id): a write
+    window of one request, open again when its reply comes."""
 
     zmq_type = b"REQ"
     peers = frozenset({b"REP", b"ROUTER"})
@@ -226,21 +244,40 @@ class ReqRole(LockedRole):
     def __init__(self) -> None:
         super().__init__()
         self._inflight: bytes | None = None  # the id of the request on the wire
-        self._waiting: deque[tuple[bytes, bytes]] = deque()  # (id, body) behind it
+        # The ids of the latest requests written here: a resend of one is not
+        # written again (a ZMTP pipe loses nothing; the copy could only bring a
+        # second reply). Oldest first, at most WRITTEN_KEPT.
+        self._written: dict[bytes, None] = {}
+        self._moved: Callable[[], None] = _unwatched
+
+    def window(self) -> int:
+        return 0 if self._inflight is not None else 1
+
+    def watch_window(self, moved: Callable[[], None]) -> bool:
+        self._moved = moved
+        return True
 
     def frame(self, payloads: list[bytes]) -> bytes:
-        out = []
+        out = b""
+        over = 0
         with self._lock:
+            written = self._written
             for p in payloads:
-                rid, body = p[:4], p[4:]
-                if self._inflight is None:
-                    self._inflight = rid
-                    out.append(DELIMITER + encode_body(body))
-                elif rid != self._inflight and all(rid != w[0] for w in self._waiting):
-                    self._waiting.append((rid, body))
-                # else: a resend of a request this pipe holds already (a ZMTP pipe
-                # loses nothing, so the copy could only bring a second reply)
-        return b"".join(out)
+                rid = p[:4]
+                if rid in written:
+                    continue  # a resend of a request this pipe wrote already
+                if self._inflight is not None:
+                    over += 1  # past the window (a pipe never hands these): not written
+                    continue
+                self._inflight = rid
+                written[rid] = None
+                if len(written) > WRITTEN_KEPT:
+                    del written[next(iter(written))]
+                out = DELIMITER + encode_body(p[4:])
+        self._moved()  # (after the role's lock: the hook takes the pipe's)
+        if over:
+            self.count_drop(CANCELLED, over)  # the core sends it again (resend_interval)
+        return out
 
     def single(self, body: bytes) -> bytes | None:
         self.count_drop(MALFORMED, 1)  # a reply without the delimiter: dropped, as libzmq's REQ does
@@ -253,12 +290,10 @@ class ReqRole(LockedRole):
         with self._lock:
             rid = self._inflight
             self._inflight = None
-            if self._waiting:
-                self._inflight, body = self._waiting.popleft()
-                self.send_control(DELIMITER + encode_body(body))
         if rid is None:
             self.count_drop(CANCELLED, 1)  # no request in flight: a duplicate or stale reply
             return None
+        self._moved()  # the window is open: the next request in the outbox may go
         return rid + (frames[1] if len(frames) == 2 else Multipart(frames[1:]))
 
 
