@@ -395,7 +395,10 @@ class DeafToSubscriptions(Defective):
     """C3: a filtering peer (ZMTP) never hears a subscription made after the pipe."""
 
     def patch(self, conn: Connection) -> None:
-        conn.subscriptions_changed = lambda with_topics: None  # type: ignore[attr-defined]
+        if hasattr(conn, "subscriptions"):
+            told = conn.subscriptions  # (the first push, when the pipe joins, goes through)
+            calls = iter([told])
+            conn.subscriptions = lambda topics: next(calls, lambda t: None)(topics)  # type: ignore[attr-defined]
 
 
 class ForgetsSilence(Defective):

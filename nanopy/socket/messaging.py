@@ -9,7 +9,6 @@ May call: the socket's driver only (nanopy/driver/socket_driver.py and its parts
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from trio.lowlevel import cancel_shielded_checkpoint
@@ -295,18 +294,24 @@ class Messaging:
 
     def _subscriptions_changed(self) -> None:
         """Pipes that forward subscriptions to the peer (ZMTP) hear of the change."""
+        conns: list[SubscriptionForwarding] = []
         for driver in self._driver.pipe_drivers():
             conn = driver.conn
             if isinstance(conn, SubscriptionForwarding):
-                conn.subscriptions_changed(self._with_topics)
+                conns.append(conn)
+        if conns:
+            self._tell_subscriptions(conns)
 
-    def _with_topics(self, use: Callable[[frozenset[bytes]], None]) -> None:
-        """``WithTopics`` (nanopy/transports/_base.py): ``use`` the subscriptions in one round."""
+    def _tell_subscriptions(self, conns: list[SubscriptionForwarding]) -> None:
+        """Push the subscriptions to ``conns`` (SubscriptionForwarding, nanopy/transports/_base.py)
+        in one round: a peer hears successive changes in the order they were made."""
         ops = self._ops.subscribe
         raw = self.raw
 
         def op() -> None:
-            use(frozenset((b"",)) if raw or ops is None else frozenset(ops.topics))
+            topics = frozenset((b"",)) if raw or ops is None else frozenset(ops.topics)
+            for conn in conns:
+                conn.subscriptions(topics)
 
         self._driver.feed(op, check_open=False)
 

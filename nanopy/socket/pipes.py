@@ -83,7 +83,7 @@ class PipeHosting:
 
     if TYPE_CHECKING:
 
-        def _with_topics(self, use: Callable[[frozenset[bytes]], None]) -> None: ...
+        def _tell_subscriptions(self, conns: list[SubscriptionForwarding]) -> None: ...
 
         @staticmethod
         def _timeout(timeout: Any, default: float | None) -> float | None: ...
@@ -268,7 +268,7 @@ class PipeHosting:
             if ep.closed:
                 driver.close_soon()  # Endpoint.close() swept its pipes before this one was added
             if isinstance(conn, SubscriptionForwarding):
-                conn.pipe_started(self._with_topics)  # a ZMTP SUB pipe tells its peer the subscriptions
+                self._tell_subscriptions([conn])  # a ZMTP SUB pipe tells its peer the subscriptions
             if isinstance(conn, DiscardsMessages):
                 conn.count_drops_with(self._drop_counter(pipe.id))
             self._connects += 1

@@ -220,22 +220,19 @@ class SinkAttachable(Protocol):
         """Deliver what queued while the sink was paused (engine thread)."""
 
 
-#: ``with_topics(use)`` calls ``use(topics)`` with the socket's subscriptions as they
-#: are now (``{b""}``: everything) inside one round of the socket, so that a peer
-#: hears successive changes in the order they were made.
-WithTopics = Callable[[Callable[[frozenset[bytes]], None]], None]
-
-
 @runtime_checkable
 class SubscriptionForwarding(Protocol):
     """A capability: a connection whose peer filters for the socket (a ZMTP pipe: a
-    ZeroMQ publisher filters), so the socket tells it its subscriptions."""
+    ZeroMQ publisher filters), so the socket tells it its subscriptions.
 
-    def pipe_started(self, with_topics: WithTopics) -> None:
-        """The pipe joined its socket (engine thread)."""
+    The socket pushes them: it calls ``subscriptions`` inside one of its rounds
+    when the pipe joins and after every subscribe or unsubscribe, so the calls
+    come in the order the changes were made. The connection only records what
+    changed and queues what its peer must hear; it never calls into the socket.
+    """
 
-    def subscriptions_changed(self, with_topics: WithTopics) -> None:
-        """The socket subscribed or unsubscribed (any thread)."""
+    def subscriptions(self, topics: frozenset[bytes]) -> None:
+        """The socket's subscriptions now (``{b""}``: everything); any thread."""
 
 
 @runtime_checkable
@@ -344,7 +341,14 @@ class DiscardsMessages(Protocol):
 
     def count_drops_with(self, count: Callable[[str, int], Any]) -> None:
         """From now on, count ``n`` messages discarded for ``reason`` (a name of
-        nanopy.core.drops) with ``count(reason, n)`` (callable from any thread)."""
+        nanopy.core.drops: ``DROP_MALFORMED``, ...) with ``count(reason, n)`` (callable from any thread)."""
+
+
+#: the reasons a connection counts its own discards with (``DiscardsMessages``):
+#: the names of nanopy.core.drops, which a transport does not import
+DROP_MALFORMED = "malformed"
+DROP_CANCELLED = "cancelled"
+DROP_UNROUTABLE = "unroutable"
 
 
 class Listener(abc.ABC):

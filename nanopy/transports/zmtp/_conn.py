@@ -5,8 +5,9 @@ Everything after the handshake goes through the same stream code as SP pipes
 (direct writes from the sending thread, the read role, batching): only the
 codec differs -- ``frame`` builds ZMTP frames (through the socket type's role)
 and the decoder parses them. Commands the peer sends (PING, SUBSCRIBE, ...) are
-handled by the reader; what we owe in return (PONG, our SUBSCRIBEs) goes out
-through the pipe's control frame, ahead of queued messages.
+handled by the reader; what we owe in return (PONG, our SUBSCRIBEs: the socket
+pushes its subscriptions, SubscriptionForwarding) goes out through the pipe's
+control frame, ahead of queued messages.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import math
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ... import platform
 from ...core.errors import RemoteProtocolError
@@ -28,9 +29,6 @@ from . import _codec as codec
 from ._curve import Cipher, z85_decode
 from ._mechanisms import Mechanism, make_mechanism
 from ._roles import describe_peers, make_role
-
-if TYPE_CHECKING:
-    from .._base import WithTopics
 
 log = logging.getLogger("nanopy")
 _monotonic = time.monotonic
@@ -384,11 +382,8 @@ class ZmtpConnection(StreamConnection):
         self._pings_sent += 1
         self.send_ping(self.ttl)
 
-    def pipe_started(self, with_topics: WithTopics) -> None:
-        """The pipe joined its socket (engine thread): a SUB sends its subscriptions."""
-        self.role.started(with_topics)
-
-    def subscriptions_changed(self, with_topics: WithTopics) -> None:
-        """The socket subscribed or unsubscribed (any thread)."""
-        self.role.changed(with_topics)
+    def subscriptions(self, topics: frozenset[bytes]) -> None:
+        """The socket's subscriptions now (SubscriptionForwarding): a SUB tells its
+        peer what changed since the last call."""
+        self.role.subscriptions(topics)
 

@@ -25,16 +25,14 @@ import logging
 import sys
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ...core.drops import CANCELLED, MALFORMED, UNROUTABLE
 from ...core.errors import AddressError
 from ...core.message import Multipart
-from ...core.radix import RadixTree
+from .._base import DROP_CANCELLED as CANCELLED
+from .._base import DROP_MALFORMED as MALFORMED
+from .._base import DROP_UNROUTABLE as UNROUTABLE
 from ._codec import DELIMITER, encode_batch, encode_command, encode_message, encode_single, frame_header
-
-if TYPE_CHECKING:
-    from .._base import WithTopics
 
 log = logging.getLogger("nanopy")
 
@@ -114,10 +112,8 @@ class Role:
         """A role-specific command; False if the role does not know it."""
         return False
 
-    def started(self, with_topics: WithTopics) -> None:
-        """The pipe joined its socket (engine thread)."""
-    def changed(self, with_topics: WithTopics) -> None:
-        """The socket's subscriptions changed (any thread)."""
+    def subscriptions(self, topics: frozenset[bytes]) -> None:
+        """The socket's subscriptions now (SubscriptionForwarding; a socket round)."""
 
 
 class PushRole(Role):
@@ -144,6 +140,52 @@ class LockedRole(Role):
         self._lock = threading.Lock()
 
 
+class TopicFilter:
+    """A publisher pipe's subscriptions: a multiset of topics (a topic subscribed
+    twice needs two CANCELs) and the test "some topic prefixes this frame".
+
+    The test looks up the frame's prefix of each length a topic has, one dict
+    lookup per distinct length: few, as topics go.
+    """
+
+    def __init__(self) -> None:
+        self._counts: dict[bytes, int] = {}  # topic -> subscriptions
+        self._lengths: dict[int, int] = {}  # a topic length -> distinct topics of it
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
+    def __contains__(self, topic: bytes) -> bool:
+        return topic in self._counts
+
+    def add(self, topic: bytes) -> None:
+        counts = self._counts
+        n = counts.get(topic, 0)
+        counts[topic] = n + 1
+        if not n:
+            self._lengths[len(topic)] = self._lengths.get(len(topic), 0) + 1
+
+    def remove(self, topic: bytes) -> None:
+        """Drop one subscription to ``topic`` (KeyError if none)."""
+        counts = self._counts
+        n = counts[topic] - 1
+        if n:
+            counts[topic] = n
+            return
+        del counts[topic]
+        lengths = self._lengths
+        left = lengths[len(topic)] - 1
+        if left:
+            lengths[len(topic)] = left
+        else:
+            del lengths[len(topic)]
+
+    def match(self, frame: bytes) -> bool:
+        counts = self._counts
+        size = len(frame)
+        return any(n <= size and frame[:n] in counts for n in self._lengths)
+
+
 class PubRole(LockedRole):
     """Filters at the publisher: a message goes out if a peer subscription matches
     its first frame (RFC 29)."""
@@ -153,7 +195,7 @@ class PubRole(LockedRole):
 
     def __init__(self) -> None:
         super().__init__()
-        self.topics = RadixTree()  # the reader changes it, senders read it (under _lock)
+        self.topics = TopicFilter()  # the reader changes it, senders read it (under _lock)
 
     def frame(self, payloads: list[bytes]) -> bytes:
         with self._lock:
@@ -214,14 +256,8 @@ class SubRole(Role):
         super().__init__()
         self._told: frozenset[bytes] = frozenset()
 
-    def started(self, with_topics: WithTopics) -> None:
-        with_topics(self._sync)
-
-    def changed(self, with_topics: WithTopics) -> None:
-        with_topics(self._sync)
-
-    def _sync(self, want: frozenset[bytes]) -> None:
-        """In a round of the socket: send what changed since the last sync."""
+    def subscriptions(self, want: frozenset[bytes]) -> None:
+        """In a round of the socket: send what changed since the last call."""
         told = self._told
         out = [self._encode(True, t) for t in want - told] + [self._encode(False, t) for t in told - want]
         self._told = want
