@@ -9,34 +9,23 @@ sent again on another pipe when theirs dies. Against real libzmq sockets (pyzmq)
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from conftest import wait_until
+from test_zmtp_drops import MakeSocket, zctx, zmq
+from test_zmtp_drops import zsocket as unbound
 
 import nanopy
 from nanopy.testing import wait_pipes
 
-zmq = pytest.importorskip("zmq")
-
 pytestmark = pytest.mark.interop
-
-MakeSocket = Callable[..., nanopy.Socket]
-
-
-@pytest.fixture
-def zctx() -> Iterator[Any]:
-    ctx = zmq.Context()
-    yield ctx
-    ctx.destroy(linger=0)
+__all__ = ["zctx"]  # (the fixture, shared with test_zmtp_drops)
 
 
 def zsocket(zctx: Any, kind: int) -> tuple[Any, str]:
     """A libzmq socket bound to a loopback port, and the URL a nanopy socket dials."""
-    sock = zctx.socket(kind)
-    sock.linger = 0
-    sock.rcvtimeo = sock.sndtimeo = 5000
+    sock = unbound(zctx, kind)
     port = sock.bind_to_random_port("tcp://127.0.0.1")
     return sock, f"zmtp+tcp://127.0.0.1:{port}"
 

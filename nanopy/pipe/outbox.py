@@ -28,8 +28,8 @@ request until its reply) caps every batch at ``window()`` messages; the rest wai
 here like any queued message. While the window is ``shut`` the pipe writes
 nothing directly and the writer task waits (``window_moved`` reopens both).
 
-May call: nothing outside the pipe, but the channel's ``window()`` (all of it under the pipe's lock, except
-``wait_flushed``, which takes it).
+May call: nothing outside the pipe but the channel's ``window()`` (all of it
+under the pipe's lock, except ``wait_flushed``, which takes it).
 """
 
 from __future__ import annotations
