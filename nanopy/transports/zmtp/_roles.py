@@ -310,7 +310,8 @@ class ReqRole(LockedRole):
                 if len(written) > WRITTEN_KEPT:
                     del written[next(iter(written))]
                 out = DELIMITER + encode_body(p[4:])
-        self._moved()  # (after the role's lock: the hook takes the pipe's)
+        if out:
+            self._moved()  # shut (after the role's lock: the hook takes the pipe's)
         if over:
             self.count_drop(CANCELLED, over)  # the core sends it again (resend_interval)
         return out
