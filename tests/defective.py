@@ -395,7 +395,10 @@ class DeafToSubscriptions(Defective):
     """C3: a filtering peer (ZMTP) never hears a subscription made after the pipe."""
 
     def patch(self, conn: Connection) -> None:
-        conn.subscriptions_changed = lambda with_topics: None  # type: ignore[attr-defined]
+        if hasattr(conn, "subscriptions"):
+            told = conn.subscriptions  # (the first push, when the pipe joins, goes through)
+            calls = iter([told])
+            conn.subscriptions = lambda topics: next(calls, lambda t: None)(topics)  # type: ignore[attr-defined]
 
 
 class ForgetsSilence(Defective):
@@ -452,6 +455,14 @@ class NeverJudgesSilence(Defective):
             conn.keepalive = keepalive  # type: ignore[attr-defined]
 
 
+class WindowUnwatched(Defective):
+    """C11: watch_window() says True, but the window moves without calling the hook."""
+
+    def patch(self, conn: Connection) -> None:
+        if hasattr(conn, "watch_window"):
+            conn.watch_window = lambda moved: True  # type: ignore[attr-defined]
+
+
 #: rule id -> (the defect, the transport it breaks)
 DEFECTS: dict[str, tuple[type[Defective], str]] = {
     "T1": (PortZeroKept, "tcp"), "T2": (CloseRaisesTwice, "tcp"), "T3": (DialNeverRefused, "tcp"),
@@ -464,5 +475,5 @@ DEFECTS: dict[str, tuple[type[Defective], str]] = {
     "C3": (DeafToSubscriptions, "zmtp+tcp"), "C4": (ForgetsSilence, "tcp"),
     "C5": (BadProtocolCheck, "tcp"), "C6": (WrongKernelSocket, "tcp"), "C7": (NeverWaitingForRoom, "tcp"),
     "C8": (UnwrittenZero, "tcp"), "C9": (DropsCountedAlways, "tcp"),
-    "C10": (NeverJudgesSilence, "zmtp+tcp"),
+    "C10": (NeverJudgesSilence, "zmtp+tcp"), "C11": (WindowUnwatched, "zmtp+tcp"),
 }

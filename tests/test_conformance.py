@@ -56,7 +56,7 @@ def scheme(request: pytest.FixtureRequest) -> str:
 
 # The plug-in contract itself (refused dials, cancellation, round trips, binds, port 0,
 # large messages, recv_max_size, closes and reconnects...) is the kit's: rules T1-T18
-# and C1-C10 of nanopy.testing.check_transport, run by test_check_transport below.
+# and C1-C11 of nanopy.testing.check_transport, run by test_check_transport below.
 # What stays here is the engine's side: closing endpoints and sockets mid-dial.
 
 

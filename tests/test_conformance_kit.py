@@ -66,6 +66,7 @@ CAUGHT_BY = {
     "C8": "unwritten_bytes() after a write cut by a reset is 0",
     "C9": "a clean exchange counted drops",
     "C10": "keepalive ending a silent peer's pipe: not done within",
+    "C11": "moved from 1 to 0 with a write, and the hook was not called",
 }
 
 

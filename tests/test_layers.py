@@ -49,8 +49,6 @@ KNOWN_BREACHES: dict[tuple[str, str], str] = {
     ("nanopy.driver.round", "nanopy.pipe.driver"): "one seam between socket and pipe",
     ("nanopy.driver.round", "nanopy.pipe.fanout"): "one seam between socket and pipe",
     ("nanopy.driver.socket_driver", "nanopy.pipe.driver"): "one seam between socket and pipe",
-    ("nanopy.transports.zmtp._roles", "nanopy.core.radix"): "ZMTP subscriptions reach the socket",
-    ("nanopy.transports.zmtp._roles", "nanopy.core.drops"): "ZMTP subscriptions reach the socket",
 }
 
 #: the most private modules the package root may hold

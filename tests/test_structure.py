@@ -36,8 +36,6 @@ ALLOWED: dict[str, int] = {
     "nanopy.driver.lanes.SendLanes": 34,
     "nanopy.driver.socket_driver.SocketDriver": 69,
     "nanopy.driver.waiting.Waiting": 32,
-    # +2 this wave (Connection.aclose_refused, zap_credentials): split its handshake out next
-    "nanopy.transports.zmtp._conn.ZmtpConnection": 40,
 }
 
 #: modules over ``MAX_LINES`` today, with their length: may only shrink

@@ -106,3 +106,13 @@ def test_a_reply_whose_envelope_was_pushed_out_is_unroutable(
     second.reply(b"answered")
     assert dealer.recv_multipart() == [b"", b"answered"]
     wait_drops(rep, unroutable=1)
+
+
+def test_the_transport_drop_reasons_are_the_cores() -> None:
+    """A transport counts with the names of nanopy/transports/_base.py (it does not
+    import the core's table): they are the core's reasons."""
+    from nanopy.core import drops
+    from nanopy.transports import _base
+
+    names = {n: getattr(_base, n) for n in dir(_base) if n.startswith("DROP_")}
+    assert names and all(getattr(drops, n.removeprefix("DROP_")) == v for n, v in names.items())

@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..core.errors import MessageTooLarge, RemoteProtocolError
-from ..transports._base import ChannelConnection, PeerWatching, ReportsWriteWait, SinkAttachable
+from ..transports._base import ChannelConnection, PeerWatching, ReportsWriteWait, SinkAttachable, WriteWindow
 from .fanout import MAX_HOLD, wait_out_burst
 from .liveness import Liveness, kernel_unacked, unwritten, write_shortfall
 from .outbox import UNCUT, Outbox
@@ -143,6 +143,8 @@ class PipeDriver(Outbox):
             self.channel = conn
             self.writes_directly = True
             conn.attach_control(self.send_control)
+            if isinstance(conn, WriteWindow) and conn.watch_window(self.window_moved):
+                self.window = conn.window  # (a window shuts and opens: see Outbox.window_moved)
         else:
             self.channel = SendAdapter(conn)
             self.writes_directly = False
@@ -484,7 +486,9 @@ class PipeDriver(Outbox):
             if lingering:
                 await self._linger()
             with self.lock:
-                if self.writing or self.closed or (self.tail is None and self.control is None and not self.outbox):
+                # (a shut write window holds the outbox: see Outbox.window_moved)
+                waiting = not self.outbox or self.shut
+                if self.writing or self.closed or (self.tail is None and self.control is None and waiting):
                     idle = not self.writing
                     event = self._writer_event = trio.Event()
                 else:

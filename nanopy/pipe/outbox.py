@@ -23,13 +23,19 @@ learned from the writes before it (one division per write, no sum per message);
 a pipe's first write judges by its oldest message. The rest stays queued, in
 order, for the next write.
 
-May call: nothing outside the pipe (all of it under the pipe's lock, except
-``wait_flushed``, which takes it).
+A channel with a write window (``WriteWindow``: a ZMTP REQ pipe takes one
+request until its reply) caps every batch at ``window()`` messages; the rest wait
+here like any queued message. While the window is ``shut`` the pipe writes
+nothing directly and the writer task waits (``window_moved`` reopens both).
+
+May call: nothing outside the pipe but the channel's ``window()`` (all of it
+under the pipe's lock, except ``wait_flushed``, which takes it).
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -53,6 +59,8 @@ class Outbox:
     lock: Any
     closed: bool
     channel: Any
+    writes_directly: bool
+    _kick_writer: Callable[[], None]
 
     def __init__(self) -> None:
         self.outbox: list[bytes] = []
@@ -77,6 +85,10 @@ class Outbox:
         #: what a failed write never handed to the kernel (taken by ``take_unwritten``)
         self.orphans: list[bytes] = []
         self._idle_event: trio.Event | None = None  # wakes ``wait_flushed``
+        #: the channel's write window (``WriteWindow.window``), or None: no limit
+        self.window: Callable[[], int] | None = None
+        #: the window is shut: what is queued waits for ``window_moved``
+        self.shut = False
 
     def take_unwritten(self) -> list[bytes]:
         """Take everything this pipe will never write, in order (its lock held, no
@@ -98,12 +110,28 @@ class Outbox:
         step = self.write_step
         if not step and outbox:  # nothing written yet: judge by the oldest message
             self.write_step = step = max(1, WRITE_CHUNK_BYTES // (len(outbox[0]) + FRAME_ALLOWANCE))
+        window = self.window
+        if window is not None:
+            step = min(step, window())
         if len(outbox) <= step:
             self.outbox = []
             return outbox
         self.outbox = outbox[step:]
         del outbox[step:]
         return outbox
+
+    def window_moved(self) -> None:
+        """The channel's write window moved (``WriteWindow``; any thread holding
+        none of the pipe's locks). Shut, it keeps sends in the outbox (no direct
+        write) and the writer task waiting; open, the writer task takes what waits."""
+        window = self.window
+        if window is None:
+            return
+        with self.lock:
+            shut = self.shut = not window()
+            self.writes_directly = not shut
+            if not shut and self.outbox and not self.writing and not self.closed:
+                self._kick_writer()
 
     def note_write(self, n: int, size: int) -> None:
         """A write framed ``n`` messages of ``size`` payload bytes: if it was too big,

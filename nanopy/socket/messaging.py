@@ -9,7 +9,6 @@ May call: the socket's driver only (nanopy/driver/socket_driver.py and its parts
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from trio.lowlevel import cancel_shielded_checkpoint
@@ -248,16 +247,20 @@ class Messaging:
 
     def _subscriptions_changed(self) -> None:
         """Pipes that forward subscriptions to the peer (ZMTP) hear of the change."""
+        conns: list[SubscriptionForwarding] = []
         for driver in self._driver.pipe_drivers():
             conn = driver.conn
             if isinstance(conn, SubscriptionForwarding):
-                conn.subscriptions_changed(self._with_topics)
+                conns.append(conn)
+        if conns:
+            self._tell_subscriptions(conns)
 
-    def _with_topics(self, use: Callable[[frozenset[bytes]], None]) -> None:
-        """``WithTopics`` (nanopy/transports/_base.py): ``use`` the subscriptions in one round."""
+    def _tell_subscriptions(self, conns: list[SubscriptionForwarding]) -> None:
+        """Push the subscriptions to ``conns`` (SubscriptionForwarding, nanopy/transports/_base.py)
+        in one round: a peer hears successive changes in the order they were made."""
         ops, raw = self._ops.subscribe, self.raw
-        self._driver.feed(lambda: use(frozenset((b"",)) if raw or ops is None else frozenset(ops.topics)),
-                          check_open=False)
+        self._driver.feed(lambda: _push_subscriptions(conns, frozenset((b"",)) if raw or ops is None
+                                                      else frozenset(ops.topics)), check_open=False)
 
     def send_msg(self, msg: Message, *, timeout: float | None = _DEFAULT) -> None:
         """Send a :class:`Message`, header included: how devices forward on raw sockets.
@@ -361,3 +364,9 @@ async def _anext_body(sock: Messaging, timeout: Any) -> bytes:
         return body
     timeout = sock._timeout(timeout, sock._options.recv_timeout)
     return await driver.acall(driver.recv_body_attempt, driver.recv_q, timeout, "recv")
+
+
+def _push_subscriptions(conns: list[SubscriptionForwarding], topics: frozenset[bytes]) -> None:
+    """In a round of the socket: tell each connection the topics subscribed now."""
+    for conn in conns:
+        conn.subscriptions(topics)

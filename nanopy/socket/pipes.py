@@ -315,7 +315,7 @@ class PipeHost:
             if ep.closed:
                 driver.close_soon()  # Endpoint.close() swept its pipes before this one was added
             if isinstance(conn, SubscriptionForwarding):
-                conn.pipe_started(self._sock._with_topics)  # a ZMTP SUB pipe tells its peer the subscriptions
+                self._sock._tell_subscriptions([conn])  # a ZMTP SUB pipe tells its peer the subscriptions
             if isinstance(conn, DiscardsMessages):
                 conn.count_drops_with(self._drop_counter(pipe.id))
             self.counts.connects += 1

@@ -220,22 +220,19 @@ class SinkAttachable(Protocol):
         """Deliver what queued while the sink was paused (engine thread)."""
 
 
-#: ``with_topics(use)`` calls ``use(topics)`` with the socket's subscriptions as they
-#: are now (``{b""}``: everything) inside one round of the socket, so that a peer
-#: hears successive changes in the order they were made.
-WithTopics = Callable[[Callable[[frozenset[bytes]], None]], None]
-
-
 @runtime_checkable
 class SubscriptionForwarding(Protocol):
     """A capability: a connection whose peer filters for the socket (a ZMTP pipe: a
-    ZeroMQ publisher filters), so the socket tells it its subscriptions."""
+    ZeroMQ publisher filters), so the socket tells it its subscriptions.
 
-    def pipe_started(self, with_topics: WithTopics) -> None:
-        """The pipe joined its socket (engine thread)."""
+    The socket pushes them: it calls ``subscriptions`` inside one of its rounds
+    when the pipe joins and after every subscribe or unsubscribe, so the calls
+    come in the order the changes were made. The connection only records what
+    changed and queues what its peer must hear; it never calls into the socket.
+    """
 
-    def subscriptions_changed(self, with_topics: WithTopics) -> None:
-        """The socket subscribed or unsubscribed (any thread)."""
+    def subscriptions(self, topics: frozenset[bytes]) -> None:
+        """The socket's subscriptions now (``{b""}``: everything); any thread."""
 
 
 @runtime_checkable
@@ -314,6 +311,29 @@ class CountsUnwritten(Protocol):
 
 
 @runtime_checkable
+class WriteWindow(Protocol):
+    """A capability: a channel that takes only so many messages at a time (a ZMTP
+    REQ pipe: one request until its reply, as the wire carries no request id).
+
+    A batch the pipe takes from its outbox holds at most ``window()`` messages; the
+    rest wait in the outbox like any queued message (in ``queued_out``, their send
+    credit held until written, handed back to the socket if the pipe dies). While
+    the window is shut nothing is written directly either. The channel tells the
+    pipe through the hook given to ``watch_window`` whenever the window may have
+    moved (a write shut it, a reply opened it); the pipe then asks ``window()``.
+    """
+
+    def window(self) -> int:
+        """How many more messages the channel takes now (0: none until it opens)."""
+
+    def watch_window(self, moved: Callable[[], None]) -> bool:
+        """Call ``moved()`` from now on after the window moved (from any thread,
+        holding none of the pipe's locks: the hook takes the pipe's lock), and
+        return True; False if this channel never limits its writes (the pipe then
+        ignores the capability)."""
+
+
+@runtime_checkable
 class DiscardsMessages(Protocol):
     """A capability: a connection that may discard a message itself, as its wire
     protocol's peers would (a ZMTP REQ pipe drops a reply without its delimiter).
@@ -321,7 +341,14 @@ class DiscardsMessages(Protocol):
 
     def count_drops_with(self, count: Callable[[str, int], Any]) -> None:
         """From now on, count ``n`` messages discarded for ``reason`` (a name of
-        nanopy.core.drops) with ``count(reason, n)`` (callable from any thread)."""
+        nanopy.core.drops: ``DROP_MALFORMED``, ...) with ``count(reason, n)`` (callable from any thread)."""
+
+
+#: the reasons a connection counts its own discards with (``DiscardsMessages``):
+#: the names of nanopy.core.drops, which a transport does not import
+DROP_MALFORMED = "malformed"
+DROP_CANCELLED = "cancelled"
+DROP_UNROUTABLE = "unroutable"
 
 
 class Listener(abc.ABC):

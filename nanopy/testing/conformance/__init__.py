@@ -65,6 +65,7 @@ STEPS: dict[str, tuple[Step, ...]] = {
     "C8": (caps.counts_unwritten,),
     "C9": (caps.discards_messages,),
     "C10": (caps.peer_watching,),
+    "C11": (caps.write_window,),
 }
 
 

@@ -1,4 +1,4 @@
-"""Capability rules (C1-C10 but C3, which runs through sockets): a connection that
+"""Capability rules (C1-C11 but C3, which runs through sockets): a connection that
 declares a capability protocol of nanopy/transports/_base.py behaves as its
 docstring says. A capability not declared skips its rule.
 """
@@ -25,6 +25,7 @@ from ...transports._base import (
     PeerWatching,
     ReportsWriteWait,
     SinkAttachable,
+    WriteWindow,
 )
 from .harness import (
     GONE,
@@ -38,6 +39,7 @@ from .harness import (
     receive_exactly,
     stall,
     through_proxy,
+    write,
 )
 from .target import PROMPT, Check
 from .wire import close_quietly
@@ -222,13 +224,13 @@ async def counts_unwritten(ck: Check) -> None:
         chunk = server.frame([t.payload(0, 32 << 20)])  # (more than the kernel buffers on the way)
         failed = trio.Event()
 
-        async def write() -> None:
+        async def write_until_cut() -> None:
             try:
                 await server.write_all(chunk)
             except GONE:
                 failed.set()
 
-        nursery.start_soon(write)
+        nursery.start_soon(write_until_cut)
         with ck.within(ck.timeout, "a write of 32 MiB to a peer that reads nothing, until it waits"):
             await trio.testing.wait_all_tasks_blocked(0.02)
         proxy.cut("rst")
@@ -296,3 +298,43 @@ async def _keepalive_lives(ck: Check, keepalive: Callable[[Callable[[], bool]], 
         except TimeoutError as exc:
             ck.fail(f"keepalive ended the pipe of {what}: {exc}")
         ck.fail(f"keepalive returned on {what}")
+
+
+#: request ids of rule C11 (a REQ's ids have the top bit set)
+_REQUEST_ID = 0x80000000
+
+
+async def write_window(ck: Check) -> None:
+    """C11: window() and the hook given to watch_window(), over a req/rep pair."""
+    t = ck.target
+    client, server = await pair(ck, server=t.context(dialer=False, protocol="rep"),
+                                client=t.context(dialer=True, protocol="req"))
+    if not isinstance(client, WriteWindow):
+        ck.skip("WriteWindow not declared")
+    moves = [0]
+
+    def moved() -> None:
+        moves[0] += 1
+
+    if not client.watch_window(moved):
+        ck.skip("WriteWindow declared, but watch_window() says this connection never limits its writes")
+    for round_ in range(3):
+        room = client.window()
+        ck.expect(isinstance(room, int) and room > 0,
+                  f"window() with nothing outstanding (round {round_}) is {room!r}, not a positive int")
+        batch = [t.payload(_REQUEST_ID + 16 * round_ + i, 100) for i in range(min(room, 8))]
+        before = moves[0]
+        await write(client, batch)
+        after = client.window()
+        ck.expect(after == room or moves[0] > before,
+                  f"window() moved from {room} to {after} with a write, and the hook was not called")
+        got: list[bytes] = []
+        with ck.within(ck.timeout, "the requests of a window's worth, at the peer"):
+            while len(got) < len(batch):
+                got += await server.receive()
+        before = moves[0]
+        await write(server, got)  # (each answered: what a REP received goes back as its reply)
+        await receive_exactly(ck, client, batch, "the replies to a window's worth of requests")
+        again = client.window()
+        ck.expect(again == after or moves[0] > before,
+                  f"window() moved from {after} to {again} with the replies, and the hook was not called")

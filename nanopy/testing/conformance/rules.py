@@ -113,6 +113,9 @@ RULES: tuple[Rule, ...] = (
     Rule("C10", "PeerWatching", "with dead_peer_timeout set, keepalive is a task that keeps a live peer for "
          "twice the timeout, spares a busy pipe whose peer is silent, and ends a silent peer's pipe with "
          "TimeoutError(ETIMEDOUT) within about the timeout", _CAPS),
+    Rule("C11", "WriteWindow", "over a req/rep pair: window() is a positive int with nothing outstanding, "
+         "the hook given to watch_window() is called whenever a write or the peer's replies move the window, "
+         "and a window's worth of requests is answered in order", _CAPS),
 )
 
 RULES_BY_ID: dict[str, Rule] = {rule.id: rule for rule in RULES}

@@ -5,8 +5,9 @@ Everything after the handshake goes through the same stream code as SP pipes
 (direct writes from the sending thread, the read role, batching): only the
 codec differs -- ``frame`` builds ZMTP frames (through the socket type's role)
 and the decoder parses them. Commands the peer sends (PING, SUBSCRIBE, ...) are
-handled by the reader; what we owe in return (PONG, our SUBSCRIBEs) goes out
-through the pipe's control frame, ahead of queued messages.
+handled by the reader; what we owe in return (PONG, our SUBSCRIBEs: the socket
+pushes its subscriptions, SubscriptionForwarding) goes out through the pipe's
+control frame, ahead of queued messages.
 """
 
 from __future__ import annotations
@@ -16,21 +17,17 @@ import math
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ... import platform
 from ...core.errors import RemoteProtocolError
-from ...core.wire import other_wire
 from .._base import PipeContext
 from .._keepalive import PeerWatch, PongDebt
 from .._stream import StreamConnection
 from . import _codec as codec
-from ._curve import Cipher, z85_decode
-from ._mechanisms import Mechanism, make_mechanism
-from ._roles import describe_peers, make_role
-
-if TYPE_CHECKING:
-    from .._base import WithTopics
+from ._curve import Cipher
+from ._handshake import ZmtpHandshake
+from ._roles import make_role
 
 log = logging.getLogger("nanopy")
 _monotonic = time.monotonic
@@ -56,9 +53,11 @@ def announced_ttl(timeout: float) -> float:
 class ZmtpConnection(StreamConnection):
     """A ZMTP 3.1 pipe (accepting 3.0 peers) over a connected stream socket.
 
+    The handshake is a part of its own (``shake``, a :class:`ZmtpHandshake`: the
+    mechanism, the peer's Socket-Type, Identity and credentials); the connection
+    keeps the framed I/O.
+
     Attributes:
-        peer_type: the peer's Socket-Type (``b"PULL"``, ...) once the handshake is done.
-        peer_identity: the Identity the peer announced (``b""`` if none).
         minor: the peer's ZMTP minor version (0 for a 3.0 peer, 1 for 3.1).
         last_heard: when the peer last sent anything (``time.monotonic()``), the
             sign of life the dead-peer check looks at (see :meth:`send_ping`).
@@ -75,25 +74,23 @@ class ZmtpConnection(StreamConnection):
         self.framing = None  # a role may filter or rewrite per pipe: no shared chunks
         self.frame_overhead = None  # flags and a 1- or 8-byte size; a role may add frames
         self.role = make_role(ctx.protocol_name)
-        self.mechanism: Mechanism = make_mechanism(ctx.options)
+        # The role's write window (WriteWindow: one request per REQ pipe), as the connection's.
+        self.window = self.role.window
+        self.watch_window = self.role.watch_window
+        #: the handshake and what it learns of the peer (nanopy/transports/zmtp/_handshake.py)
+        self.shake = ZmtpHandshake(self, ctx, self.role, self._recv_some, self._send_all,
+                                   lambda: platform.is_unix_socket(self._sock))
         self._decoder = self._zmtp_decoder = codec.ZmtpDecoder(
             ctx.recv_max_size, self.role.multi, self._command, self.role.single
         )
         self._send_control: Callable[..., bool] | None = None
         self._pong_debt = PongDebt()
-        self.peer_type = b""
-        self.peer_identity = b""
-        #: the PLAIN user name a client gave us / the peer's CURVE public key (Z85)
-        self.peer_user: str | None = None
-        self.peer_curve_key: str | None = None
-        #: a PLAIN client's (user, password), kept for the gate's ZAP request until admitted
-        self.plain_credentials: tuple[bytes, bytes] | None = None
         self.gates_itself = True  # a refusal is an ERROR command in the handshake
         self.minor = 1
         self.last_heard = self.last_sent = time.monotonic()
         # Our longest silence toward the peer past ``ttl``, and when it ended (see silence_blamed).
         self._overdue = (0.0, 0.0)
-        #: CURVE's sealer and opener, set by its handshake (None: frames go in the clear)
+        #: CURVE's sealer and opener, from its handshake (None: frames go in the clear)
         self.cipher: Cipher | None = None
         # Dead-peer detection (docs/zmtp.md): PINGs to a silent 3.1 peer, driven by
         # dead_peer_timeout; ``keepalive`` is the pipe's extra task, or None.
@@ -111,137 +108,25 @@ class ZmtpConnection(StreamConnection):
         self._pings_sent = 0
 
     # -- handshake (engine thread, under the socket's handshake_timeout) ---------
-    async def read_exact(self, n: int, what: str) -> bytes:
-        data = b""
-        first = not self._greeted  # (``data`` is what the peer sent first)
-        while len(data) < n:
-            try:
-                chunk = await self._recv_some(n - len(data))
-            except ConnectionResetError as exc:
-                # An SP peer sends its header, reads our greeting and resets: name it.
-                raise self._sp_peer(data, first) or RemoteProtocolError(
-                    f"connection reset during the ZMTP {what}: {exc}") from None
-            if not chunk:
-                if not data and what == "greeting" and not self._greeted:
-                    raise EOFError("peer closed before the ZMTP greeting")
-                raise self._sp_peer(data, first) or RemoteProtocolError(f"peer closed during the ZMTP {what}")
-            data += chunk
-            self._greeted = True
-        return data
-
-    def _sp_peer(self, data: bytes, first: bool) -> RemoteProtocolError | None:
-        """The error naming an SP peer when the peer's first bytes are an SP header."""
-        return other_wire(data, "ZMTP", self._ipc_socket()) if first else None
-
-    def _ipc_socket(self) -> bool:
-        return platform.is_unix_socket(self._sock)
-
-    _greeted = False
-    _ttl_or_never = math.inf  # (``ttl`` where the write path reads it)
-
-    async def read_command(self) -> tuple[bytes, bytes]:
-        """One command frame of the handshake (an ERROR command raises its reason)."""
-        head = await self.read_exact(2, "handshake")
-        flags = head[0]
-        if not flags & codec.COMMAND or flags & codec.MORE or flags & 0xF8:
-            raise RemoteProtocolError(f"expected a ZMTP command during the handshake, got flags 0x{flags:02x}")
-        if flags & codec.LONG:
-            size = int.from_bytes(head[1:] + await self.read_exact(7, "handshake"), "big")
-        else:
-            size = head[1]
-        if size > 1 << 16:
-            raise RemoteProtocolError(f"a {size}-byte command during the ZMTP handshake")
-        name, data = codec.split_command(await self.read_exact(size, "handshake"))
-        if name == b"ERROR":
-            reason = data[1 : 1 + data[0]].decode("utf-8", "replace") if data else ""
-            raise RemoteProtocolError(f"the ZMTP peer refused the handshake: {reason or 'no reason given'}")
-        return name, data
-
-    async def write(self, data: bytes) -> None:
-        await self._send_all(data)
-
-    async def admit(self, props: dict[str, bytes]) -> None:
-        """Server side, before our READY: ask the listener's gate (if any) about the
-        peer, whose credentials and metadata (``props``) are known now. A refusal
-        goes to the peer as an ERROR command (RFC 37) and raises."""
-        self.peer_identity = props.get("identity", b"")
-        if self.gate is None:
-            return
-        try:
-            reason = await self.gate(self)
-        finally:
-            self.plain_credentials = None  # (no password outlives the handshake)
-        if reason is not None:
-            await self.refuse(reason)
-
-    def zap_credentials(self) -> tuple[str, tuple[bytes, ...]]:
-        """The mechanism's name and credentials as a ZAP request carries them (RFC 27)."""
-        name = self.mechanism.name.decode()
-        if name == "PLAIN" and self.plain_credentials is not None:
-            return name, self.plain_credentials
-        if name == "CURVE" and self.peer_curve_key is not None:
-            return name, (z85_decode(self.peer_curve_key),)
-        return name, ()
-
-    async def refuse(self, reason: str) -> None:
-        """Send ERROR with ``reason`` (as much as its 255 bytes hold), then raise."""
-        from ...core.errors import Refused
-
-        data = reason.encode("utf-8", "replace")[:255]
-        try:
-            await self._send_all(codec.encode_command(b"ERROR", bytes((len(data),)) + data))
-        except OSError:
-            pass  # (it may not listen)
-        raise Refused(reason)
-
-    def peer_details(self) -> dict[str, Any]:
-        return {"mechanism": self.mechanism.name.decode().lower(), "user": self.peer_user,
-                "curve_key": self.peer_curve_key, "routing_id": self.peer_identity or None}
-
     async def handshake(self) -> None:
-        mech = self.mechanism
-        await self._send_all(codec.encode_greeting(mech.name, mech.as_server))
-        signature = await self.read_exact(codec.SIGNATURE_SIZE, "greeting")
-        codec.check_signature(signature, self._ipc_socket())
-        self.minor = self.role.minor = codec.parse_version(await self.read_exact(2, "greeting"))
-        codec.parse_mechanism(await self.read_exact(codec.GREETING_SIZE - 12, "greeting"), mech.name)
-        props = await mech.handshake(self, self._metadata())
-        try:
-            self._check_peer(props)
-        except RemoteProtocolError as exc:
-            # Tell the peer why before closing (RFC 37's ERROR); it may not listen.
-            reason = str(exc).encode()[:255]
-            try:
-                await self._send_all(self.control_chunk(
-                    codec.encode_command(b"ERROR", bytes((len(reason),)) + reason)
-                ))
-            except OSError:
-                pass
-            raise
-        if self.cipher is not None:
-            self._zmtp_decoder.unbox = self.cipher.open
+        shake = self.shake
+        await shake.run()
+        self.minor = shake.minor
+        self.cipher = cipher = shake.cipher
+        if cipher is not None:
+            self._zmtp_decoder.unbox = cipher.open
         if self.minor < 1:
             # ZMTP 3.0 has no PING: TCP keepalive (zmtp+tcp) is all that watches it.
             self.keepalive = None
 
-    def _metadata(self) -> list[tuple[bytes, bytes]]:
-        props = [(b"Socket-Type", self.role.zmq_type)]
-        identity = self._ctx.options.get("identity")
-        if identity:
-            props.append((b"Identity", identity.encode() if isinstance(identity, str) else bytes(identity)))
-        return props
+    def zap_credentials(self) -> tuple[str, tuple[bytes, ...]]:
+        """The mechanism's name and credentials as a ZAP request carries them (RFC 27)."""
+        return self.shake.zap_credentials()
 
-    def _check_peer(self, props: dict[str, bytes]) -> None:
-        peer = props.get("socket-type", b"")
-        role = self.role
-        if peer not in role.peers:
-            shown = peer.decode("ascii", "replace") or "(none)"
-            raise RemoteProtocolError(
-                f"a ZeroMQ {shown} socket is not a valid peer of a nanopy {role.zmq_type.decode().lower()} "
-                f"socket (it talks to {describe_peers(role)})"
-            )
-        self.peer_type = peer
-        self.peer_identity = props.get("identity", b"")
+    def peer_details(self) -> dict[str, Any]:
+        return self.shake.peer_details()
+
+    _ttl_or_never = math.inf  # (``ttl`` where the write path reads it)
 
     # -- after the handshake -------------------------------------------------------
     def read_nowait(self) -> list[bytes] | None:
@@ -381,11 +266,8 @@ class ZmtpConnection(StreamConnection):
         self._pings_sent += 1
         self.send_ping(self.ttl)
 
-    def pipe_started(self, with_topics: WithTopics) -> None:
-        """The pipe joined its socket (engine thread): a SUB sends its subscriptions."""
-        self.role.started(with_topics)
-
-    def subscriptions_changed(self, with_topics: WithTopics) -> None:
-        """The socket subscribed or unsubscribed (any thread)."""
-        self.role.changed(with_topics)
+    def subscriptions(self, topics: frozenset[bytes]) -> None:
+        """The socket's subscriptions now (SubscriptionForwarding): a SUB tells its
+        peer what changed since the last call."""
+        self.role.subscriptions(topics)
 

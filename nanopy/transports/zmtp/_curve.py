@@ -22,7 +22,7 @@ from ...core.errors import AuthenticationFailed, RemoteProtocolError
 from . import _codec as codec
 
 if TYPE_CHECKING:
-    from ._conn import ZmtpConnection
+    from ._handshake import ZmtpHandshake
     from ._mechanisms import Metadata
 
 EXTRA_HINT = "CURVE needs PyNaCl: pip install 'nanopy[curve]'"
@@ -186,7 +186,7 @@ class CurveClient:
         self.secret = secret
         self.public = public
 
-    async def handshake(self, conn: ZmtpConnection, metadata: Metadata) -> dict[str, bytes]:
+    async def handshake(self, conn: ZmtpHandshake, metadata: Metadata) -> dict[str, bytes]:
         from ._mechanisms import expect
 
         nacl = self.nacl
@@ -228,7 +228,7 @@ class CurveServer:
         self.public = self.nacl.crypto_scalarmult_base(secret)
         self.clients = clients
 
-    async def handshake(self, conn: ZmtpConnection, metadata: Metadata) -> dict[str, bytes]:
+    async def handshake(self, conn: ZmtpHandshake, metadata: Metadata) -> dict[str, bytes]:
         from ._mechanisms import expect
 
         nacl = self.nacl

@@ -16,7 +16,7 @@ from ...core.errors import AuthenticationFailed, RemoteProtocolError
 from . import _codec as codec
 
 if TYPE_CHECKING:
-    from ._conn import ZmtpConnection
+    from ._handshake import ZmtpHandshake
 
 log = logging.getLogger("nanopy")
 
@@ -27,7 +27,7 @@ class Mechanism(Protocol):
     name: bytes
     as_server: bool
 
-    async def handshake(self, conn: ZmtpConnection, metadata: Metadata) -> dict[str, bytes]:
+    async def handshake(self, conn: ZmtpHandshake, metadata: Metadata) -> dict[str, bytes]:
         """Run the mechanism's commands; return the peer's metadata."""
         ...
 
@@ -37,7 +37,7 @@ def _error(reason: str) -> bytes:
     return codec.encode_command(b"ERROR", bytes((len(data),)) + data)
 
 
-async def expect(conn: ZmtpConnection, wanted: bytes) -> bytes:
+async def expect(conn: ZmtpHandshake, wanted: bytes) -> bytes:
     name, data = await conn.read_command()
     if name != wanted:
         raise RemoteProtocolError(
@@ -52,7 +52,7 @@ class Null:
     name = b"NULL"
     as_server = False
 
-    async def handshake(self, conn: ZmtpConnection, metadata: Metadata) -> dict[str, bytes]:
+    async def handshake(self, conn: ZmtpHandshake, metadata: Metadata) -> dict[str, bytes]:
         if conn.gate is not None:  # a gated listener hears the peer out before admitting it
             props = codec.parse_metadata(await expect(conn, b"READY"))
             await conn.admit(props)
@@ -72,7 +72,7 @@ class PlainClient:
         self.user = user
         self.password = password
 
-    async def handshake(self, conn: ZmtpConnection, metadata: Metadata) -> dict[str, bytes]:
+    async def handshake(self, conn: ZmtpHandshake, metadata: Metadata) -> dict[str, bytes]:
         hello = bytes((len(self.user),)) + self.user + bytes((len(self.password),)) + self.password
         await conn.write(codec.encode_command(b"HELLO", hello))
         await expect(conn, b"WELCOME")
@@ -90,7 +90,7 @@ class PlainServer:
     def __init__(self, auth: Callable[[str, str], bool] | None) -> None:
         self.auth = auth
 
-    async def handshake(self, conn: ZmtpConnection, metadata: Metadata) -> dict[str, bytes]:
+    async def handshake(self, conn: ZmtpHandshake, metadata: Metadata) -> dict[str, bytes]:
         hello = await expect(conn, b"HELLO")
         try:
             n = hello[0]

@@ -11,7 +11,8 @@ pipe's edge, so no core knows about ZeroMQ:
   comes up and whenever a subscription changes.
 * REQ: an SP request is ``id + body``; on the wire it is an empty delimiter and
   the body, as libzmq's REQ sends it. The wire has no id, so one request is in
-  flight per pipe: the others wait in the role and go out as replies come.
+  flight per pipe: the role's write window (``WriteWindow``) is one request, and
+  the others wait in the pipe's outbox until the reply opens it again.
 * REP: keeps every envelope (the frames up to the delimiter) under a 4-byte
   token it hands the core as the backtrace, and writes the envelope back in
   front of the reply.
@@ -21,19 +22,17 @@ from __future__ import annotations
 
 import itertools
 import logging
+import sys
 import threading
-from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ...core.drops import CANCELLED, MALFORMED, UNROUTABLE
 from ...core.errors import AddressError
 from ...core.message import Multipart
-from ...core.radix import RadixTree
+from .._base import DROP_CANCELLED as CANCELLED
+from .._base import DROP_MALFORMED as MALFORMED
+from .._base import DROP_UNROUTABLE as UNROUTABLE
 from ._codec import DELIMITER, encode_batch, encode_command, encode_message, encode_single, frame_header
-
-if TYPE_CHECKING:
-    from .._base import WithTopics
 
 log = logging.getLogger("nanopy")
 
@@ -48,6 +47,14 @@ def _uncounted(reason: str, n: int) -> None:
 
 #: at most this many REP envelopes wait for their replies per pipe (the oldest go first)
 MAX_ENVELOPES = 65536
+#: a REQ pipe remembers this many of the requests it wrote (resends of them are not written)
+WRITTEN_KEPT = 64
+#: the window of a role that never limits its writes
+UNLIMITED = sys.maxsize
+
+
+def _unwatched() -> None:
+    """Until the pipe watches the window (``ReqRole.watch_window``)."""
 
 
 def frames_of(payload: bytes) -> list[bytes]:
@@ -85,6 +92,14 @@ class Role:
         self.count_drop: CountDrop = _uncounted
         self.minor = 1  # the peer's ZMTP minor version (0: 3.0)
 
+    def window(self) -> int:
+        """How many more messages this pipe may write now (WriteWindow)."""
+        return UNLIMITED
+
+    def watch_window(self, moved: Callable[[], None]) -> bool:
+        """Tell ``moved`` when the window moves; False: this role has none."""
+        return False
+
     def frame(self, payloads: list[bytes]) -> bytes:
         """The wire data of a batch of SP payloads."""
         return encode_bodies(payloads)
@@ -97,10 +112,8 @@ class Role:
         """A role-specific command; False if the role does not know it."""
         return False
 
-    def started(self, with_topics: WithTopics) -> None:
-        """The pipe joined its socket (engine thread)."""
-    def changed(self, with_topics: WithTopics) -> None:
-        """The socket's subscriptions changed (any thread)."""
+    def subscriptions(self, topics: frozenset[bytes]) -> None:
+        """The socket's subscriptions now (SubscriptionForwarding; a socket round)."""
 
 
 class PushRole(Role):
@@ -127,6 +140,52 @@ class LockedRole(Role):
         self._lock = threading.Lock()
 
 
+class TopicFilter:
+    """A publisher pipe's subscriptions: a multiset of topics (a topic subscribed
+    twice needs two CANCELs) and the test "some topic prefixes this frame".
+
+    The test looks up the frame's prefix of each length a topic has, one dict
+    lookup per distinct length: few, as topics go.
+    """
+
+    def __init__(self) -> None:
+        self._counts: dict[bytes, int] = {}  # topic -> subscriptions
+        self._lengths: dict[int, int] = {}  # a topic length -> distinct topics of it
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
+    def __contains__(self, topic: bytes) -> bool:
+        return topic in self._counts
+
+    def add(self, topic: bytes) -> None:
+        counts = self._counts
+        n = counts.get(topic, 0)
+        counts[topic] = n + 1
+        if not n:
+            self._lengths[len(topic)] = self._lengths.get(len(topic), 0) + 1
+
+    def remove(self, topic: bytes) -> None:
+        """Drop one subscription to ``topic`` (KeyError if none)."""
+        counts = self._counts
+        n = counts[topic] - 1
+        if n:
+            counts[topic] = n
+            return
+        del counts[topic]
+        lengths = self._lengths
+        left = lengths[len(topic)] - 1
+        if left:
+            lengths[len(topic)] = left
+        else:
+            del lengths[len(topic)]
+
+    def match(self, frame: bytes) -> bool:
+        counts = self._counts
+        size = len(frame)
+        return any(n <= size and frame[:n] in counts for n in self._lengths)
+
+
 class PubRole(LockedRole):
     """Filters at the publisher: a message goes out if a peer subscription matches
     its first frame (RFC 29)."""
@@ -136,7 +195,7 @@ class PubRole(LockedRole):
 
     def __init__(self) -> None:
         super().__init__()
-        self.topics = RadixTree()  # the reader changes it, senders read it (under _lock)
+        self.topics = TopicFilter()  # the reader changes it, senders read it (under _lock)
 
     def frame(self, payloads: list[bytes]) -> bytes:
         with self._lock:
@@ -197,14 +256,8 @@ class SubRole(Role):
         super().__init__()
         self._told: frozenset[bytes] = frozenset()
 
-    def started(self, with_topics: WithTopics) -> None:
-        with_topics(self._sync)
-
-    def changed(self, with_topics: WithTopics) -> None:
-        with_topics(self._sync)
-
-    def _sync(self, want: frozenset[bytes]) -> None:
-        """In a round of the socket: send what changed since the last sync."""
+    def subscriptions(self, want: frozenset[bytes]) -> None:
+        """In a round of the socket: send what changed since the last call."""
         told = self._told
         out = [self._encode(True, t) for t in want - told] + [self._encode(False, t) for t in told - want]
         self._told = want
@@ -218,7 +271,8 @@ class SubRole(Role):
 
 
 class ReqRole(LockedRole):
-    """One request in flight per pipe (the wire carries no request id)."""
+    """One request in flight per pipe (the wire carries no request id): a write
+    window of one request, open again when its reply comes."""
 
     zmq_type = b"REQ"
     peers = frozenset({b"REP", b"ROUTER"})
@@ -226,21 +280,41 @@ class ReqRole(LockedRole):
     def __init__(self) -> None:
         super().__init__()
         self._inflight: bytes | None = None  # the id of the request on the wire
-        self._waiting: deque[tuple[bytes, bytes]] = deque()  # (id, body) behind it
+        # The ids of the latest requests written here: a resend of one is not
+        # written again (a ZMTP pipe loses nothing; the copy could only bring a
+        # second reply). Oldest first, at most WRITTEN_KEPT.
+        self._written: dict[bytes, None] = {}
+        self._moved: Callable[[], None] = _unwatched
+
+    def window(self) -> int:
+        return 0 if self._inflight is not None else 1
+
+    def watch_window(self, moved: Callable[[], None]) -> bool:
+        self._moved = moved
+        return True
 
     def frame(self, payloads: list[bytes]) -> bytes:
-        out = []
+        out = b""
+        over = 0
         with self._lock:
+            written = self._written
             for p in payloads:
-                rid, body = p[:4], p[4:]
-                if self._inflight is None:
-                    self._inflight = rid
-                    out.append(DELIMITER + encode_body(body))
-                elif rid != self._inflight and all(rid != w[0] for w in self._waiting):
-                    self._waiting.append((rid, body))
-                # else: a resend of a request this pipe holds already (a ZMTP pipe
-                # loses nothing, so the copy could only bring a second reply)
-        return b"".join(out)
+                rid = p[:4]
+                if rid in written:
+                    continue  # a resend of a request this pipe wrote already
+                if self._inflight is not None:
+                    over += 1  # past the window (a pipe never hands these): not written
+                    continue
+                self._inflight = rid
+                written[rid] = None
+                if len(written) > WRITTEN_KEPT:
+                    del written[next(iter(written))]
+                out = DELIMITER + encode_body(p[4:])
+        if out:
+            self._moved()  # shut (after the role's lock: the hook takes the pipe's)
+        if over:
+            self.count_drop(CANCELLED, over)  # the core sends it again (resend_interval)
+        return out
 
     def single(self, body: bytes) -> bytes | None:
         self.count_drop(MALFORMED, 1)  # a reply without the delimiter: dropped, as libzmq's REQ does
@@ -253,12 +327,10 @@ class ReqRole(LockedRole):
         with self._lock:
             rid = self._inflight
             self._inflight = None
-            if self._waiting:
-                self._inflight, body = self._waiting.popleft()
-                self.send_control(DELIMITER + encode_body(body))
         if rid is None:
             self.count_drop(CANCELLED, 1)  # no request in flight: a duplicate or stale reply
             return None
+        self._moved()  # the window is open: the next request in the outbox may go
         return rid + (frames[1] if len(frames) == 2 else Multipart(frames[1:]))
 
 
