@@ -14,6 +14,7 @@ import hmac
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import threading
@@ -63,9 +64,9 @@ def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kernel]:
     try:
         yield Kernel(proc, {k.removesuffix("_port"): v for k, v in ports.items()}, key)
     finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, 9)  # SIGKILL by PID: the kernel need not shut down cleanly
-        reap_child(proc.pid, timeout=10)
+        if proc.poll() is None:  # (poll() reaps a kernel that already exited)
+            os.kill(proc.pid, signal.SIGKILL)  # by PID: it need not shut down cleanly
+            reap_child(proc.pid, timeout=10)
         conn.unlink(missing_ok=True)
 
 
