@@ -33,7 +33,7 @@ the usual paths pay nothing per message.
 
 May call: the core's ``withdraw_pipe``/``requeue`` inside a round, the pipe
 drivers' ``lock``/``take_unwritten``/``resend.take_unacked_now``/``queue_batch``, the
-lanes' ``_revoke_lane``.
+lanes' ``revoke_lane``.
 """
 
 from __future__ import annotations
@@ -41,40 +41,43 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..core.base import TRANSMIT
-from .lanes import SendLanes
+from .round import Round
 
 if TYPE_CHECKING:
     from ..core.base import Action
     from ..pipe.driver import PipeDriver
+    from .lanes import SendLanes
 
 
-class PipeEndings(SendLanes):
-    """Ending pipes and requeueing (see the module docstring)."""
+class PipeEndings:
+    """Ending pipes and requeueing (see the module docstring). Its counts
+    (``requeued``, ``resent``) are the round's, with the other stats."""
 
-    requeued: int  # messages the core took back from ending pipes (never written)
-    resent: int  # ... and those it took back that the peer's kernel had not acknowledged
+    def __init__(self, driver: Round, lanes: SendLanes) -> None:
+        self.round = driver  # the lock, the core, the counters and the round's calls
+        self.lanes = lanes  # their credit goes back to the core before a pipe leaves it
 
     def pipe_ending(self, pipe: PipeDriver) -> None:
         """``pipe`` is dead or closing (any thread, holding neither the socket's
         lock nor the pipe's; each of its loops reports it, the first does the work)."""
         if not pipe.withdrawn:
-            self.feed(self._end_pipe, pipe, check_open=False)
+            self.round.feed(self._end_pipe, pipe, check_open=False)
 
     def _end_pipe(self, pipe: PipeDriver) -> None:
         """The round of :meth:`pipe_ending` (lock held); also for a pipe closed
         before it was added (``add_pipe``)."""
+        r = self.round
         if pipe.withdrawn:
             return
-        if self.closed or self.pipes.get(pipe.pid) is not pipe:
+        if r.closed or r.pipes.get(pipe.pid) is not pipe:
             # The socket is closing (its pipes' leftovers are counted at removal), or
             # the pipe is not added yet: add_pipe ends it at once.
             with pipe.lock:
                 pipe.closed = True
             return
         pipe.withdrawn = True
-        if self.lane is pipe or self._fan_pipes:
-            self._revoke_lane()  # (its lane credit back into the core first)
-        core = self.core
+        self.lanes.revoke_for(pipe.pid)  # (its lane credit back into the core first)
+        core = r.core
         resend = core.options.resend_unacked and pipe.sent_log is not None
         resent: list[bytes] = []
         with pipe.lock:
@@ -96,38 +99,42 @@ class PipeEndings(SendLanes):
         """Payloads whose TRANSMIT found its pipe closed or gone (a round before
         the pipe ended chose it): back to the core, behind what that pipe never
         wrote. A core that does not requeue counts them as ``dead_pipe`` drops."""
-        self.feed(self._take_back, payloads, None, check_open=False)
+        r = self.round
+        r.feed(self._take_back, payloads, None, check_open=False)
 
     def _take_back(self, payloads: list[bytes], pid: int | None, resent: int = 0) -> int:
         """Give ``payloads`` (of pipe ``pid``, or handed back; the first ``resent``
         of them had reached its kernel) to the core (lock held); returns how many
         it took."""
-        taken = self.core.requeue(payloads, pid)
+        r = self.round
+        taken = r.core.requeue(payloads, pid)
         resent = min(resent, taken)
-        self.resent += resent
-        self.requeued += taken - resent
+        r.resent += resent
+        r.requeued += taken - resent
         self._moving(taken)
         return taken
 
     def _moving(self, taken: int) -> None:
         """While requeued payloads move (``taken`` now, or some held by the core),
         rounds queue TRANSMITs at once and returned credit reaches the core at once."""
-        holding = self.core.holding
+        r = self.round
+        holding = r.core.holding
         if taken or holding:
-            if "_drain" not in vars(self):
-                self._drain = self._drain_requeued  # type: ignore[method-assign]
+            if "_drain" not in vars(r):  # (the round's own drain, shadowed on the instance)
+                r._drain = self._drain_requeued  # type: ignore[method-assign]
             if holding:
                 # Lane sends skip the core: they must not pass what it holds, and
                 # the lane's credit may send it now.
-                self._revoke_lane()
-                if self._lazy_credit:
-                    self._lazy_credit = False
-                    self._relazy = True
+                self.lanes.revoke_lane()
+                if r._lazy_credit:
+                    r._lazy_credit = False
+                    r._relazy = True
 
     def _drain_requeued(self) -> list[Action] | None:
         """``_drain`` while requeued payloads move (lock held): TRANSMITs are queued
         on their pipes now, in order (see the module docstring)."""
-        core = self.core
+        r = self.round
+        core = r.core
         actions = core.actions
         kept: list[Action] = []
         while actions:
@@ -138,18 +145,19 @@ class PipeEndings(SendLanes):
                 self._take_back(refused, None)  # (a pipe withdrawn since: not chosen again)
         actions.extend(kept)
         if not core.holding:
-            del self._drain  # the usual drain again
-            if self._relazy:
-                self._relazy = False
-                self._lazy_credit = True
-        return super()._drain()
+            del r._drain  # the usual drain again
+            if r._relazy:
+                r._relazy = False
+                r._lazy_credit = True
+        return Round._drain(r)
 
     def _queue_transmits(self, out: list[Action], kept: list[Action]) -> list[bytes]:
         """Queue the TRANSMITs of ``out`` on their pipes, a run per pipe (lock
         held); other actions go to ``kept``. Returns the payloads of pipes gone
         or withdrawn."""
+        r = self.round
         refused: list[bytes] = []
-        pipes = self.pipes
+        pipes = r.pipes
         i, n = 0, len(out)
         while i < n:
             action = out[i]

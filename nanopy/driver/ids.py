@@ -16,37 +16,43 @@ from .round import Round
 from .waiters import WaitQueue
 
 
-class PerIds(Round):
-    """Request and survey ids' wait queues (see the module docstring)."""
+class PerIds:
+    """Request and survey ids' wait queues (see the module docstring); the queues
+    themselves are the round's (``id_queues``: its drain wakes them)."""
+
+    def __init__(self, driver: Round) -> None:
+        self.round = driver
 
     # -- requests and surveys (per-id waiters) -----------------------------------------------
     def start_id(
         self, start: Callable[[], int], ready: Callable[[int], bool], body_len: int
     ) -> tuple[int, WaitQueue]:
         """Start a request/survey with ``start()``; its id and the id's own wait queue."""
+        r = self.round
 
         def op() -> tuple[int, WaitQueue]:
             key = start()
-            self.sent += 1
-            self.bytes_sent += body_len
-            queue = self.id_queues[key] = WaitQueue(lambda: ready(key))
+            r.sent += 1
+            r.bytes_sent += body_len
+            queue = r.id_queues[key] = WaitQueue(lambda: ready(key))
             return key, queue
 
-        return self.feed(op)
+        return r.feed(op)
 
     def forget_id(self, key: int, cancel: Callable[[int], None] | None = None) -> None:
         """Drop an id's wait queue, and cancel it in the core if ``cancel`` is given."""
+        r = self.round
         if cancel is None:
             # No lock: this may run from a generator finalizer (GC) on a thread that
             # already holds it; a single dict.pop is atomic anyway.
-            self.id_queues.pop(key, None)
+            r.id_queues.pop(key, None)
             return
 
         def op() -> None:
-            self.id_queues.pop(key, None)
+            r.id_queues.pop(key, None)
             cancel(key)
 
-        self.feed(op, check_open=False)
+        r.feed(op, check_open=False)
 
     def take_attempt(
         self, key: int, take: Callable[[int], Message | None], one_shot: bool
@@ -55,15 +61,16 @@ class PerIds(Round):
 
         The id's wait queue goes with the reply, or when ``take`` returns None (over).
         """
-        queues = self.id_queues
+        r = self.round
+        queues = r.id_queues
 
         def attempt() -> Message | None:
             msg = take(key)
             if msg is None:
                 queues.pop(key, None)
             else:
-                self.received += 1
-                self.bytes_received += len(msg.body)
+                r.received += 1
+                r.bytes_received += len(msg.body)
                 if one_shot:
                     queues.pop(key, None)
             return msg

@@ -21,9 +21,11 @@ never by recursion, however many queued requests one credit releases.
 
 May call: the core, the pipe drivers (``transmit``, ``reader.resume``,
 ``close_soon``; ``queue_fan_out`` of nanopy/pipe/fanout.py), the timers. Nothing
-else in nanopy takes the socket lock or calls the core: the other parts of the driver (``_lanes``,
-``_runs``, ``_direct``, ``_waiting``, ``_ids``) are mixins built on this class
-and go through its rounds; :class:`~nanopy.driver.socket_driver.SocketDriver` puts them together.
+else in nanopy takes the socket lock or calls the core: the other parts of the driver
+(``lanes``, ``runs``, ``direct``, ``waiting``, ``endings``, ``ids``) are objects
+of their own, each given this round (the driver) when it is made, and go through
+its rounds; :class:`~nanopy.driver.socket_driver.SocketDriver` is this class with
+those parts. It knows none of them: what it needs of one (``hand_back``) it is given.
 """
 
 from __future__ import annotations
@@ -84,40 +86,54 @@ def _credit_is_bookkeeping(core: Core) -> bool:
 
 
 class Round:
-    """The round core of :class:`~nanopy.driver.socket_driver.SocketDriver` (see the module docstring).
+    """The round of :class:`~nanopy.driver.socket_driver.SocketDriver`, its one base
+    (see the module docstring): the socket's lock, core and the state every part
+    of the driver reaches through it.
 
-    Attributes (set by ``SocketDriver.__init__``):
+    Attributes:
         lock: the socket lock (held only inside a round).
         core: the Sans-I/O protocol core.
         closed: set once by ``close_core``.
         pipes: live pipe drivers by pipe id.
-        send_q, recv_q: waiters for a send / a receive.
+        lane: the sole pipe holding lane credit (written by the lanes part only;
+            ``Socket.send`` reads it for its written-out lane send).
+        send_q, recv_q: waiters for a send / a receive (the driver makes them once
+            its parts exist: their conditions are the lanes' and the runs').
         id_queues: waiters of one request or survey id (woken by READY actions).
+        hand_back: the endings part's hand-back of payloads a closed pipe refused.
     """
 
-    lock: threading.Lock
-    core: Core
-    closed: bool
-    fork_closed: bool
-    _name: Callable[[], str]
-    _engine: Callable[[], Engine]
-    pipes: dict[int, PipeDriver]
+    # Given by SocketDriver.__init__ once its parts exist (they need the round first).
     send_q: WaitQueue
     recv_q: WaitQueue
-    caller_q: CallerWaitQueue | None
     queues: list[WaitQueue]
-    watchers: list[Any]
-    id_queues: dict[int, WaitQueue]
-    timers: Timers | None
-    spawn_task: Callable[..., None] | None
-    _due: deque[tuple[int, int]]
-    _lazy_credit: bool
-    _relazy: bool
-    fanout_end: float
-    sent: int
-    received: int
-    bytes_sent: int
-    bytes_received: int
+    hand_back: Callable[[list[bytes]], None]
+
+    def __init__(self, core: Core, name: Callable[[], str], engine: Callable[[], Engine]) -> None:
+        self.lock = threading.Lock()
+        self.core = core
+        self.closed = False
+        self.fork_closed = False
+        self._name = name
+        self._engine = engine
+        self.pipes: dict[int, PipeDriver] = {}
+        self.lane: PipeDriver | None = None
+        # Per-caller classic calls: a cooked REQ's recv() waits for *its caller's*
+        # reply, so its waiters are keyed by caller (nanopy.core.callers).
+        self.caller_q = CallerWaitQueue() if core.per_caller_recv else None
+        self.watchers: list[Any] = []  # blocked polls, woken after any change (nanopy.socket.poller)
+        self.id_queues: dict[int, WaitQueue] = {}
+        self.timers: Timers | None = None
+        # Starts an engine task in the socket's task tree (set by the Socket).
+        self.spawn_task: Callable[..., None] | None = None
+        self._due: deque[tuple[int, int]] = deque()
+        self._lazy_credit = _credit_is_bookkeeping(core)
+        self._relazy = False  # _lazy_credit is off while the core holds requeued payloads
+        self.fanout_end = 0.0  # when the last round that wrote to several pipes ended
+        # counters (stats); drops are counted by reason in ``core.drops``, under the lock
+        self.sent = self.received = self.bytes_sent = self.bytes_received = 0
+        self.requeued = 0  # messages the core took back from ending pipes (never written)
+        self.resent = 0  # ... and those it took back that the peer's kernel had not acknowledged
 
     # -- errors ------------------------------------------------------------------
     def closed_error(self) -> Closed:
@@ -290,12 +306,6 @@ class Round:
                 self._relazy = False  # the requeued payloads went out (remove_pipe)
                 self._lazy_credit = True
             return self._drain()
-
-    if TYPE_CHECKING:
-
-        def hand_back(self, payloads: list[bytes]) -> None:
-            """Payloads whose TRANSMIT found its pipe closed or gone: back to the core
-            (``PipeEndings``, nanopy/driver/endings.py)."""
 
     def credit(self, pid: int, n: int) -> None:
         """Credit from the engine side (a writer flushed, an inproc peer read)."""
