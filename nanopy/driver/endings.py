@@ -1,9 +1,9 @@
 """Pipe endings: what a dead pipe never wrote goes back ahead of any later send.
 
 Owns: the round that ends a pipe (``pipe_ending``), the hand-back of payloads a
-closed pipe refused (``hand_back``), the requeue count (``requeued``:
-``stats().messages_requeued``) and the drain used while requeued payloads move
-(``_drain_requeued``).
+closed pipe refused (``hand_back``), the requeue count (the round's
+``requeued``: ``stats().messages_requeued``) and the drain used while requeued
+payloads move (``_drain_requeued``).
 
 The moment a pipe is known dead -- its reader or writer failed, its dead-peer
 watch fired, or it is being closed -- one round (under the socket lock):
@@ -61,9 +61,9 @@ class PipeEndings:
         """``pipe`` is dead or closing (any thread, holding neither the socket's
         lock nor the pipe's; each of its loops reports it, the first does the work)."""
         if not pipe.withdrawn:
-            self.round.feed(self._end_pipe, pipe, check_open=False)
+            self.round.feed(self.end_pipe, pipe, check_open=False)
 
-    def _end_pipe(self, pipe: PipeDriver) -> None:
+    def end_pipe(self, pipe: PipeDriver) -> None:
         """The round of :meth:`pipe_ending` (lock held); also for a pipe closed
         before it was added (``add_pipe``)."""
         r = self.round
@@ -91,7 +91,7 @@ class PipeEndings:
                     resent = pipe.resend.take_unacked_now()
         core.withdraw_pipe(pipe.pid, pending)
         if orphans is not None:
-            self._take_back(resent + orphans, pipe.pid, len(resent))
+            self.take_back(resent + orphans, pipe.pid, len(resent))
         else:
             self._moving(0)  # (nothing yet: the core holds sends meanwhile)
 
@@ -100,9 +100,9 @@ class PipeEndings:
         the pipe ended chose it): back to the core, behind what that pipe never
         wrote. A core that does not requeue counts them as ``dead_pipe`` drops."""
         r = self.round
-        r.feed(self._take_back, payloads, None, check_open=False)
+        r.feed(self.take_back, payloads, None, check_open=False)
 
-    def _take_back(self, payloads: list[bytes], pid: int | None, resent: int = 0) -> int:
+    def take_back(self, payloads: list[bytes], pid: int | None, resent: int = 0) -> int:
         """Give ``payloads`` (of pipe ``pid``, or handed back; the first ``resent``
         of them had reached its kernel) to the core (lock held); returns how many
         it took."""
@@ -142,7 +142,7 @@ class PipeEndings:
             actions.clear()
             refused = self._queue_transmits(out, kept)
             if refused:
-                self._take_back(refused, None)  # (a pipe withdrawn since: not chosen again)
+                self.take_back(refused, None)  # (a pipe withdrawn since: not chosen again)
         actions.extend(kept)
         if not core.holding:
             del r._drain  # the usual drain again
@@ -174,6 +174,6 @@ class PipeEndings:
             if pipe is None or pipe.withdrawn:
                 refused += batch
             else:
-                pipe.queue_batch(batch, True)  # (not closed: only _end_pipe closes a live pipe)
+                pipe.queue_batch(batch, True)  # (not closed: only end_pipe closes a live pipe)
             i = j
         return refused

@@ -1,9 +1,10 @@
 """Send lanes: sends that skip the core while it has nothing to decide.
 
-Owns: the sole-pipe lane (``lane``: the pipe holding credit taken with
-``Core.take_sole``), the fan-out lane (``_fan_*``: credit of every pipe taken
-with ``Core.take_all`` and the bodies sent on it), the socket's flush round
-(``flush_later``) and the send fast path ``try_send``.
+Owns: the sole-pipe lane (the round's ``lane``, written here only, read by
+``Socket.send``: the pipe holding credit taken with ``Core.take_sole``), the
+fan-out lane (``_fan_*``: credit of every pipe taken with ``Core.take_all`` and
+the bodies sent on it), the socket's flush round (``flush_later``) and the send
+fast path ``try_send``.
 
 When a core whose send just spends a credit (PUSH, PAIR v0, PUB) has one pipe,
 a send round takes several of its credits at once and hands them to that pipe
@@ -66,6 +67,8 @@ class SendLanes:
         self._flush_pipes: list[PipeDriver] = []
         self._flush_armed = False
         self._flush_due = 0.0  # when the armed round's oldest payload has waited MAX_HOLD
+        # The condition of the send wait queue: a core without lanes is asked alone.
+        self.send_ready: Callable[[], bool] = self.writable if self._lanes or self._fans else core.can_send
 
     def forked(self) -> None:
         """In a forked child (``SocketDriver.forked``): a new flush lock, no lane members."""

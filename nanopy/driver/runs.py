@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import WouldBlock
@@ -47,6 +48,13 @@ class ReceiveRuns:
         self.run: deque[bytes] = body_queue.run if body_queue is not None else deque()
         self.run_token: Any = None  # the pipe token of the bodies in ``run`` (recv_msg)
         self.held: deque[bytes] = deque()  # a refused multipart message, first in line (see the docstring)
+        # The condition of the receive wait queue: a core without runs is asked alone.
+        self.recv_ready: Callable[[], bool] = self.readable if body_queue is not None else driver.core.can_recv
+
+    def stop_at_multipart(self, pid: int) -> None:
+        """Pipe ``pid`` carries multipart messages: its runs end before one (lock held)."""
+        if self._body_queue is not None:
+            self._body_queue.stops.add(pid)
 
     def forget(self) -> None:
         """Drop what the runs hold (lock held: close, or a forked child)."""

@@ -101,9 +101,8 @@ class SocketDriver(Round):
         waiting = self.waiting = Waiting(self, direct)
         ids = self.ids = PerIds(self)
         self.hand_back = endings.hand_back
-        self.send_q = WaitQueue(lanes.writable if lanes._lanes or lanes._fans else core.can_send)
-        readable = runs.readable if runs._body_queue is not None else core.can_recv
-        self.recv_q = self.caller_q or WaitQueue(readable)  # type: ignore[assignment]
+        self.send_q = WaitQueue(lanes.send_ready)
+        self.recv_q = self.caller_q or WaitQueue(runs.recv_ready)  # type: ignore[assignment]
         self.queues = [self.send_q, self.recv_q]
         # The same objects as the runs part's (never rebound): Socket.recv pops ``run``.
         self.run = runs.run
@@ -138,13 +137,12 @@ class SocketDriver(Round):
             if self.closed:
                 return False
             self.pipes[info.id] = driver
-            body_queue = self.runs._body_queue
-            if multipart and body_queue is not None:
-                body_queue.stops.add(info.id)  # (its runs end before a multipart message)
+            if multipart:
+                self.runs.stop_at_multipart(info.id)
             self.lanes.revoke_lane()  # (two pipes share sends message by message)
             self.core.add_pipe(info, credit)
             if driver.closed:
-                self.endings._end_pipe(driver)  # (closed while it was being added)
+                self.endings.end_pipe(driver)  # (closed while it was being added)
             actions = self._drain()
         if actions:
             self.execute(actions)
@@ -174,7 +172,7 @@ class SocketDriver(Round):
                 return 0
             # (what it does not take, it counts as dropped; with none, a core that
             # held sends for this pipe's rest lets them go)
-            return self.endings._take_back(orphans or [], pid, resent)
+            return self.endings.take_back(orphans or [], pid, resent)
 
         return self.feed(remove, check_open=False)
 
