@@ -3,24 +3,39 @@
 Owns: the entries of ``id_queues`` (one WaitQueue per REQ request / SURVEYOR
 survey id, woken by the core's ``(READY, id)`` actions in the round's drain).
 
-May call: the round (``feed``); the core only through the callables the
+May call: the round (``feed``, through :class:`IdsHost`); the core only through the callables the
 request/survey conveniences (nanopy/socket/requests.py) pass in.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 from ..core.message import Message
-from .round import Round
 from .waiters import WaitQueue
+
+T = TypeVar("T")
+
+
+class IdsHost(Protocol):
+    """What the per-id part needs of the driver (the round): a round, the id
+    queues its drain wakes, and the counters a request or a reply moves."""
+
+    id_queues: dict[int, WaitQueue]
+    sent: int
+    bytes_sent: int
+    received: int
+    bytes_received: int
+
+    def feed(self, op: Callable[..., T], *args: Any, check_open: bool = True) -> T: ...
 
 
 class PerIds:
     """Request and survey ids' wait queues (see the module docstring); the queues
     themselves are the round's (``id_queues``: its drain wakes them)."""
 
-    def __init__(self, driver: Round) -> None:
+    def __init__(self, driver: IdsHost) -> None:
         self.round = driver
 
     # -- requests and surveys (per-id waiters) -----------------------------------------------

@@ -4,31 +4,55 @@ Owns: the retry loop of an attempt that raises ``WouldBlock`` (``call``,
 ``acall``), parking a waiter between tries, timeouts, and the checkpoints of
 every ``a*`` call (``cancellation_point``, ``checkpoint_before``/``after``).
 
-May call: the round (``_attempt``, ``_abandon``) and the direct read
+May call: the round, through :class:`WaitHost` (its attempt rounds, the pipes
+and the receive queue), and the direct read
 (:class:`~nanopy.driver.direct.DirectRead`) when the socket's only pipe can be read here.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import sniffio
 import trio
 
 from ..core.errors import Timeout
 from .direct import DirectRead, _asyncio_wait_for_fds, _trio_wait_readable
-from .round import BLOCKED, Round, _Blocked
+from .round import BLOCKED, _Blocked
 from .waiters import ThreadWaiter, WaitQueue, async_waiter
 
+if TYPE_CHECKING:
+    from ..engine.engine import Engine
+
 T = TypeVar("T")
+
+
+class WaitHost(Protocol):
+    """What the waiting part needs of the driver (the round): one try of an
+    attempt in a round, giving a waiter up, and what a timeout reports."""
+
+    recv_q: WaitQueue
+    _name: Callable[[], str]
+    _engine: Callable[[], Engine]
+
+    @property
+    def pipes(self) -> Mapping[int, object]:
+        """The live pipes (how many: a sole one may be read directly)."""
+        ...
+
+    def _attempt(self, attempt: Callable[[], T], park: Callable[[], Any] | None) -> tuple[T | _Blocked, Any]: ...
+
+    def try_once(self, attempt: Callable[[], T]) -> T | _Blocked: ...
+
+    def _abandon(self, queue: WaitQueue, waiter: Any) -> None: ...
 
 
 class Waiting:
     """Blocking and async calls (see the module docstring)."""
 
-    def __init__(self, driver: Round, direct: DirectRead) -> None:
+    def __init__(self, driver: WaitHost, direct: DirectRead) -> None:
         self.round = driver  # the attempt's rounds, the wait queues, the pipes
         self.direct = direct  # reads the only pipe in the caller's own thread
 
