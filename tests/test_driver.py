@@ -86,6 +86,21 @@ class _InstantPipe:
         self.written.append(payload)
         return 1 if self.instant else 0
 
+    # the socket's calls on a pipe (PipeDriver.grant_lane, revoke_lane, count_delivery)
+    def grant_lane(self, n: int) -> None:
+        self.lane_credit += n
+
+    def revoke_lane(self) -> tuple[int, int]:
+        n, spent = self.lane_credit, self.lane_bytes
+        self.lane_credit = self.lane_bytes = 0
+        return n, spent
+
+    def count_delivery(self, n_msgs: int, n_bytes: int, pause: bool) -> None:
+        self.rx_msgs += n_msgs
+        self.rx_bytes += n_bytes
+        if pause:
+            self.reader.paused = True
+
 
 def _driver(core_cls: type, **opts: Any) -> SocketDriver:
     options = new_options(core_cls.name)

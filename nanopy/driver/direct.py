@@ -280,10 +280,7 @@ class DirectRead(Round):
                 keep = self.core.messages_received(state.pid, payloads)
                 pipe = self.pipes.get(state.pid)
                 if pipe is not None:
-                    pipe.rx_msgs += len(payloads)
-                    pipe.rx_bytes += size
-                    if not keep:
-                        pipe.reader.paused = True
+                    pipe.count_delivery(len(payloads), size, not keep)
             try:
                 result: T | _Blocked = attempt()
             except WouldBlock:

@@ -90,9 +90,7 @@ class SendLanes(Round):
         if pipe is None:
             return
         self.lane = None
-        with pipe.lock:
-            n, pipe.lane_credit = pipe.lane_credit, 0
-            spent_bytes, pipe.lane_bytes = pipe.lane_bytes, 0
+        n, spent_bytes = pipe.revoke_lane()
         self.sent -= n
         self.bytes_sent += spent_bytes
         if n:
@@ -159,8 +157,7 @@ class SendLanes(Round):
         if self.lane is not pipe:
             self._revoke_lane()
             self.lane = pipe
-        with pipe.lock:
-            pipe.lane_credit += n
+        pipe.grant_lane(n)
         self.sent += n
 
     def flush_later(self, pipe: PipeDriver | None) -> None:

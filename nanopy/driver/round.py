@@ -316,10 +316,7 @@ class Round:
             keep = self.core.messages_received(pid, payloads)
             pipe = self.pipes.get(pid)
             if pipe is not None:
-                pipe.rx_msgs += len(payloads)
-                pipe.rx_bytes += size
-                if not keep:
-                    pipe.reader.paused = True
+                pipe.count_delivery(len(payloads), size, not keep)
             actions = self._drain()
         if actions:
             self.execute(actions)

@@ -262,6 +262,27 @@ class PipeDriver(Outbox):
             return 0
         return self._write_shared(batch, framed)
 
+    # -- the socket's calls on its pipe (socket's lock held; once per batch) ----
+    def grant_lane(self, n: int) -> None:
+        """The socket grants ``n`` credits to its send lane on this pipe."""
+        with self.lock:
+            self.lane_credit += n
+
+    def revoke_lane(self) -> tuple[int, int]:
+        """Take the lane back: ``(unspent credit, bytes the spent credit carried)``."""
+        with self.lock:
+            n, self.lane_credit = self.lane_credit, 0
+            spent, self.lane_bytes = self.lane_bytes, 0
+        return n, spent
+
+    def count_delivery(self, n_msgs: int, n_bytes: int, pause: bool) -> None:
+        """The socket's core took a batch read from this pipe (for the pipe view);
+        ``pause``: its queue is full, stop reading until RESUME_READ."""
+        self.rx_msgs += n_msgs
+        self.rx_bytes += n_bytes
+        if pause:
+            self.reader.paused = True
+
     def queue_batch(self, batch: list[bytes], kick: bool) -> bool:
         """Queue a batch the fan-out lane (under the socket lock: batches reach every pipe
         in the order taken) or a batch send took; False if closed (nothing queued).
