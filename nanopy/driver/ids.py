@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from .._seam import PipeT
 from ..core.message import Message
 from .round import Round
 from .waiters import WaitQueue
 
 
-class PerIds(Round):
+class PerIds(Round[PipeT]):
     """Request and survey ids' wait queues (see the module docstring)."""
 
     # -- requests and surveys (per-id waiters) -----------------------------------------------

@@ -7,7 +7,7 @@ with ``Core.take_all`` and the bodies sent on it), the socket's flush round
 
 When a core whose send just spends a credit (PUSH, PAIR v0, PUB) has one pipe,
 a send round takes several of its credits at once and hands them to that pipe
-(``PipeDriver.lane_credit``); sends then spend them in ``transmit`` under the
+(``PipeHandle.grant_lane``); sends then spend them in ``transmit`` under the
 pipe's lock alone, with no socket round, until they run out. A pipe coming or
 going, or close, gives unspent lane credit back to the core.
 
@@ -16,13 +16,14 @@ takes the same number of credits from every pipe at once, and the sends that
 follow only append the body to one list (``_fan_out``) in a short round that
 never calls the core. A full list -- or the socket's flush round, within
 ``MAX_HOLD`` -- is queued on every member pipe under the socket lock
-(``PipeDriver.queue_batch``, so batches reach every pipe in the order they were
+(``PipeHandle.queue_batch``, so batches reach every pipe in the order they were
 taken) and then written (``flush_queued``: one framing shared by all stream
 pipes). What the lane has taken always reaches the pipes before anything a later
 round sends them.
 
 May call: the round (:class:`~nanopy.driver.round.Round`), the core's ``take_sole``/
-``take_all``/``send``/``pipe_credit`` inside a round, the pipe drivers.
+``take_all``/``send``/``pipe_credit`` inside a round, the pipes as ``PipeHandle``s
+(nanopy/_seam.py).
 """
 
 from __future__ import annotations
@@ -32,14 +33,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .._seam import CALLER_BATCH_MAX, CALLER_BYTES, MAX_HOLD, PipeT, wait_out_burst
 from ..core.base import TRANSMIT
 from ..core.errors import WouldBlock
-from ..pipe.driver import CALLER_BATCH_MAX, CALLER_BYTES
-from ..pipe.fanout import MAX_HOLD, wait_out_burst
 from .round import FANOUT_GAP, Round
 
 if TYPE_CHECKING:
-    from ..pipe.driver import PipeDriver
+    from .._seam import Framed
 
 # The most credits one send round hands to the lane (see the docstring).
 LANE_MAX = 256
@@ -47,18 +47,18 @@ LANE_MAX = 256
 FAN_MIN = 16
 
 
-class SendLanes(Round):
+class SendLanes(Round[PipeT]):
     """The send lanes and the send fast path (see the module docstring)."""
 
     _lanes: bool
-    lane: PipeDriver | None  # the sole pipe holding lane credit
+    lane: PipeT | None  # the sole pipe holding lane credit
     _fans: bool
     _fan_credit: int  # sends the fan-out lane may still take
-    _fan_pipes: list[PipeDriver]  # its member pipes
+    _fan_pipes: list[PipeT]  # its member pipes
     _fan_out: list[bytes]  # bodies taken, not yet handed to the pipes
     _fan_bytes: int
     _flush_lock: threading.Lock
-    _flush_pipes: list[PipeDriver]  # pipes holding what a fan-out burst queued
+    _flush_pipes: list[PipeT]  # pipes holding what a fan-out burst queued
     _flush_armed: bool
     _flush_due: float  # when the armed round's oldest payload has waited MAX_HOLD
 
@@ -110,7 +110,7 @@ class SendLanes(Round):
         self._fan_pipes = members  # type: ignore[assignment]
         self._fan_credit = n
 
-    def _hand_out_fan(self, kick: bool = False) -> list[PipeDriver]:
+    def _hand_out_fan(self, kick: bool = False) -> list[PipeT]:
         """Queue the fan-out lane's bodies on its member pipes and empty the list
         (lock held: batches reach every pipe in the order they were taken).
         Returns the members, for :meth:`_write_fan` once the lock is released
@@ -123,7 +123,7 @@ class SendLanes(Round):
                 pipe.queue_batch(batch, kick)
         return members
 
-    def _revoke_fan(self, kick: bool = True) -> list[PipeDriver]:
+    def _revoke_fan(self, kick: bool = True) -> list[PipeT]:
         """Close the fan-out lane (lock held): what it took is queued on its
         pipes, unspent credit goes back to the core. Returns the members, as
         :meth:`_hand_out_fan` (``kick=False``: the caller writes them)."""
@@ -135,10 +135,10 @@ class SendLanes(Round):
                 self.core.pipe_credit(pipe.pid, n)
         return members
 
-    def _write_fan(self, members: list[PipeDriver]) -> None:
+    def _write_fan(self, members: list[PipeT]) -> None:
         """Write what the fan-out lane queued on each member (lock not held); a
         pipe already being written is left to that writer."""
-        framed: dict[Any, tuple[list[bytes], Any]] = {}  # framed once for all stream pipes
+        framed: Framed = {}  # framed once for all stream pipes
         for pipe in members:
             done = pipe.flush_queued(framed)
             if done:
@@ -160,7 +160,7 @@ class SendLanes(Round):
         pipe.grant_lane(n)
         self.sent += n
 
-    def flush_later(self, pipe: PipeDriver | None) -> None:
+    def flush_later(self, pipe: PipeT | None) -> None:
         """``pipe`` queued a fan-out burst's first payload (any thread): the socket's
         flush round will write it, unless a sender writes the outbox first. None:
         the fan-out lane took its first body; the round hands the lane's bodies out.
@@ -180,7 +180,7 @@ class SendLanes(Round):
         self._engine().spawn(self._flush_round)
 
     async def _flush_round(self) -> None:
-        """Wait while the burst goes on (:func:`~nanopy.pipe.fanout.wait_out_burst`: no
+        """Wait while the burst goes on (:func:`~nanopy._seam.wait_out_burst`: no
         payload waits past ``MAX_HOLD``), then write what it left on each pipe.
 
         A pipe whose channel is busy, or cannot take the whole chunk, is left to
@@ -194,7 +194,7 @@ class SendLanes(Round):
             with self.lock:
                 members = self._hand_out_fan()
             self._write_fan(members)
-        framed: dict[Any, tuple[list[bytes], Any]] = {}  # a batch equal on many pipes is framed once
+        framed: Framed = {}  # a batch equal on many pipes is framed once
         for pipe in pipes:
             done = pipe.flush_queued(framed)
             if done:
@@ -211,7 +211,7 @@ class SendLanes(Round):
                 if done:
                     self.credit(lane.pid, done)
                 return True
-        members: list[PipeDriver] | None = None  # pipes the fan-out lane queued a batch on
+        members: list[PipeT] | None = None  # pipes the fan-out lane queued a batch on
         arm = blocked = False
         action = rest = None
         lock = self.lock
@@ -296,8 +296,8 @@ class SendLanes(Round):
 
         The lanes are closed first, as a waiting sender's attempt closes them: the
         core then holds every credit and decides each message as ``send`` would."""
-        members: list[PipeDriver] | None = None
-        sole: tuple[PipeDriver, list[bytes]] | None = None
+        members: list[PipeT] | None = None
+        sole: tuple[PipeT, list[bytes]] | None = None
         lock = self.lock
         lock.acquire()
         try:
@@ -347,7 +347,7 @@ class SendLanes(Round):
             self._execute_batch(actions or [], sole)
         return i
 
-    def _execute_batch(self, actions: list[Any], sole: tuple[PipeDriver, list[bytes]] | None) -> None:
+    def _execute_batch(self, actions: list[Any], sole: tuple[PipeT, list[bytes]] | None) -> None:
         """Carry out a batch round's actions: each pipe's TRANSMITs (``sole``: what
         the round gave the only pipe without the core) are queued in one go and
         written as one chunk (framed once for pipes of equal framing); the other
@@ -362,7 +362,7 @@ class SendLanes(Round):
                 batch.append(action[2])
             else:
                 others.append(action)
-        framed: dict[Any, tuple[list[bytes], Any]] = {}
+        framed: Framed = {}
         for pid, batch in per_pipe.items():
             pipe = self.pipes.get(pid)
             if pipe is None or not pipe.queue_batch(batch, False):

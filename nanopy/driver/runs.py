@@ -26,6 +26,7 @@ import itertools
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from .._seam import PipeT
 from ..core.errors import WouldBlock
 from ..core.message import Message
 from .round import Round
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 RUN_MAX = 256
 
 
-class ReceiveRuns(Round):
+class ReceiveRuns(Round[PipeT]):
     """Runs and the receive fast path (see the module docstring)."""
 
     _body_queue: FairQueue | None

@@ -39,6 +39,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from .._seam import PipeT
 from ..core.base import CANCEL_TIMER, Core, PipeInfo
 from ..core.callers import CallerWaitQueue
 from ..core.drops import DEAD_PIPE
@@ -53,7 +54,6 @@ from .waiting import Waiting, cancellation_point, checkpoint_after, checkpoint_b
 
 if TYPE_CHECKING:
     from ..engine.engine import Engine
-    from ..pipe.driver import PipeDriver
 
 __all__ = [
     "BLOCKED",
@@ -75,7 +75,7 @@ __all__ = [
 ]
 
 
-class SocketDriver(PipeEndings, ReceiveRuns, Waiting, PerIds):
+class SocketDriver(PipeEndings[PipeT], ReceiveRuns[PipeT], Waiting[PipeT], PerIds[PipeT]):
     """Owns one socket's protocol core and everything that touches it.
 
     Attributes:
@@ -137,7 +137,7 @@ class SocketDriver(PipeEndings, ReceiveRuns, Waiting, PerIds):
         self.requeued = self.resent = 0
 
     # -- engine inputs ---------------------------------------------------------------
-    def add_pipe(self, driver: PipeDriver, info: PipeInfo, credit: int, multipart: bool = False) -> bool:
+    def add_pipe(self, driver: PipeT, info: PipeInfo, credit: int, multipart: bool = False) -> bool:
         """A pipe is up; False if the socket closed meanwhile. ``multipart``: its
         transport carries multipart messages (``Transport.carries_multipart``)."""
         with self.lock:

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import sniffio
 import trio
 
+from .._seam import PipeT
 from ..core.errors import Timeout
 from .direct import DirectRead, _asyncio_wait_for_fds, _trio_wait_readable
 from .round import BLOCKED, _Blocked
@@ -25,7 +26,7 @@ from .waiters import ThreadWaiter, WaitQueue, async_waiter
 T = TypeVar("T")
 
 
-class Waiting(DirectRead):
+class Waiting(DirectRead[PipeT]):
     """Blocking and async calls (see the module docstring)."""
 
     # -- waiting -------------------------------------------------------------------------

@@ -54,29 +54,26 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from .._seam import CALLER_BATCH_MAX, CALLER_BYTES, MAX_HOLD, wait_out_burst
 from ..core.errors import MessageTooLarge, RemoteProtocolError
 from ..transports._base import ChannelConnection, PeerWatching, ReportsWriteWait, SinkAttachable
-from .fanout import MAX_HOLD, wait_out_burst
+from .fanout import queue_fan_out
 from .liveness import Liveness, kernel_unacked, unwritten, write_shortfall
-from .outbox import UNCUT, Outbox
-from .reading import PipeReader
+from .outbox import UNCUT, Outbox, SendAdapter
+from .reading import PipeReader, handed_over
 from .resend import Resend
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
+    from .._seam import Framed, PipeHandle
+    from ..core.actions import Action
     from ..core.message import Pipe
     from ..engine.engine import Engine
     from ..transports._base import Connection
     from .host import PipeHost
     from .sent_log import SentLog
 
-
-#: ``(chunk, payload bytes)`` of the in-memory write in progress: the receiving
-#: socket's ``deliver``, called inside that write, takes the size from here when it
-#: gets that very chunk, instead of summing the same payloads again. (One slot
-#: replaced whole: another thread's write at the same time only costs a sum.)
-handed_over: list[Any] = [None]
 
 #: what a non-blocking write may raise: the writer task meets (and reports) it again
 _WRITE_ERRORS = (OSError, EOFError, RemoteProtocolError)
@@ -85,40 +82,20 @@ _WRITE_ERRORS = (OSError, EOFError, RemoteProtocolError)
 DIRECT_IDLE = 50e-6
 # A sending thread writes the outbox itself once it holds this many messages and
 # ``CALLER_BYTES`` of payload (looked at every ``CALLER_BATCH`` messages), or
-# ``CALLER_BATCH_MAX`` messages: small messages go out in chunks of a useful size.
+# ``CALLER_BATCH_MAX`` messages (both in nanopy/_seam.py: the socket's fan-out lane
+# batches alike): small messages go out in chunks of a useful size.
 CALLER_BATCH = 64
-CALLER_BYTES = 16 * 1024
-CALLER_BATCH_MAX = 256
 # ... or once its oldest message waited this long: a slow sender (one trio schedule
 # point per send) writes before the writer task's MAX_HOLD flush wakes the engine.
 CALLER_HOLD = 400e-6
-
-
-class SendAdapter:
-    """A connection that only implements ``send(payloads)`` (a plug-in), seen as a
-    channel: a chunk is the batch itself, written by the writer task."""
-
-    def __init__(self, conn: Connection) -> None:
-        self.conn = conn
-
-    def frame(self, payloads: list[bytes]) -> list[bytes]:
-        return payloads
-
-    def write_nowait(self, chunk: Any) -> int:
-        return 0
-
-    async def write_all(self, chunk: Any) -> None:
-        await self.conn.send(chunk)
-
-    def control_chunk(self, frame: bytes) -> bytes:
-        return frame
 
 
 class PipeDriver(Outbox):
     """One pipe: the connection's only writer (the write side is :class:`Outbox`,
     its base), composed with the parts that own the rest: ``reader``
     (:class:`PipeReader`), ``liveness`` (:class:`Liveness`) and ``resend``
-    (:class:`Resend`). The socket sees it through ``PipeHost``'s calls and these."""
+    (:class:`Resend`). It sees its socket as a ``PipeHost``; the socket sees it as a
+    ``PipeHandle`` (nanopy/_seam.py) and changes its state only through those calls."""
 
     def __init__(
         self,
@@ -156,9 +133,6 @@ class PipeDriver(Outbox):
         # socket's send lane, see nanopy/driver/socket_driver.py), and the bytes they carried.
         self.lane_credit = 0
         self.lane_bytes = 0
-        # Counters of the pipe view (Socket.pipes()) of what was read: by the socket
-        # driver under its lock, per read.
-        self.rx_msgs = self.rx_bytes = 0
         self._writer_event: trio.Event | None = None
         # In-memory connections (inproc) take every payload at once, in order.
         self.hands_over = isinstance(conn, SinkAttachable)
@@ -175,8 +149,7 @@ class PipeDriver(Outbox):
         #: the pipe's recent writes (nanopy/pipe/sent_log.py; None: not kept): set
         #: before the pipe runs (``sent_log_for``); only the channel's writer notes in it
         self.sent_log: SentLog | None = None
-        #: the socket took this pipe out of its load balancing (set under the socket's
-        #: lock by SocketDriver.pipe_ending, once)
+        #: the socket took this pipe out of its load balancing (``withdraw``, once)
         self.withdrawn = False
         # The parts (each makes its own fields; see their modules).
         self.liveness = Liveness(conn, self.lock, name, pipe, note_protocol_error)
@@ -190,7 +163,7 @@ class PipeDriver(Outbox):
         self,
         payload: bytes,
         idle: bool | None = None,
-        framed: dict[Any, tuple[list[bytes], Any]] | None = None,
+        framed: Framed | None = None,
         lane: bool = False,
     ) -> int:
         """Send or queue ``payload``; returns how many credits may be returned now.
@@ -275,13 +248,33 @@ class PipeDriver(Outbox):
             spent, self.lane_bytes = self.lane_bytes, 0
         return n, spent
 
-    def count_delivery(self, n_msgs: int, n_bytes: int, pause: bool) -> None:
-        """The socket's core took a batch read from this pipe (for the pipe view);
-        ``pause``: its queue is full, stop reading until RESUME_READ."""
-        self.rx_msgs += n_msgs
-        self.rx_bytes += n_bytes
-        if pause:
-            self.reader.paused = True
+    def withdraw(self, resend: bool) -> tuple[list[bytes], int] | None:
+        """The socket withdraws this pipe (its lock held; see ``PipeHandle.withdraw``):
+        closed to sends, what it never wrote handed back -- with ``resend`` (and a sent
+        log) the unacknowledged messages its kernel holds first -- or, while a write is
+        under way, None: the rest and any resend come when the pipe is removed."""
+        self.withdrawn = True
+        resend = resend and self.sent_log is not None
+        with self.lock:
+            self.closed = True
+            if self.writing:
+                if resend:
+                    self.resend.mark_due()
+                return None
+            orphans = self.take_unwritten()
+            resent = self.resend.take_unacked_now() if resend else []
+        return resent + orphans, len(resent)
+
+    def refuse_sends(self) -> None:
+        """Refuse every later send (a socket closing, or a pipe it has not added yet)."""
+        with self.lock:
+            self.closed = True
+
+    def fan_out(
+        self, pipes: Mapping[int, PipeHandle], actions: list[Action], start: int
+    ) -> tuple[int, list[bytes], list[tuple[int, int]]]:
+        """The TRANSMITs of a fan-out burst on ``pipes`` (:func:`queue_fan_out`)."""
+        return queue_fan_out(pipes, actions, start)
 
     def queue_batch(self, batch: list[bytes], kick: bool) -> bool:
         """Queue a batch the fan-out lane (under the socket lock: batches reach every pipe
@@ -303,7 +296,7 @@ class PipeDriver(Outbox):
             lock.release()
         return True
 
-    def flush_queued(self, framed: dict[Any, tuple[list[bytes], Any]]) -> int:
+    def flush_queued(self, framed: Framed) -> int:
         """Write the outbox now if nobody else is writing (the socket's flush round,
         engine thread); returns the credit to give back. ``framed`` holds the last
         chunk framed per ``framing``: a batch equal to its payloads reuses it."""
@@ -319,7 +312,7 @@ class PipeDriver(Outbox):
             lock.release()
         return self._write_shared(batch, framed)
 
-    def _write_shared(self, batch: list[bytes], framed: dict[Any, tuple[list[bytes], Any]] | None) -> int:
+    def _write_shared(self, batch: list[bytes], framed: Framed | None) -> int:
         """``_write_claimed(batch)``, reusing the chunk (and the payload bytes, for
         the pipe view) in ``framed`` when the last batch of this pipe's ``framing``
         holds the same payloads (a fan-out fills every pipe's outbox alike)."""
@@ -438,7 +431,7 @@ class PipeDriver(Outbox):
             with self._scope:
                 if not self.closed:
                     async with trio.open_nursery() as nursery:
-                        nursery.start_soon(self._until_failure, self._writer, nursery.cancel_scope)
+                        nursery.start_soon(_until_failure, self, self._writer, nursery.cancel_scope)
                         conn = self.conn
                         reader, liveness = self.reader, self.liveness
                         keepalive = conn.keepalive if isinstance(conn, PeerWatching) else None
@@ -447,11 +440,11 @@ class PipeDriver(Outbox):
                             # full queue) or our data waits for the peer's window (the
                             # window guard judges that case).
                             busy = lambda: reader.paused or liveness.in_write  # noqa: E731
-                            nursery.start_soon(self._until_failure, partial(keepalive, busy), nursery.cancel_scope)
+                            nursery.start_soon(_until_failure, self, partial(keepalive, busy), nursery.cancel_scope)
                         guard = liveness.guard_for()
                         if guard is not None:
-                            nursery.start_soon(self._until_failure, guard, nursery.cancel_scope)
-                        await self._until_failure(reader.run, nursery.cancel_scope)
+                            nursery.start_soon(_until_failure, self, guard, nursery.cancel_scope)
+                        await _until_failure(self, reader.run, nursery.cancel_scope)
         finally:  # also when the socket's task tree is cancelled around it
             await self._stopped()
 
@@ -480,30 +473,23 @@ class PipeDriver(Outbox):
             self.orphans = self.resend.settle(orphans, unacked)
         self._notify_idle()
 
-    async def _until_failure(self, loop: Any, scope: trio.CancelScope) -> None:
-        """Run the reader or writer loop; when it fails, end the whole pipe."""
-        try:
-            await loop()
-        except (
-            EOFError,
-            OSError,
-            RemoteProtocolError,
-            MessageTooLarge,
-            trio.BrokenResourceError,
-            trio.ClosedResourceError,
-        ) as exc:
-            self.liveness.note_failure(exc)
-        finally:
-            self.sock.pipe_ending(self)  # (the first loop to end: at once, before any later send)
-            scope.cancel()
-
     async def _writer(self) -> None:
         channel = self.channel
         liveness = self.liveness
         lingering = False  # a burst is under way: let the sender write its own batches
+        # How long a lingering writer waits (wait_out_burst): while the burst goes on, so
+        # the sender keeps writing full batches itself and is never interrupted by a
+        # partial flush; a full batch, a chunk's rest or a control frame goes at once.
+        # (Read without the lock: a stale view never holds a payload past MAX_HOLD.)
+        linger = (
+            lambda: self.appended,
+            lambda: self.first_at + MAX_HOLD if self.outbox else None,
+            self.now,
+            lambda: self.tail is not None or self.control is not None or len(self.outbox) >= CALLER_BATCH_MAX,
+        )
         while True:
             if lingering:
-                await self._linger()
+                await wait_out_burst(*linger)
             with self.lock:
                 if self.writing or self.closed or (self.tail is None and self.control is None and not self.outbox):
                     idle = not self.writing
@@ -567,23 +553,28 @@ class PipeDriver(Outbox):
             # sender outruns the socket, so write again at once (as after a cut batch).
             lingering = not cut and len(batch) < CALLER_BATCH
 
-    async def _linger(self) -> None:
-        """Wait while a burst goes on, so the sender keeps writing full batches itself
-        (see :func:`wait_out_burst`); also done when a full batch, a chunk's rest or
-        a control frame is waiting. A sender that writes its own batches in time is
-        never interrupted by a partial flush."""
-        await wait_out_burst(
-            lambda: self.appended,
-            # (read without the lock: a stale view never holds a payload past MAX_HOLD)
-            lambda: self.first_at + MAX_HOLD if self.outbox else None,
-            self.now,
-            lambda: self.tail is not None or self.control is not None or len(self.outbox) >= CALLER_BATCH_MAX,
-        )
-
     def _notify_idle(self) -> None:
         event, self._idle_event = self._idle_event, None
         if event is not None:
             event.set()
+
+
+async def _until_failure(pipe: PipeDriver, loop: Any, scope: trio.CancelScope) -> None:
+    """Run one of ``pipe``'s loops (reader, writer, watches); when it fails, end the whole pipe."""
+    try:
+        await loop()
+    except (
+        EOFError,
+        OSError,
+        RemoteProtocolError,
+        MessageTooLarge,
+        trio.BrokenResourceError,
+        trio.ClosedResourceError,
+    ) as exc:
+        pipe.liveness.note_failure(exc)
+    finally:
+        pipe.sock.pipe_ending(pipe)  # (the first loop to end: at once, before any later send)
+        scope.cancel()
 
 
 def _payload_bytes(batch: list[bytes], chunk: Any, prefix: int) -> int:
@@ -592,3 +583,9 @@ def _payload_bytes(batch: list[bytes], chunk: Any, prefix: int) -> int:
     if prefix >= 0:
         return len(chunk) - prefix * len(batch)
     return len(batch[0]) if len(batch) == 1 else sum(map(len, batch))
+
+
+if TYPE_CHECKING:
+
+    def _a_pipe_is_a_handle(pipe: PipeDriver) -> PipeHandle:
+        return pipe  # (mypy checks PipeDriver against the seam's protocol here)

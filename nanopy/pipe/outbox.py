@@ -6,7 +6,8 @@ a chunk's unwritten rest (``tail``), the control frame, the channel's claim
 (``take_batch``), the size of that batch (``write_step``, learned by
 ``note_write``), the questions asked of what is left unwritten (``queued_out``,
 ``flushed``, ``wait_flushed``) and what an ending pipe hands back
-(``take_unwritten``: see nanopy/driver/endings.py).
+(``take_unwritten``: see nanopy/driver/endings.py). Also the channel a plug-in's
+connection that only implements ``send`` is seen as (``SendAdapter``).
 
 ``Outbox`` is the one base class of :class:`~nanopy.pipe.driver.PipeDriver`, not a
 part reached through an attribute: ``transmit``, the writer task and the fan-out
@@ -30,11 +31,14 @@ May call: nothing outside the pipe (all of it under the pipe's lock, except
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from .liveness import unwritten
+
+if TYPE_CHECKING:
+    from ..transports._base import Connection
 
 #: about how many payload bytes one write frames at most (see the module docstring)
 WRITE_CHUNK_BYTES = 256 * 1024
@@ -183,3 +187,23 @@ class Outbox:
                     return
                 self._idle_event = event = trio.Event()
             await event.wait()
+
+
+class SendAdapter:
+    """A connection that only implements ``send(payloads)`` (a plug-in), seen as a
+    channel: a chunk is the batch itself, written by the writer task."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def frame(self, payloads: list[bytes]) -> list[bytes]:
+        return payloads
+
+    def write_nowait(self, chunk: Any) -> int:
+        return 0
+
+    async def write_all(self, chunk: Any) -> None:
+        await self.conn.send(chunk)
+
+    def control_chunk(self, frame: bytes) -> bytes:
+        return frame
