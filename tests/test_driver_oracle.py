@@ -222,12 +222,16 @@ class SenderPair(_Pair):
         for pipe in self.pipes[pid]:
             pipe.instant = instant
 
+    def _held(self, pid: int) -> list[bytes]:
+        """Bodies the fast driver took for pipe ``pid`` and holds, not given to it yet."""
+        return []
+
     @precondition(lambda self: self.pipes)
     @rule(data=st.data())
     def kernel_takes(self, data: st.DataObject) -> None:
         pid = data.draw(st.sampled_from(sorted(self.pipes)))
         fast, ref = self.pipes[pid]
-        assert fast.unwritten == ref.unwritten
+        assert fast.unwritten + len(self._held(pid)) == ref.unwritten
         n = data.draw(st.integers(0, fast.unwritten))
         if n:
             for driver, pipe in ((self.fast, fast), (self.ref, ref)):
@@ -236,8 +240,8 @@ class SenderPair(_Pair):
 
     @invariant()
     def same_deliveries(self) -> None:
-        for fast, ref in self.pipes.values():
-            assert fast.written == ref.written
+        for pid, (fast, ref) in self.pipes.items():
+            assert fast.written + self._held(pid) == ref.written
         # (as a poll asks: in a round, which first folds credit that came back lazily)
         assert self.fast.inspect(self.fast.writable) == self.ref.inspect(self.ref.writable)
 
@@ -276,24 +280,6 @@ class FanOutPublisherPair(PublisherPair):
         spawned, self.engine.spawned = self.engine.spawned, []
         for fn in spawned:
             trio.run(fn)
-
-    @precondition(lambda self: self.pipes)
-    @rule(data=st.data())
-    def kernel_takes(self, data: st.DataObject) -> None:
-        pid = data.draw(st.sampled_from(sorted(self.pipes)))
-        fast, ref = self.pipes[pid]
-        assert fast.unwritten + len(self._held(pid)) == ref.unwritten
-        n = data.draw(st.integers(0, fast.unwritten))
-        if n:
-            for driver, pipe in ((self.fast, fast), (self.ref, ref)):
-                pipe.unwritten -= n
-                driver.credit(pid, n)
-
-    @invariant()
-    def same_deliveries(self) -> None:
-        for pid, (fast, ref) in self.pipes.items():
-            assert fast.written + self._held(pid) == ref.written
-        assert self.fast.inspect(self.fast.writable) == self.ref.inspect(self.ref.writable)
 
 
 class ReceiverPair(_Pair):
