@@ -125,7 +125,6 @@ class PipeDriver(Outbox):
             self.writes_directly = False
         self.now = engine.now
         self.last_tx = 0.0  # when this pipe last sent (engine clock)
-        self.first_at = 0.0  # when the outbox's oldest payload was queued (engine clock)
         self.appended = 0  # messages handed to transmit (tells the writer a burst goes on)
         self.flush_at = CALLER_BATCH  # the outbox size at which a sender looks at writing it
         self.received_mark = 0  # the socket's receive count at our last idle-path send
@@ -188,6 +187,8 @@ class PipeDriver(Outbox):
             self.appended += 1
             outbox = self.outbox
             if outbox or self.writing or self.tail is not None or self.control is not None:
+                # ``queue`` written out: a burst's per-message cost (docs/architecture.md,
+                # "Deliberate exceptions").
                 outbox.append(payload)
                 n = len(outbox)
                 if n == 1:
@@ -213,17 +214,16 @@ class PipeDriver(Outbox):
                 fanout = idle is False and self.writes_directly
                 if idle is None:
                     idle = now - self.last_tx > DIRECT_IDLE or received != self.received_mark
-                self.last_tx = self.first_at = now
+                self.last_tx = now
                 self.received_mark = received
-                if not fanout and not (idle and self.writes_directly):
-                    outbox.append(payload)
-                    self._kick_writer()
-                    return 0
-                if fanout:
+                if fanout or not (idle and self.writes_directly):
+                    self.queue([payload], now)
+                    if not fanout:  # a burst begins: the writer task takes it from here
+                        self._kick_writer()
+                        return 0
                     # A fan-out burst: the socket's one flush round writes what the
                     # burst leaves on every pipe (one engine wake-up per round, not
                     # one per pipe).
-                    outbox.append(payload)
                     batch = None
                 else:
                     self.writing = True
@@ -285,11 +285,8 @@ class PipeDriver(Outbox):
         try:
             if self.closed:
                 return False
-            outbox = self.outbox
-            if not outbox:
-                self.first_at = self.now()
             self.appended += len(batch)
-            outbox.extend(batch)
+            self.queue(batch)
             if kick and not self.writing:
                 self._kick_writer()
         finally:
@@ -528,7 +525,9 @@ class PipeDriver(Outbox):
                     piece = chunk = channel.frame(batch)
                     size = _payload_bytes(batch, chunk, self.frame_prefix)
                     self.note_write(len(batch), size)
-                    self.framed(size)
+                    with self.lock:  # (its payload bytes count as sent now: see Outbox)
+                        self.tx_bytes += size
+                        self.in_write_bytes += size
                     await channel.write_all(chunk)
                     self.wrote(len(batch), size)
                     if sent_log is not None:

@@ -64,6 +64,8 @@ def queue_fan_out(
         try:
             outbox = driver.outbox
             if outbox and len(outbox) + 1 < driver.flush_at:
+                # ``queue`` written out: the publisher's per-pipe, per-message cost
+                # (docs/architecture.md, "Deliberate exceptions").
                 outbox.append(action[2])
                 continue  # (the lock is released on the way)
         finally:

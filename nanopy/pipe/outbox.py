@@ -38,6 +38,8 @@ import trio
 from .liveness import unwritten
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..transports._base import Connection
 
 #: about how many payload bytes one write frames at most (see the module docstring)
@@ -57,9 +59,11 @@ class Outbox:
     lock: Any
     closed: bool
     channel: Any
+    now: Callable[[], float]
 
     def __init__(self) -> None:
         self.outbox: list[bytes] = []
+        self.first_at = 0.0  # when the outbox's oldest payload was queued (engine clock)
         self.tail: Any = None  # the unwritten rest of a chunk
         self.tail_credit = 0  # messages of that chunk, credited once it is written
         self.tail_bytes = 0  # their payload bytes (counted as sent then)
@@ -94,6 +98,18 @@ class Outbox:
         self.outbox = []
         self.tail = self.control = None
         return out
+
+    def queue(self, batch: list[bytes], now: float = -1.0) -> int:
+        """Append ``batch`` to the outbox, in order (pipe lock held): the one way
+        payloads are queued, but for the two per-message appends written out in
+        place (docs/architecture.md, "Deliberate exceptions"). The first payload of
+        an empty outbox stamps ``first_at`` (``now``, if the caller read the clock).
+        Returns the outbox's length."""
+        outbox = self.outbox
+        if not outbox:
+            self.first_at = now if now >= 0 else self.now()
+        outbox += batch
+        return len(outbox)
 
     def take_batch(self) -> list[bytes]:
         """Take the next batch to write (pipe lock held): the whole outbox, or its
@@ -136,12 +152,6 @@ class Outbox:
         self.tail = self.control = None
         self.tail_credit = self.tail_bytes = 0
         return tail, credit, control, batch
-
-    def framed(self, size: int) -> None:
-        """The writer task framed its batch: ``size`` payload bytes count as sent."""
-        with self.lock:
-            self.tx_bytes += size
-            self.in_write_bytes += size
 
     def wrote(self, n: int, size: int) -> None:
         """The writer task's channel took ``n`` messages of ``size`` bytes of its write."""
