@@ -3,10 +3,12 @@
 The socket's driver sees each of its pipes only as a :class:`PipeHandle`: what it
 may call on a pipe and the few counters it may read. It never assigns a field of a
 pipe (tests/test_layers.py scans for that): every change of a pipe's state is one
-of the operations below, made by the part of the pipe that owns that state. The
-pipe sees its socket as a ``PipeHost`` (nanopy/pipe/host.py). Neither side imports
-the other: ``PipeDriver`` (nanopy/pipe/driver.py) satisfies these protocols
-structurally, which mypy checks there.
+of the operations below, made by the part of the pipe that owns that state. A pipe
+sees its socket only as a :class:`PipeHost`: five calls and one counter. Neither
+side imports the other: ``PipeDriver`` (nanopy/pipe/driver.py) and ``SocketDriver``
+(nanopy/driver/socket_driver.py) satisfy these protocols structurally, which mypy
+checks where a pipe is made (and in nanopy/pipe/driver.py). A side that needs more
+of the other is a design change, made here first.
 
 Also here: the batching figures both sides share (a burst's batch size, how long
 a queued message may wait) and :func:`wait_out_burst`, the wait of the pipe's
@@ -207,6 +209,36 @@ class PipeHandle(Protocol):
 
     def close_soon(self) -> None:
         """End the pipe (CLOSE_PIPE): its reader and writer stop."""
+        ...
+
+
+class PipeHost(Protocol):
+    """The socket as one of its pipes sees it (implemented by ``SocketDriver``)."""
+
+    #: Messages the socket has received: a pipe that sees it move since its last
+    #: send treats the next send as an answer (written at once), not a burst.
+    received: int
+
+    def deliver(self, pid: int, payloads: list[bytes], size: int = -1) -> bool:
+        """Hand payloads read from pipe ``pid`` to the core (``size``: their bytes,
+        if the reader knows them; -1: the socket sums them); False: stop reading."""
+        ...
+
+    def credit(self, pid: int, n: int) -> None:
+        """``n`` of pipe ``pid``'s payloads were written: the core may send more."""
+        ...
+
+    def pipe_ending(self, pipe: PipeHandle) -> None:
+        """``pipe`` was found dead or is closing: the socket stops sending on it and
+        takes back what it never wrote, ahead of later sends (nanopy/driver/endings.py)."""
+        ...
+
+    def flush_later(self, pipe: PipeHandle | None) -> None:
+        """``pipe`` queued a fan-out burst's first payload: the socket's flush round writes it."""
+        ...
+
+    def pipe_view(self, pipe: PipeHandle) -> tuple[int, int, int, int]:
+        """``(dropped, queued_in, rx_msgs, rx_bytes)`` of ``pipe``, in one consistent look."""
         ...
 
 

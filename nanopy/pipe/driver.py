@@ -66,12 +66,11 @@ from .resend import Resend
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from .._seam import Framed, PipeHandle
+    from .._seam import Framed, PipeHandle, PipeHost
     from ..core.actions import Action
     from ..core.message import Pipe
     from ..engine.engine import Engine
     from ..transports._base import Connection
-    from .host import PipeHost
     from .sent_log import SentLog
 
 
@@ -106,7 +105,7 @@ class PipeDriver(Outbox):
         engine: Engine,
         note_protocol_error: Callable[[Pipe, BaseException], None],
     ) -> None:
-        self.sock = sock  # the socket's driver, seen through PipeHost (nanopy/pipe/host.py)
+        self.sock = sock  # the socket's driver, seen through PipeHost (nanopy/_seam.py)
         self.name = name
         self.conn = conn
         self.pipe = pipe
