@@ -1,8 +1,9 @@
 """A pipe's outbox: what is queued and not yet written, and how much one write takes.
 
-Owns: the write side's state, made by ``Outbox.__init__``: the outbox of payloads,
-a chunk's unwritten rest (``tail``), the control frame, the channel's claim
-(``writing``), the sent counters; the batch a write takes from the outbox
+Owns: the write side's state, made by ``Outbox.__init__``: the outbox of payloads
+(appended by ``queue``; ``first_at``: when its oldest was queued), a chunk's
+unwritten rest (``tail``), the control frame, the channel's claim (``writing``),
+the sent counters; the batch a write takes from the outbox
 (``take_batch``), the size of that batch (``write_step``, learned by
 ``note_write``), the questions asked of what is left unwritten (``queued_out``,
 ``flushed``, ``wait_flushed``) and what an ending pipe hands back
