@@ -11,9 +11,9 @@ platform layer").
 
 May call: the round (:class:`~nanopy.driver.round.Round`: ``_direct_round`` is a round
 that feeds what was read and tries the attempt), the pipe's read role
-(its :class:`~nanopy.pipe.reading.PipeReader`, ``pipe.reader``:
-``take_role``/``release_role``/``read_lock``/``direct_failed``) and its
-connection's ``read_nowait``/``fileno``; nanopy.platform's ``new_waker`` and ``ready_wait``.
+(``pipe.reader``, a ``ReadRole`` of nanopy/_seam.py:
+``take_role``/``release_role``/``read_lock``/``direct_failed``/``count_delivery``) and
+its connection's ``read_nowait``/``fileno``; nanopy.platform's ``new_waker`` and ``ready_wait``.
 """
 
 from __future__ import annotations
@@ -21,19 +21,19 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Generator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import trio
 
 from .. import platform
+from .._seam import PipeT
 from ..core.errors import MessageTooLarge, RemoteProtocolError, WouldBlock
 from .round import BLOCKED, _Blocked
 from .waiters import WaitQueue
 
 if TYPE_CHECKING:
-    from ..pipe.reading import PipeReader
+    from .._seam import ReadConnection, ReadRole
     from ..platform import ReadyWait, Waker
-    from ..transports._base import DirectReadable
     from .round import Round
 
 T = TypeVar("T")
@@ -44,10 +44,10 @@ _PARTIAL = object()
 _FAILED = object()
 
 
-class DirectRead:
+class DirectRead(Generic[PipeT]):
     """The direct receive (see the module docstring)."""
 
-    def __init__(self, driver: Round) -> None:
+    def __init__(self, driver: Round[PipeT]) -> None:
         self.round = driver  # the lock, the core, the wait queues and the round's calls
         self._waker_box: list[Waker | None] = [None]  # wakes a thread (or task) that reads a pipe directly
         self.users = 0  # threads and tasks inside a direct receive
@@ -130,7 +130,7 @@ class DirectRead:
             steps.close()
             self._direct_end(reader, state)
 
-    def _direct_begin(self, deadline: float | None) -> tuple[PipeReader, _DirectState] | None:
+    def _direct_begin(self, deadline: float | None) -> tuple[ReadRole, _DirectState] | None:
         """Take the read role of the socket's only pipe (see nanopy/pipe/driver.py) for a
         direct receive; None when that is not possible now."""
         r = self.round
@@ -153,7 +153,7 @@ class DirectRead:
             return None
         return reader, _DirectState(pipe.pid, waker, deadline)
 
-    def _direct_end(self, reader: PipeReader, state: _DirectState) -> None:
+    def _direct_end(self, reader: ReadRole, state: _DirectState) -> None:
         r = self.round
         if state.waiter is not None:
             r._abandon(r.recv_q, state.waiter)
@@ -161,7 +161,7 @@ class DirectRead:
         self._direct_done()
 
     def _direct_steps(
-        self, reader: PipeReader, state: _DirectState, attempt: Callable[[], T]
+        self, reader: ReadRole, state: _DirectState, attempt: Callable[[], T]
     ) -> Generator[float | None, None, T | _Blocked]:
         """The loop of a direct receive, without its waits (threads and tasks share it).
 
@@ -208,7 +208,7 @@ class DirectRead:
             read = False
             result = self._direct_round(state, None, attempt)  # woken or timed out: look again
 
-    def _direct_read(self, reader: PipeReader, state: _DirectState, attempt: Callable[[], T]) -> Any:
+    def _direct_read(self, reader: ReadRole, state: _DirectState, attempt: Callable[[], T]) -> Any:
         """One read by the read role's holder: what the kernel holds goes to the core,
         and the attempt is tried, in one round taken before anyone else may read.
 
@@ -232,7 +232,7 @@ class DirectRead:
         reader.direct_failed(failure)  # (Timeout, an OSError, never comes from here)
         return _FAILED
 
-    def _direct_wait(self, pid: int, conn: DirectReadable | None, waker: Waker) -> ReadyWait | None:
+    def _direct_wait(self, pid: int, conn: ReadConnection | None, waker: Waker) -> ReadyWait | None:
         """A wait for pipe ``pid`` or the waker (a thread blocks in it, a task waits
         for its descriptors; made once per pipe: only the read role's holder uses it,
         so a blocked receive pays one call into the backend and no allocation)."""
@@ -288,10 +288,7 @@ class DirectRead:
                 keep = r.core.messages_received(state.pid, payloads)
                 pipe = r.pipes.get(state.pid)
                 if pipe is not None:
-                    pipe.rx_msgs += len(payloads)
-                    pipe.rx_bytes += size
-                    if not keep:
-                        pipe.reader.paused = True
+                    pipe.reader.count_delivery(len(payloads), size, not keep)
             try:
                 result: T | _Blocked = attempt()
             except WouldBlock:

@@ -10,7 +10,7 @@ watch fired, or it is being closed -- one round (under the socket lock):
 
 1. gives unspent lane credit back to the core, then withdraws the pipe from it
    (``Core.withdraw_pipe``): no new send is given to it;
-2. closes it (``PipeDriver.closed``): a ``transmit`` decided before this round
+2. closes it (``PipeHandle.withdraw``): a ``transmit`` decided before this round
    but carried out after it is refused, and its payload handed back
    (``hand_back``), behind what the pipe held;
 3. takes what it never wrote -- what a failed write left, the whole messages of
@@ -26,44 +26,44 @@ then holds every send and every requeued payload until the pipe's removal
 brings the rest (``SocketDriver.remove_pipe``) -- a few engine steps.
 
 While requeued payloads move, each TRANSMIT a round yields is queued on its
-pipe inside that round (``PipeDriver.queue_batch``, under the socket lock), not
+pipe inside that round (``PipeHandle.queue_batch``, under the socket lock), not
 carried out after it: a send decided in a later round can never reach that pipe
 first. This drain replaces the usual one only until the core holds nothing, so
 the usual paths pay nothing per message.
 
-May call: the core's ``withdraw_pipe``/``requeue`` inside a round, the pipe
-drivers' ``lock``/``take_unwritten``/``resend.take_unacked_now``/``queue_batch``, the
-lanes' ``revoke_lane``.
+May call: the core's ``withdraw_pipe``/``requeue`` inside a round, the pipes'
+``withdraw``/``refuse_sends``/``queue_batch`` (``PipeHandle``, nanopy/_seam.py: the
+pipe changes its own state), the lanes' ``revoke_lane``/``revoke_for``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic
 
+from .._seam import PipeT
 from ..core.base import TRANSMIT
 from .round import Round
 
 if TYPE_CHECKING:
     from ..core.base import Action
-    from ..pipe.driver import PipeDriver
     from .lanes import SendLanes
 
 
-class PipeEndings:
+class PipeEndings(Generic[PipeT]):
     """Ending pipes and requeueing (see the module docstring). Its counts
     (``requeued``, ``resent``) are the round's, with the other stats."""
 
-    def __init__(self, driver: Round, lanes: SendLanes) -> None:
+    def __init__(self, driver: Round[PipeT], lanes: SendLanes[PipeT]) -> None:
         self.round = driver  # the lock, the core, the counters and the round's calls
         self.lanes = lanes  # their credit goes back to the core before a pipe leaves it
 
-    def pipe_ending(self, pipe: PipeDriver) -> None:
+    def pipe_ending(self, pipe: PipeT) -> None:
         """``pipe`` is dead or closing (any thread, holding neither the socket's
         lock nor the pipe's; each of its loops reports it, the first does the work)."""
         if not pipe.withdrawn:
             self.round.feed(self.end_pipe, pipe, check_open=False)
 
-    def end_pipe(self, pipe: PipeDriver) -> None:
+    def end_pipe(self, pipe: PipeT) -> None:
         """The round of :meth:`pipe_ending` (lock held); also for a pipe closed
         before it was added (``add_pipe``)."""
         r = self.round
@@ -72,26 +72,16 @@ class PipeEndings:
         if r.closed or r.pipes.get(pipe.pid) is not pipe:
             # The socket is closing (its pipes' leftovers are counted at removal), or
             # the pipe is not added yet: add_pipe ends it at once.
-            with pipe.lock:
-                pipe.closed = True
+            pipe.refuse_sends()
             return
-        pipe.withdrawn = True
         self.lanes.revoke_for(pipe.pid)  # (its lane credit back into the core first)
         core = r.core
-        resend = core.options.resend_unacked and pipe.sent_log is not None
-        resent: list[bytes] = []
-        with pipe.lock:
-            pipe.closed = True
-            pending = pipe.writing  # a write under way: its rest comes at removal
-            orphans = None if pending else pipe.take_unwritten()
-            if resend:
-                if pending:
-                    pipe.resend.due = True
-                else:
-                    resent = pipe.resend.take_unacked_now()
-        core.withdraw_pipe(pipe.pid, pending)
-        if orphans is not None:
-            self.take_back(resent + orphans, pipe.pid, len(resent))
+        # Closed to sends; what it never wrote (the unacknowledged first, to resend),
+        # or None: a write is under way, its rest comes at removal.
+        unwritten = pipe.withdraw(core.options.resend_unacked)
+        core.withdraw_pipe(pipe.pid, unwritten is None)
+        if unwritten is not None:
+            self.take_back(unwritten[0], pipe.pid, unwritten[1])
         else:
             self._moving(0)  # (nothing yet: the core holds sends meanwhile)
 

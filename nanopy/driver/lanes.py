@@ -8,7 +8,7 @@ fast path ``try_send``.
 
 When a core whose send just spends a credit (PUSH, PAIR v0, PUB) has one pipe,
 a send round takes several of its credits at once and hands them to that pipe
-(``PipeDriver.lane_credit``); sends then spend them in ``transmit`` under the
+(``PipeHandle.grant_lane``); sends then spend them in ``transmit`` under the
 pipe's lock alone, with no socket round, until they run out. A pipe coming or
 going, or close, gives unspent lane credit back to the core.
 
@@ -17,13 +17,14 @@ takes the same number of credits from every pipe at once, and the sends that
 follow only append the body to one list (``_fan_out``) in a short round that
 never calls the core. A full list -- or the socket's flush round, within
 ``MAX_HOLD`` -- is queued on every member pipe under the socket lock
-(``PipeDriver.queue_batch``, so batches reach every pipe in the order they were
+(``PipeHandle.queue_batch``, so batches reach every pipe in the order they were
 taken) and then written (``flush_queued``: one framing shared by all stream
 pipes). What the lane has taken always reaches the pipes before anything a later
 round sends them.
 
 May call: the round (:class:`~nanopy.driver.round.Round`), the core's ``take_sole``/
-``take_all``/``send``/``pipe_credit`` inside a round, the pipe drivers.
+``take_all``/``send``/``pipe_credit`` inside a round, the pipes as ``PipeHandle``s
+(nanopy/_seam.py).
 """
 
 from __future__ import annotations
@@ -31,16 +32,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic
 
+from .._seam import CALLER_BATCH_MAX, CALLER_BYTES, MAX_HOLD, PipeT, wait_out_burst
 from ..core.base import TRANSMIT
 from ..core.errors import WouldBlock
-from ..pipe.driver import CALLER_BATCH_MAX, CALLER_BYTES
-from ..pipe.fanout import MAX_HOLD, wait_out_burst
 from .round import FANOUT_GAP
 
 if TYPE_CHECKING:
-    from ..pipe.driver import PipeDriver
+    from .._seam import Framed
     from .round import Round
 
 # The most credits one send round hands to the lane (see the docstring).
@@ -49,22 +49,22 @@ LANE_MAX = 256
 FAN_MIN = 16
 
 
-class SendLanes:
+class SendLanes(Generic[PipeT]):
     """The send lanes and the send fast path (see the module docstring)."""
 
-    def __init__(self, driver: Round) -> None:
+    def __init__(self, driver: Round[PipeT]) -> None:
         self.round = driver  # the lock, the core, the counters and the round's calls
         core = driver.core
         self._lanes = core.send_lane
         # The fan-out lane (see the module docstring), all under the socket lock.
         self._fans = core.fan_lane
         self._fan_credit = 0  # sends the lane may still take
-        self._fan_pipes: list[PipeDriver] = []  # its member pipes
+        self._fan_pipes: list[PipeT] = []  # its member pipes
         self._fan_out: list[bytes] = []  # bodies taken, not yet handed to the pipes
         self._fan_bytes = 0
         # Pipes holding what a fan-out burst queued, written by one flush round.
         self._flush_lock = threading.Lock()
-        self._flush_pipes: list[PipeDriver] = []
+        self._flush_pipes: list[PipeT] = []
         self._flush_armed = False
         self._flush_due = 0.0  # when the armed round's oldest payload has waited MAX_HOLD
         # The condition of the send wait queue: a core without lanes is asked alone.
@@ -114,9 +114,7 @@ class SendLanes:
         if pipe is None:
             return
         r.lane = None
-        with pipe.lock:
-            n, pipe.lane_credit = pipe.lane_credit, 0
-            spent_bytes, pipe.lane_bytes = pipe.lane_bytes, 0
+        n, spent_bytes = pipe.revoke_lane()
         r.sent -= n
         r.bytes_sent += spent_bytes
         if n:
@@ -137,7 +135,7 @@ class SendLanes:
         self._fan_pipes = members  # type: ignore[assignment]
         self._fan_credit = n
 
-    def _hand_out_fan(self, kick: bool = False) -> list[PipeDriver]:
+    def _hand_out_fan(self, kick: bool = False) -> list[PipeT]:
         """Queue the fan-out lane's bodies on its member pipes and empty the list
         (lock held: batches reach every pipe in the order they were taken).
         Returns the members, for :meth:`_write_fan` once the lock is released
@@ -150,7 +148,7 @@ class SendLanes:
                 pipe.queue_batch(batch, kick)
         return members
 
-    def _revoke_fan(self, kick: bool = True) -> list[PipeDriver]:
+    def _revoke_fan(self, kick: bool = True) -> list[PipeT]:
         """Close the fan-out lane (lock held): what it took is queued on its
         pipes, unspent credit goes back to the core. Returns the members, as
         :meth:`_hand_out_fan` (``kick=False``: the caller writes them)."""
@@ -163,11 +161,11 @@ class SendLanes:
                 r.core.pipe_credit(pipe.pid, n)
         return members
 
-    def _write_fan(self, members: list[PipeDriver]) -> None:
+    def _write_fan(self, members: list[PipeT]) -> None:
         """Write what the fan-out lane queued on each member (lock not held); a
         pipe already being written is left to that writer."""
         r = self.round
-        framed: dict[Any, tuple[list[bytes], Any]] = {}  # framed once for all stream pipes
+        framed: Framed = {}  # framed once for all stream pipes
         for pipe in members:
             done = pipe.flush_queued(framed)
             if done:
@@ -187,11 +185,10 @@ class SendLanes:
         if r.lane is not pipe:
             self.revoke_lane()
             r.lane = pipe
-        with pipe.lock:
-            pipe.lane_credit += n
+        pipe.grant_lane(n)
         r.sent += n
 
-    def flush_later(self, pipe: PipeDriver | None) -> None:
+    def flush_later(self, pipe: PipeT | None) -> None:
         """``pipe`` queued a fan-out burst's first payload (any thread): the socket's
         flush round will write it, unless a sender writes the outbox first. None:
         the fan-out lane took its first body; the round hands the lane's bodies out.
@@ -212,7 +209,7 @@ class SendLanes:
         r._engine().spawn(self._flush_round)
 
     async def _flush_round(self) -> None:
-        """Wait while the burst goes on (:func:`~nanopy.pipe.fanout.wait_out_burst`: no
+        """Wait while the burst goes on (:func:`~nanopy._seam.wait_out_burst`: no
         payload waits past ``MAX_HOLD``), then write what it left on each pipe.
 
         A pipe whose channel is busy, or cannot take the whole chunk, is left to
@@ -227,7 +224,7 @@ class SendLanes:
             with r.lock:
                 members = self._hand_out_fan()
             self._write_fan(members)
-        framed: dict[Any, tuple[list[bytes], Any]] = {}  # a batch equal on many pipes is framed once
+        framed: Framed = {}  # a batch equal on many pipes is framed once
         for pipe in pipes:
             done = pipe.flush_queued(framed)
             if done:
@@ -245,7 +242,7 @@ class SendLanes:
                 if done:
                     r.credit(lane.pid, done)
                 return True
-        members: list[PipeDriver] | None = None  # pipes the fan-out lane queued a batch on
+        members: list[PipeT] | None = None  # pipes the fan-out lane queued a batch on
         arm = blocked = False
         action = rest = None
         lock = r.lock
@@ -331,8 +328,8 @@ class SendLanes:
         The lanes are closed first, as a waiting sender's attempt closes them: the
         core then holds every credit and decides each message as ``send`` would."""
         r = self.round
-        members: list[PipeDriver] | None = None
-        sole: tuple[PipeDriver, list[bytes]] | None = None
+        members: list[PipeT] | None = None
+        sole: tuple[PipeT, list[bytes]] | None = None
         lock = r.lock
         lock.acquire()
         try:
@@ -382,7 +379,7 @@ class SendLanes:
             self._execute_batch(actions or [], sole)
         return i
 
-    def _execute_batch(self, actions: list[Any], sole: tuple[PipeDriver, list[bytes]] | None) -> None:
+    def _execute_batch(self, actions: list[Any], sole: tuple[PipeT, list[bytes]] | None) -> None:
         """Carry out a batch round's actions: each pipe's TRANSMITs (``sole``: what
         the round gave the only pipe without the core) are queued in one go and
         written as one chunk (framed once for pipes of equal framing); the other
@@ -398,7 +395,7 @@ class SendLanes:
                 batch.append(action[2])
             else:
                 others.append(action)
-        framed: dict[Any, tuple[list[bytes], Any]] = {}
+        framed: Framed = {}
         for pid, batch in per_pipe.items():
             pipe = r.pipes.get(pid)
             if pipe is None or not pipe.queue_batch(batch, False):

@@ -41,7 +41,7 @@ RUN_MAX = 256
 class ReceiveRuns:
     """Runs and the receive fast path (see the module docstring)."""
 
-    def __init__(self, driver: Round) -> None:
+    def __init__(self, driver: Round[Any]) -> None:
         self.round = driver  # the lock, the core, the counters and the round's calls
         # Runs: cores whose receive is a plain ordered pop of bodies (body_queue).
         body_queue = self._body_queue = driver.core.body_queue

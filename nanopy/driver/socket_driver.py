@@ -42,6 +42,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from .._seam import PipeT
 from ..core.base import CANCEL_TIMER, Core, PipeInfo
 from ..core.drops import DEAD_PIPE
 from .direct import DirectRead
@@ -55,7 +56,6 @@ from .waiting import Waiting, cancellation_point, checkpoint_after, checkpoint_b
 
 if TYPE_CHECKING:
     from ..engine.engine import Engine
-    from ..pipe.driver import PipeDriver
 
 __all__ = [
     "BLOCKED",
@@ -77,7 +77,7 @@ __all__ = [
 ]
 
 
-class SocketDriver(Round):
+class SocketDriver(Round[PipeT]):
     """Owns one socket's protocol core and everything that touches it: the round
     (its base) and the parts ``lanes``, ``runs``, ``endings``, ``direct``,
     ``waiting`` and ``ids`` (see the module docstring).
@@ -130,7 +130,7 @@ class SocketDriver(Round):
         self.take_attempt = ids.take_attempt
 
     # -- engine inputs ---------------------------------------------------------------
-    def add_pipe(self, driver: PipeDriver, info: PipeInfo, credit: int, multipart: bool = False) -> bool:
+    def add_pipe(self, driver: PipeT, info: PipeInfo, credit: int, multipart: bool = False) -> bool:
         """A pipe is up; False if the socket closed meanwhile. ``multipart``: its
         transport carries multipart messages (``Transport.carries_multipart``)."""
         with self.lock:

@@ -52,7 +52,7 @@ class WaitHost(Protocol):
 class Waiting:
     """Blocking and async calls (see the module docstring)."""
 
-    def __init__(self, driver: WaitHost, direct: DirectRead) -> None:
+    def __init__(self, driver: WaitHost, direct: DirectRead[Any]) -> None:
         self.round = driver  # the attempt's rounds, the wait queues, the pipes
         self.direct = direct  # reads the only pipe in the caller's own thread
 
