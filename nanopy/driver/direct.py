@@ -285,10 +285,7 @@ class DirectRead(Generic[PipeT]):
             if r._due:
                 r._fold_due()
             if payloads:
-                keep = r.core.messages_received(state.pid, payloads)
-                pipe = r.pipes.get(state.pid)
-                if pipe is not None:
-                    pipe.reader.count_delivery(len(payloads), size, not keep)
+                r.take_delivery(state.pid, payloads, size)
             try:
                 result: T | _Blocked = attempt()
             except WouldBlock:

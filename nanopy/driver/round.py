@@ -322,13 +322,20 @@ class Round(Generic[PipeT]):
         if size < 0:  # (outside the lock; an in-memory pipe knows it from its sender)
             size = sum(map(len, payloads))
         with self.lock:
-            keep = self.core.messages_received(pid, payloads)
-            pipe = self.pipes.get(pid)
-            if pipe is not None:
-                pipe.reader.count_delivery(len(payloads), size, not keep)
+            keep = self.take_delivery(pid, payloads, size)
             actions = self._drain()
         if actions:
             self.execute(actions)
+        return keep
+
+    def take_delivery(self, pid: int, payloads: list[bytes], size: int) -> bool:
+        """Hand the core ``payloads`` (``size`` bytes) read from pipe ``pid`` and count
+        them on the pipe, pausing it if the core's queue is full (lock held: the
+        engine's delivery and a direct read's round alike). False: stop reading."""
+        keep = self.core.messages_received(pid, payloads)
+        pipe = self.pipes.get(pid)
+        if pipe is not None:
+            pipe.reader.count_delivery(len(payloads), size, not keep)
         return keep
 
     def pipe_view(self, pipe: PipeHandle) -> tuple[int, int, int, int]:
