@@ -54,16 +54,21 @@ def ping_pong(transport: str, n: int) -> None:
     echo.close()
 
 
-def count(checkout: str, env: dict[str, str], transport: str, n: int) -> int:
-    """Instructions of one run of :func:`ping_pong` in ``checkout`` (its own venv)."""
-    python = os.path.join(checkout, ".venv", "bin", "python")
-    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-           python, os.path.abspath(__file__), "--workload", transport, str(n)]
-    done = subprocess.run(cmd, cwd=checkout, env={**os.environ, **env}, capture_output=True, text=True, check=True)
+def callgrind_total(args: list[str], cwd: str | None = None, env: dict[str, str] | None = None) -> int:
+    """The instructions callgrind counts while ``args`` (a command) runs."""
+    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *args]
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=True)
     match = COLLECTED.search(done.stderr)
     if match is None:
         raise RuntimeError(f"no callgrind total in: {done.stderr[-500:]}")
     return int(match.group(1))
+
+
+def count(checkout: str, env: dict[str, str], transport: str, n: int) -> int:
+    """Instructions of one run of :func:`ping_pong` in ``checkout`` (its own venv)."""
+    python = os.path.join(checkout, ".venv", "bin", "python")
+    args = [python, os.path.abspath(__file__), "--workload", transport, str(n)]
+    return callgrind_total(args, cwd=checkout, env={**os.environ, **env})
 
 
 def main(argv: list[str] | None = None) -> int:

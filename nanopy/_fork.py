@@ -66,7 +66,7 @@ PROCESS_STATE: dict[str, str] = {
     "nanopy.socket.socket._OPTION_NAMES": "filled at import, read only",
     "nanopy.testing.conformance.target._counter": "kept: names also carry the pid",
     "nanopy.testing._counter": "kept: names also carry the pid",
-    "nanopy.pipe.driver.handed_over": "kept: matched by identity with the chunk in hand, a stale slot only costs a sum",
+    "nanopy.pipe.reading.handed_over": "kept: matched by identity with the chunk in hand; a stale slot costs a sum",
     # registries
     "nanopy.protocols._registry.protocols": "loading_lock taken before fork; loaded plug-ins kept",
     "nanopy.transports._registry.transports": "loading_lock taken before fork; loaded plug-ins kept",

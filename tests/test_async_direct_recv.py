@@ -127,7 +127,7 @@ def test_close_wakes_a_task_waiting_directly(make_socket: Factory, transport: st
                 await done.wait()
         assert len(outcome) == 1
         # The last direct receiver of a closed socket closed its descriptors.
-        assert pull._driver._wait_cache is None and pull._driver._waker_box == [None]
+        assert pull._driver.direct._wait_cache is None and pull._driver.direct._waker_box == [None]
 
     trio.run(main)
 

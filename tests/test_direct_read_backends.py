@@ -50,8 +50,8 @@ def _wait_role(sock: nanopy.Socket) -> None:
 
 
 def _reader_wait(sock: nanopy.Socket) -> Any:
-    wait_until(lambda: sock._driver._wait_cache is not None, what="the receiver waits directly")
-    cached = sock._driver._wait_cache
+    wait_until(lambda: sock._driver.direct._wait_cache is not None, what="the receiver waits directly")
+    cached = sock._driver.direct._wait_cache
     assert cached is not None
     return cached[1]
 
@@ -80,7 +80,7 @@ def test_a_blocked_thread_wakes_for_close(make_socket: Factory, backend: Any) ->
     thread.join(10)
     assert not thread.is_alive() and len(out) == 1 and isinstance(out[0], nanopy.Closed), out
     # The last direct receiver of a closed socket closed the waker and the wait.
-    assert pull._driver._wait_cache is None and pull._driver._waker_box == [None]
+    assert pull._driver.direct._wait_cache is None and pull._driver.direct._waker_box == [None]
 
 
 def test_a_blocked_thread_wakes_for_a_message_another_thread_hands_in(make_socket: Factory, backend: Any) -> None:

@@ -59,9 +59,16 @@ class _Reader:
     def __init__(self) -> None:
         self.paused = False  # set by the socket's round when the pipe's queue is full
         self.resumed = 0
+        self.rx_msgs = self.rx_bytes = 0  # (the pipe view: counted by the socket driver per read)
 
     def resume(self) -> None:
         self.resumed += 1
+
+    def count_delivery(self, n_msgs: int, n_bytes: int, pause: bool) -> None:
+        self.rx_msgs += n_msgs
+        self.rx_bytes += n_bytes
+        if pause:
+            self.paused = True
 
 
 class _InstantPipe:
@@ -73,7 +80,6 @@ class _InstantPipe:
         self.instant = instant  # False: the payloads stay queued (no credit comes back)
         self.lock = threading.Lock()
         self.lane_credit = self.lane_bytes = 0
-        self.rx_msgs = self.rx_bytes = 0  # (the pipe view: counted by the socket driver per read)
         self.closed = self.withdrawn = False  # (a pipe found dead: nanopy/driver/endings.py)
         self.reader = _Reader()
 
@@ -85,6 +91,41 @@ class _InstantPipe:
             self.lane_bytes += len(payload)
         self.written.append(payload)
         return 1 if self.instant else 0
+
+    # the socket's calls on a pipe (PipeHandle of nanopy/_seam.py)
+    def grant_lane(self, n: int) -> None:
+        self.lane_credit += n
+
+    def revoke_lane(self) -> tuple[int, int]:
+        n, spent = self.lane_credit, self.lane_bytes
+        self.lane_credit = self.lane_bytes = 0
+        return n, spent
+
+    def fan_out(self, pipes: Any, actions: list[Any], start: int) -> tuple[int, list[bytes], list[tuple[int, int]]]:
+        """A fan-out burst's TRANSMITs, each through its pipe's ``transmit`` (as
+        ``queue_fan_out`` does for a pipe that is due)."""
+        handled, gone, credit = 0, [], []
+        for action in actions[start:]:
+            if action[0] is not TRANSMIT:
+                break
+            handled += 1
+            pipe = pipes.get(action[1])
+            done = -1 if pipe is None else pipe.transmit(action[2], False, {})
+            if done > 0:
+                credit.append((action[1], done))
+            elif done < 0:
+                gone.append(action[2])
+        return handled, gone, credit
+
+    def take_unwritten(self) -> list[bytes]:
+        return []  # (everything given counts as written)
+
+    def withdraw(self, resend: bool) -> tuple[list[bytes], int] | None:
+        self.withdrawn = self.closed = True
+        return None if getattr(self, "writing", False) else (self.take_unwritten(), 0)
+
+    def refuse_sends(self) -> None:
+        self.closed = True
 
 
 def _driver(core_cls: type, **opts: Any) -> SocketDriver:
@@ -678,3 +719,29 @@ def test_reads_by_a_thread_and_by_the_reader_task_stay_in_order(make_socket: Fac
         if i % 997 == 0:
             pause.wait(0.004)  # not synchronisation: lets the lease run out mid-stream
     sender.join(10)
+
+
+def _protocol_members(proto: type) -> set[str]:
+    """The names a typing Protocol declares (methods, properties, attributes)."""
+    return {name for name in vars(proto) if not name.startswith("_")} | set(getattr(proto, "__annotations__", {}))
+
+
+@pytest.mark.parametrize("make_url", [inproc_url, ipc_url])
+def test_a_real_pipe_has_everything_the_seam_names(make_url: Callable[[str], str], make_socket: Factory) -> None:
+    # The socket's driver reaches a pipe only through PipeHandle (nanopy/_seam.py);
+    # mypy checks PipeDriver against it (nanopy/pipe/driver.py), this checks a live one
+    # -- and the fakes of these tests, which stand in for it.
+    from nanopy._seam import PipeHandle, ReadRole
+
+    url = make_url("seam")
+    make_socket("pull", bind=url)
+    push = make_socket("push", connect=url)
+    wait_pipes(push)
+    (pipe,) = push._pipes.values()
+    for name in sorted(_protocol_members(PipeHandle)):
+        assert hasattr(pipe, name), f"PipeDriver lacks PipeHandle.{name}"
+    for name in sorted(_protocol_members(ReadRole)):
+        assert hasattr(pipe.reader, name), f"PipeReader lacks ReadRole.{name}"
+    fake = _InstantPipe()
+    assert not [n for n in _protocol_members(PipeHandle) if not hasattr(fake, n)
+                and n not in ("first_at", "queue_batch", "flush_queued", "queued_out", "close_soon")]

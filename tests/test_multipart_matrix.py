@@ -217,7 +217,7 @@ CONSUMERS: dict[str, Callable[[nanopy.Socket, int], list[Frames]]] = {
 def receiving(sock: nanopy.Socket) -> bool:
     """A receiver is waiting on ``sock`` (parked, or reading its only pipe itself)."""
     driver = sock._driver
-    return bool(driver._direct_users or driver.recv_q.waiters or driver.watchers)
+    return bool(driver.direct.users or driver.recv_q.waiters or driver.watchers)
 
 
 @pytest.mark.parametrize("when", ["queued", "waiting"])

@@ -11,9 +11,9 @@ platform layer").
 
 May call: the round (:class:`~nanopy.driver.round.Round`: ``_direct_round`` is a round
 that feeds what was read and tries the attempt), the pipe's read role
-(its :class:`~nanopy.pipe.reading.PipeReader`, ``pipe.reader``:
-``take_role``/``release_role``/``read_lock``/``direct_failed``) and its
-connection's ``read_nowait``/``fileno``; nanopy.platform's ``new_waker`` and ``ready_wait``.
+(``pipe.reader``, a ``ReadRole`` of nanopy/_seam.py:
+``take_role``/``release_role``/``read_lock``/``direct_failed``/``count_delivery``) and
+its connection's ``read_nowait``/``fileno``; nanopy.platform's ``new_waker`` and ``ready_wait``.
 """
 
 from __future__ import annotations
@@ -21,19 +21,20 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Generator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import trio
 
 from .. import platform
+from .._seam import PipeT
 from ..core.errors import MessageTooLarge, RemoteProtocolError, WouldBlock
-from .round import BLOCKED, Round, _Blocked
+from .round import BLOCKED, _Blocked
 from .waiters import WaitQueue
 
 if TYPE_CHECKING:
-    from ..pipe.reading import PipeReader
+    from .._seam import ReadConnection, ReadRole
     from ..platform import ReadyWait, Waker
-    from ..transports._base import DirectReadable
+    from .round import Round
 
 T = TypeVar("T")
 
@@ -43,12 +44,14 @@ _PARTIAL = object()
 _FAILED = object()
 
 
-class DirectRead(Round):
+class DirectRead(Generic[PipeT]):
     """The direct receive (see the module docstring)."""
 
-    _waker_box: list[Waker | None]  # wakes a thread (or task) that reads a pipe directly
-    _direct_users: int  # threads and tasks inside a direct receive
-    _wait_cache: tuple[int, ReadyWait] | None  # (pid, its wait) of the direct reader
+    def __init__(self, driver: Round[PipeT]) -> None:
+        self.round = driver  # the lock, the core, the wait queues and the round's calls
+        self._waker_box: list[Waker | None] = [None]  # wakes a thread (or task) that reads a pipe directly
+        self.users = 0  # threads and tasks inside a direct receive
+        self._wait_cache: tuple[int, ReadyWait] | None = None  # (pid, its wait) of the direct reader
 
     # -- direct receive -----------------------------------------------------------------
     def _waker(self) -> Waker:
@@ -60,7 +63,7 @@ class DirectRead(Round):
             weakref.finalize(self, _close_waker_box, box)
         return waker
 
-    def _direct_recv(self, attempt: Callable[[], T], deadline: float | None) -> T | _Blocked:
+    def recv(self, attempt: Callable[[], T], deadline: float | None) -> T | _Blocked:
         """Receive on the socket's only pipe by reading it from this thread.
 
         Runs :meth:`_direct_steps`, blocking in the platform's ready wait (the
@@ -87,13 +90,13 @@ class DirectRead(Round):
             steps.close()
             self._direct_end(reader, state)
 
-    async def _adirect_recv(
+    async def arecv(
         self,
         attempt: Callable[[], T],
         deadline: float | None,
         wait: Callable[[tuple[int, ...], float | None], Awaitable[None]],
     ) -> tuple[T | _Blocked, bool]:
-        """The async twin of :meth:`_direct_recv`: this task reads the socket's only pipe.
+        """The async twin of :meth:`recv`: this task reads the socket's only pipe.
 
         A trio task (of a loop other than the engine's) or an asyncio task runs
         :meth:`_direct_steps` in its own thread, so the bytes reach it without the
@@ -127,36 +130,38 @@ class DirectRead(Round):
             steps.close()
             self._direct_end(reader, state)
 
-    def _direct_begin(self, deadline: float | None) -> tuple[PipeReader, _DirectState] | None:
+    def _direct_begin(self, deadline: float | None) -> tuple[ReadRole, _DirectState] | None:
         """Take the read role of the socket's only pipe (see nanopy/pipe/driver.py) for a
         direct receive; None when that is not possible now."""
-        if self.recv_q.waiters or type(self.recv_q) is not WaitQueue or self._engine().in_engine_thread():
+        r = self.round
+        if r.recv_q.waiters or type(r.recv_q) is not WaitQueue or r._engine().in_engine_thread():
             return None  # (other receivers waiting: the engine shares messages out fairly)
         try:
-            (pipe,) = self.pipes.values()
+            (pipe,) = r.pipes.values()
         except ValueError:  # the pipe went (or another came) meanwhile
             return None
         reader = pipe.reader
         if not reader.direct:
             return None
-        with self.lock:
-            if self.closed:
-                raise self.closed_error()
+        with r.lock:
+            if r.closed:
+                raise r.closed_error()
             waker = self._waker()
-            self._direct_users += 1
+            self.users += 1
         if not reader.take_role(waker):
             self._direct_done()
             return None
         return reader, _DirectState(pipe.pid, waker, deadline)
 
-    def _direct_end(self, reader: PipeReader, state: _DirectState) -> None:
+    def _direct_end(self, reader: ReadRole, state: _DirectState) -> None:
+        r = self.round
         if state.waiter is not None:
-            self._abandon(self.recv_q, state.waiter)
+            r._abandon(r.recv_q, state.waiter)
         reader.release_role()
         self._direct_done()
 
     def _direct_steps(
-        self, reader: PipeReader, state: _DirectState, attempt: Callable[[], T]
+        self, reader: ReadRole, state: _DirectState, attempt: Callable[[], T]
     ) -> Generator[float | None, None, T | _Blocked]:
         """The loop of a direct receive, without its waits (threads and tasks share it).
 
@@ -169,6 +174,7 @@ class DirectRead(Round):
         waker is readable, or that time passes. Returns the result, or BLOCKED
         at the deadline or when the pipe stops being readable here.
         """
+        r = self.round
         result: T | _Blocked = BLOCKED
         tried = False  # a round has tried the attempt
         read = False  # read since the last wait: wait next, do not read again
@@ -176,7 +182,7 @@ class DirectRead(Round):
             if tried:
                 if not isinstance(result, _Blocked) or state.waiter is None:
                     return result  # a result, or BLOCKED at the deadline (the caller times out)
-                if reader.paused or reader.owner.closed or reader.pid not in self.pipes or len(self.recv_q.waiters) > 1:
+                if reader.paused or reader.owner.closed or reader.pid not in r.pipes or len(r.recv_q.waiters) > 1:
                     return BLOCKED  # (more receivers now: let the engine share messages out)
             if not read:
                 outcome = self._direct_read(reader, state, attempt)
@@ -202,7 +208,7 @@ class DirectRead(Round):
             read = False
             result = self._direct_round(state, None, attempt)  # woken or timed out: look again
 
-    def _direct_read(self, reader: PipeReader, state: _DirectState, attempt: Callable[[], T]) -> Any:
+    def _direct_read(self, reader: ReadRole, state: _DirectState, attempt: Callable[[], T]) -> Any:
         """One read by the read role's holder: what the kernel holds goes to the core,
         and the attempt is tried, in one round taken before anyone else may read.
 
@@ -226,7 +232,7 @@ class DirectRead(Round):
         reader.direct_failed(failure)  # (Timeout, an OSError, never comes from here)
         return _FAILED
 
-    def _direct_wait(self, pid: int, conn: DirectReadable | None, waker: Waker) -> ReadyWait | None:
+    def _direct_wait(self, pid: int, conn: ReadConnection | None, waker: Waker) -> ReadyWait | None:
         """A wait for pipe ``pid`` or the waker (a thread blocks in it, a task waits
         for its descriptors; made once per pipe: only the read role's holder uses it,
         so a blocked receive pays one call into the backend and no allocation)."""
@@ -246,12 +252,13 @@ class DirectRead(Round):
         return ready
 
     def _direct_done(self) -> None:
-        with self.lock:
-            self._direct_users -= 1
-            if self.closed and not self._direct_users:
-                self._close_direct_fds()  # the last direct receiver of a closed socket
+        r = self.round
+        with r.lock:
+            self.users -= 1
+            if r.closed and not self.users:
+                self.close_fds()  # the last direct receiver of a closed socket
 
-    def _close_direct_fds(self) -> None:
+    def close_fds(self) -> None:
         """Close the waker and the reader's wait (lock held, no direct receiver left)."""
         _close_waker_box(self._waker_box)
         cached, self._wait_cache = self._wait_cache, None
@@ -262,9 +269,10 @@ class DirectRead(Round):
         self, state: _DirectState, payloads: list[bytes] | None, attempt: Callable[[], T]
     ) -> T | _Blocked:
         """One round of a direct receive: feed ``payloads``, try, park a fresh waiter."""
-        queue = self.recv_q
+        r = self.round
+        queue = r.recv_q
         size = sum(map(len, payloads)) if payloads else 0
-        with self.lock:
+        with r.lock:
             waiter = state.waiter
             if waiter is not None:
                 state.waiter = None
@@ -272,18 +280,12 @@ class DirectRead(Round):
                     queue.waiters.remove(waiter)
                 except ValueError:
                     pass
-            if self.closed:
-                raise self.closed_error()
-            if self._due:
-                self._fold_due()
+            if r.closed:
+                raise r.closed_error()
+            if r._due:
+                r._fold_due()
             if payloads:
-                keep = self.core.messages_received(state.pid, payloads)
-                pipe = self.pipes.get(state.pid)
-                if pipe is not None:
-                    pipe.rx_msgs += len(payloads)
-                    pipe.rx_bytes += size
-                    if not keep:
-                        pipe.reader.paused = True
+                r.take_delivery(state.pid, payloads, size)
             try:
                 result: T | _Blocked = attempt()
             except WouldBlock:
@@ -291,9 +293,9 @@ class DirectRead(Round):
                 if state.deadline is None or state.deadline > time.monotonic():
                     state.waiter = _FdWaiter(state.waker)
                     queue.waiters.append(state.waiter)
-            actions = self._drain()
+            actions = r._drain()
         if actions:
-            self.execute(actions)
+            r.execute(actions)
         return result
 
 

@@ -1,13 +1,14 @@
 """Send lanes: sends that skip the core while it has nothing to decide.
 
-Owns: the sole-pipe lane (``lane``: the pipe holding credit taken with
-``Core.take_sole``), the fan-out lane (``_fan_*``: credit of every pipe taken
-with ``Core.take_all`` and the bodies sent on it), the socket's flush round
-(``flush_later``) and the send fast path ``try_send``.
+Owns: the sole-pipe lane (the round's ``lane``, written here only, read by
+``Socket.send``: the pipe holding credit taken with ``Core.take_sole``), the
+fan-out lane (``_fan_*``: credit of every pipe taken with ``Core.take_all`` and
+the bodies sent on it), the socket's flush round (``flush_later``) and the send
+fast path ``try_send``.
 
 When a core whose send just spends a credit (PUSH, PAIR v0, PUB) has one pipe,
 a send round takes several of its credits at once and hands them to that pipe
-(``PipeDriver.lane_credit``); sends then spend them in ``transmit`` under the
+(``PipeHandle.grant_lane``); sends then spend them in ``transmit`` under the
 pipe's lock alone, with no socket round, until they run out. A pipe coming or
 going, or close, gives unspent lane credit back to the core.
 
@@ -16,13 +17,14 @@ takes the same number of credits from every pipe at once, and the sends that
 follow only append the body to one list (``_fan_out``) in a short round that
 never calls the core. A full list -- or the socket's flush round, within
 ``MAX_HOLD`` -- is queued on every member pipe under the socket lock
-(``PipeDriver.queue_batch``, so batches reach every pipe in the order they were
+(``PipeHandle.queue_batch``, so batches reach every pipe in the order they were
 taken) and then written (``flush_queued``: one framing shared by all stream
 pipes). What the lane has taken always reaches the pipes before anything a later
 round sends them.
 
 May call: the round (:class:`~nanopy.driver.round.Round`), the core's ``take_sole``/
-``take_all``/``send``/``pipe_credit`` inside a round, the pipe drivers.
+``take_all``/``send``/``pipe_credit`` inside a round, the pipes as ``PipeHandle``s
+(nanopy/_seam.py).
 """
 
 from __future__ import annotations
@@ -30,16 +32,16 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic
 
+from .._seam import CALLER_BATCH_MAX, CALLER_BYTES, MAX_HOLD, PipeT, wait_out_burst
 from ..core.base import TRANSMIT
 from ..core.errors import WouldBlock
-from ..pipe.driver import CALLER_BATCH_MAX, CALLER_BYTES
-from ..pipe.fanout import MAX_HOLD, wait_out_burst
-from .round import FANOUT_GAP, Round
+from .round import FANOUT_GAP
 
 if TYPE_CHECKING:
-    from ..pipe.driver import PipeDriver
+    from .._seam import Framed
+    from .round import Round
 
 # The most credits one send round hands to the lane (see the docstring).
 LANE_MAX = 256
@@ -47,72 +49,93 @@ LANE_MAX = 256
 FAN_MIN = 16
 
 
-class SendLanes(Round):
+class SendLanes(Generic[PipeT]):
     """The send lanes and the send fast path (see the module docstring)."""
 
-    _lanes: bool
-    lane: PipeDriver | None  # the sole pipe holding lane credit
-    _fans: bool
-    _fan_credit: int  # sends the fan-out lane may still take
-    _fan_pipes: list[PipeDriver]  # its member pipes
-    _fan_out: list[bytes]  # bodies taken, not yet handed to the pipes
-    _fan_bytes: int
-    _flush_lock: threading.Lock
-    _flush_pipes: list[PipeDriver]  # pipes holding what a fan-out burst queued
-    _flush_armed: bool
-    _flush_due: float  # when the armed round's oldest payload has waited MAX_HOLD
+    def __init__(self, driver: Round[PipeT]) -> None:
+        self.round = driver  # the lock, the core, the counters and the round's calls
+        core = driver.core
+        self._lanes = core.send_lane
+        # The fan-out lane (see the module docstring), all under the socket lock.
+        self._fans = core.fan_lane
+        self._fan_credit = 0  # sends the lane may still take
+        self._fan_pipes: list[PipeT] = []  # its member pipes
+        self._fan_out: list[bytes] = []  # bodies taken, not yet handed to the pipes
+        self._fan_bytes = 0
+        # Pipes holding what a fan-out burst queued, written by one flush round.
+        self._flush_lock = threading.Lock()
+        self._flush_pipes: list[PipeT] = []
+        self._flush_armed = False
+        self._flush_due = 0.0  # when the armed round's oldest payload has waited MAX_HOLD
+        # The condition of the send wait queue: a core without lanes is asked alone.
+        self.send_ready: Callable[[], bool] = self.writable if self._lanes or self._fans else core.can_send
+
+    def forked(self) -> None:
+        """In a forked child (``SocketDriver.forked``): a new flush lock, no lane members."""
+        self._flush_lock = threading.Lock()
+        self._fan_pipes, self._fan_out, self._flush_pipes = [], [], []
+
+    def revoke_for(self, pid: int) -> None:
+        """Pipe ``pid`` is going: close a lane it is in (lock held)."""
+        r = self.round
+        lane = r.lane
+        if (lane is not None and lane.pid == pid) or self._fan_pipes:
+            self.revoke_lane()
 
     def sent_counts(self) -> tuple[int, int]:
         """(messages, bytes) sent: lane credit is counted when granted, so what the
         lane has not spent is not sent yet, while its bytes are counted as it goes."""
-        with self.lock:
-            lane = self.lane
+        r = self.round
+        with r.lock:
+            lane = r.lane
             if lane is None:
-                return self.sent, self.bytes_sent
-            return self.sent - lane.lane_credit, self.bytes_sent + lane.lane_bytes
+                return r.sent, r.bytes_sent
+            return r.sent - lane.lane_credit, r.bytes_sent + lane.lane_bytes
 
     def queued_out(self) -> int:
         """Messages sent and not yet written, on every pipe (one look at each)."""
-        with self.lock:
+        r = self.round
+        with r.lock:
             fan = len(self._fan_out) * len(self._fan_pipes)
-        return fan + sum(pipe.queued_out() for pipe in self.pipe_drivers())
+        return fan + sum(pipe.queued_out() for pipe in r.pipe_drivers())
 
     def writable(self) -> bool:
         """Whether a send would go out now (lock held)."""
-        lane = self.lane
-        return (lane is not None and lane.lane_credit > 0) or self._fan_credit > 0 or self.core.can_send()
+        r = self.round
+        lane = r.lane
+        return (lane is not None and lane.lane_credit > 0) or self._fan_credit > 0 or r.core.can_send()
 
-    def _revoke_lane(self) -> None:
+    def revoke_lane(self) -> None:
         """Take unspent lane credit back into the core (lock held)."""
+        r = self.round
         if self._fan_pipes:
             self._revoke_fan()
-        pipe = self.lane
+        pipe = r.lane
         if pipe is None:
             return
-        self.lane = None
-        with pipe.lock:
-            n, pipe.lane_credit = pipe.lane_credit, 0
-            spent_bytes, pipe.lane_bytes = pipe.lane_bytes, 0
-        self.sent -= n
-        self.bytes_sent += spent_bytes
+        r.lane = None
+        n, spent_bytes = pipe.revoke_lane()
+        r.sent -= n
+        r.bytes_sent += spent_bytes
         if n:
-            self.core.pipe_credit(pipe.pid, n)
+            r.core.pipe_credit(pipe.pid, n)
 
     def _grant_fan(self) -> None:
         """Open the fan-out lane with the same credit of every pipe (lock held)."""
-        grant = self.core.take_all(LANE_MAX, FAN_MIN)
+        r = self.round
+        grant = r.core.take_all(LANE_MAX, FAN_MIN)
         if grant is None:
             return
         pids, n = grant
-        members = [self.pipes.get(pid) for pid in pids]
+        members = [r.pipes.get(pid) for pid in pids]
         if None in members:  # (not all live pipes: leave the credit where it was)
             for pid in pids:
-                self.core.pipe_credit(pid, n)
+                r.core.pipe_credit(pid, n)
             return
         self._fan_pipes = members  # type: ignore[assignment]
         self._fan_credit = n
 
-    def _hand_out_fan(self, kick: bool = False) -> list[PipeDriver]:
+    def _hand_out_fan(self, kick: bool = False) -> list[PipeT]:
         """Queue the fan-out lane's bodies on its member pipes and empty the list
         (lock held: batches reach every pipe in the order they were taken).
         Returns the members, for :meth:`_write_fan` once the lock is released
@@ -125,45 +148,47 @@ class SendLanes(Round):
                 pipe.queue_batch(batch, kick)
         return members
 
-    def _revoke_fan(self, kick: bool = True) -> list[PipeDriver]:
+    def _revoke_fan(self, kick: bool = True) -> list[PipeT]:
         """Close the fan-out lane (lock held): what it took is queued on its
         pipes, unspent credit goes back to the core. Returns the members, as
         :meth:`_hand_out_fan` (``kick=False``: the caller writes them)."""
+        r = self.round
         members = self._hand_out_fan(kick)
         n, self._fan_credit = self._fan_credit, 0
         self._fan_pipes = []
         if n:
             for pipe in members:
-                self.core.pipe_credit(pipe.pid, n)
+                r.core.pipe_credit(pipe.pid, n)
         return members
 
-    def _write_fan(self, members: list[PipeDriver]) -> None:
+    def _write_fan(self, members: list[PipeT]) -> None:
         """Write what the fan-out lane queued on each member (lock not held); a
         pipe already being written is left to that writer."""
-        framed: dict[Any, tuple[list[bytes], Any]] = {}  # framed once for all stream pipes
+        r = self.round
+        framed: Framed = {}  # framed once for all stream pipes
         for pipe in members:
             done = pipe.flush_queued(framed)
             if done:
-                self.credit(pipe.pid, done)
+                r.credit(pipe.pid, done)
 
     def _grant_lane(self) -> None:
         """Hand the sole pipe's credit to the lane (lock held)."""
-        grant = self.core.take_sole(LANE_MAX)
+        r = self.round
+        grant = r.core.take_sole(LANE_MAX)
         if grant is None:
             return
         pid, n = grant
-        pipe = self.pipes.get(pid)
+        pipe = r.pipes.get(pid)
         if pipe is None:  # (not a live pipe: leave the credit where it was)
-            self.core.pipe_credit(pid, n)
+            r.core.pipe_credit(pid, n)
             return
-        if self.lane is not pipe:
-            self._revoke_lane()
-            self.lane = pipe
-        with pipe.lock:
-            pipe.lane_credit += n
-        self.sent += n
+        if r.lane is not pipe:
+            self.revoke_lane()
+            r.lane = pipe
+        pipe.grant_lane(n)
+        r.sent += n
 
-    def flush_later(self, pipe: PipeDriver | None) -> None:
+    def flush_later(self, pipe: PipeT | None) -> None:
         """``pipe`` queued a fan-out burst's first payload (any thread): the socket's
         flush round will write it, unless a sender writes the outbox first. None:
         the fan-out lane took its first body; the round hands the lane's bodies out.
@@ -172,56 +197,59 @@ class SendLanes(Round):
         waking its own writer task (a cross-thread wake-up and a GIL hand-over
         each, per pipe).
         """
+        r = self.round
         with self._flush_lock:
             if pipe is not None:
                 self._flush_pipes.append(pipe)
             if self._flush_armed:
                 return
             self._flush_armed = True
-            first_at = pipe.first_at if pipe is not None else self._engine().now()
+            first_at = pipe.first_at if pipe is not None else r._engine().now()
             self._flush_due = first_at + MAX_HOLD  # the round's oldest payload
-        self._engine().spawn(self._flush_round)
+        r._engine().spawn(self._flush_round)
 
     async def _flush_round(self) -> None:
-        """Wait while the burst goes on (:func:`~nanopy.pipe.fanout.wait_out_burst`: no
+        """Wait while the burst goes on (:func:`~nanopy._seam.wait_out_burst`: no
         payload waits past ``MAX_HOLD``), then write what it left on each pipe.
 
         A pipe whose channel is busy, or cannot take the whole chunk, is left to
         its own writer task.
         """
-        await wait_out_burst(lambda: self.sent, lambda: self._flush_due, self._engine().now)
+        r = self.round
+        await wait_out_burst(lambda: r.sent, lambda: self._flush_due, r._engine().now)
         with self._flush_lock:
             self._flush_armed = False  # (before taking the list: a later pipe arms anew)
             pipes, self._flush_pipes = self._flush_pipes, []
         if self._fan_out:
-            with self.lock:
+            with r.lock:
                 members = self._hand_out_fan()
             self._write_fan(members)
-        framed: dict[Any, tuple[list[bytes], Any]] = {}  # a batch equal on many pipes is framed once
+        framed: Framed = {}  # a batch equal on many pipes is framed once
         for pipe in pipes:
             done = pipe.flush_queued(framed)
             if done:
-                self.credit(pipe.pid, done)
+                r.credit(pipe.pid, done)
 
     # ``feed`` written out for the two hottest calls in nanopy: one lock round,
     # acquire/release rather than ``with`` (measurably cheaper), no closures.
     def try_send(self, body: bytes, header: bytes) -> bool:
         """Send if the core can take it now; False if it would block."""
-        lane = self.lane
-        if lane is not None and not self.closed:
+        r = self.round
+        lane = r.lane
+        if lane is not None and not r.closed:
             done = lane.transmit(body, None, None, True)  # (positional: cheaper)
             if done >= 0:
                 if done:
-                    self.credit(lane.pid, done)
+                    r.credit(lane.pid, done)
                 return True
-        members: list[PipeDriver] | None = None  # pipes the fan-out lane queued a batch on
+        members: list[PipeT] | None = None  # pipes the fan-out lane queued a batch on
         arm = blocked = False
         action = rest = None
-        lock = self.lock
+        lock = r.lock
         lock.acquire()
         try:
-            if self.closed:
-                raise self.closed_error()
+            if r.closed:
+                raise r.closed_error()
             if self._fan_credit:
                 # The fan-out lane: every member pipe takes this body, as the core
                 # would have decided; it goes out with the lane's next batch.
@@ -229,8 +257,8 @@ class SendLanes(Round):
                 fan = self._fan_out
                 fan.append(body)
                 size = len(body)
-                self.sent += 1
-                self.bytes_sent += size
+                r.sent += 1
+                r.bytes_sent += size
                 self._fan_bytes += size
                 if len(fan) >= CALLER_BATCH_MAX or self._fan_bytes >= CALLER_BYTES:
                     members = self._hand_out_fan()
@@ -241,21 +269,21 @@ class SendLanes(Round):
             else:
                 if self._fan_pipes:  # the lane ran dry: close it, its bodies go first
                     members = self._revoke_fan(kick=False)
-                if self._due:
-                    self._fold_due()
-                core = self.core
+                if r._due:
+                    r._fold_due()
+                core = r.core
                 try:
                     core.send(body, header)
                 except WouldBlock:
                     blocked = True
                 else:
-                    self.sent += 1
-                    self.bytes_sent += len(body)
+                    r.sent += 1
+                    r.bytes_sent += len(body)
                     actions = core.actions
                     if (
                         len(actions) == 1
                         and actions[0][0] is TRANSMIT
-                        and not (self.send_q.waiters or self.recv_q.waiters or self.watchers)
+                        and not (r.send_q.waiters or r.recv_q.waiters or r.watchers)
                     ):
                         # The usual outcome (one TRANSMIT, nobody to wake) taken here
                         # rather than through _drain() and execute().
@@ -263,9 +291,9 @@ class SendLanes(Round):
                         if self._lanes:
                             self._grant_lane()
                     else:
-                        if self._fans and len(actions) > 1 and time.monotonic() - self.fanout_end < FANOUT_GAP:
+                        if self._fans and len(actions) > 1 and time.monotonic() - r.fanout_end < FANOUT_GAP:
                             self._grant_fan()  # a burst of fan-outs: later sends take the lane
-                        rest = self._drain()
+                        rest = r._drain()
         finally:
             lock.release()
         if members:
@@ -276,18 +304,18 @@ class SendLanes(Round):
             return False
         if action is not None:
             pid = action[1]
-            driver = self.pipes.get(pid)
+            driver = r.pipes.get(pid)
             if driver is None:
-                self.hand_back([action[2]])  # (removed since this round)
+                r.hand_back([action[2]])  # (removed since this round)
                 return True
             done = driver.transmit(action[2])
             if done:
                 if done > 0:
-                    self.credit(pid, done)
+                    r.credit(pid, done)
                 else:
-                    self.hand_back([action[2]])  # (closed since this round)
+                    r.hand_back([action[2]])  # (closed since this round)
         elif rest:
-            self.execute(rest)  # (a PUB's send in a burst: every pipe queues it)
+            r.execute(rest)  # (a PUB's send in a burst: every pipe queues it)
         return True
 
     # -- batch send (Socket.send_batch) ---------------------------------------------------
@@ -299,19 +327,20 @@ class SendLanes(Round):
 
         The lanes are closed first, as a waiting sender's attempt closes them: the
         core then holds every credit and decides each message as ``send`` would."""
-        members: list[PipeDriver] | None = None
-        sole: tuple[PipeDriver, list[bytes]] | None = None
-        lock = self.lock
+        r = self.round
+        members: list[PipeT] | None = None
+        sole: tuple[PipeT, list[bytes]] | None = None
+        lock = r.lock
         lock.acquire()
         try:
-            if self.closed:
-                raise self.closed_error()
+            if r.closed:
+                raise r.closed_error()
             if self._fan_pipes:  # (what the fan-out lane took goes out first)
                 members = self._revoke_fan(kick=False)
-            self._revoke_lane()
-            if self._due:
-                self._fold_due()
-            core = self.core
+            self.revoke_lane()
+            if r._due:
+                r._fold_due()
+            core = r.core
             send = core.send
             i, end, size = start, len(items), 0
             room = core.batch_room()
@@ -322,7 +351,7 @@ class SendLanes(Round):
                 # as many core.send calls would have decided (as the sole-pipe lane).
                 grant = core.take_sole(end - i)
                 if grant is not None:
-                    pipe = self.pipes.get(grant[0])
+                    pipe = r.pipes.get(grant[0])
                     if pipe is None:  # (not a live pipe: leave the credit where it was)
                         core.pipe_credit(*grant)
                     else:
@@ -339,9 +368,9 @@ class SendLanes(Round):
             except WouldBlock:
                 pass
             finally:  # (a ProtocolError part-way: what went before is counted all the same)
-                self.sent += i - start
-                self.bytes_sent += size
-                actions = self._drain()
+                r.sent += i - start
+                r.bytes_sent += size
+                actions = r._drain()
         finally:
             lock.release()
         if members:
@@ -350,11 +379,12 @@ class SendLanes(Round):
             self._execute_batch(actions or [], sole)
         return i
 
-    def _execute_batch(self, actions: list[Any], sole: tuple[PipeDriver, list[bytes]] | None) -> None:
+    def _execute_batch(self, actions: list[Any], sole: tuple[PipeT, list[bytes]] | None) -> None:
         """Carry out a batch round's actions: each pipe's TRANSMITs (``sole``: what
         the round gave the only pipe without the core) are queued in one go and
         written as one chunk (framed once for pipes of equal framing); the other
         actions then run as usual."""
+        r = self.round
         per_pipe: dict[int, list[bytes]] = {} if sole is None else {sole[0].pid: sole[1]}
         others = []
         for action in actions:
@@ -365,19 +395,19 @@ class SendLanes(Round):
                 batch.append(action[2])
             else:
                 others.append(action)
-        framed: dict[Any, tuple[list[bytes], Any]] = {}
+        framed: Framed = {}
         for pid, batch in per_pipe.items():
-            pipe = self.pipes.get(pid)
+            pipe = r.pipes.get(pid)
             if pipe is None or not pipe.queue_batch(batch, False):
-                self.hand_back(batch)  # (the pipe went since the round chose it)
+                r.hand_back(batch)  # (the pipe went since the round chose it)
                 continue
             done = pipe.flush_queued(framed)
             if done:
-                self.credit(pid, done)
+                r.credit(pid, done)
         if len(per_pipe) > 1:
-            self.fanout_end = time.monotonic()  # (a PUB's batch: what follows at once is a burst)
+            r.fanout_end = time.monotonic()  # (a PUB's batch: what follows at once is a burst)
         if others:
-            self.execute(others)
+            r.execute(others)
 
     def room_attempt(self) -> None:
         """The attempt of a batch sender waiting for room (lock held): WouldBlock
@@ -387,14 +417,15 @@ class SendLanes(Round):
 
     # -- attempts: an operation that completes or raises WouldBlock -------------------------
     def send_attempt(self, body: bytes, header: bytes = b"") -> Callable[[], None]:
-        core = self.core
+        r = self.round
+        core = r.core
 
         def attempt() -> None:
             # A sender that has to wait: lane credit granted since its try_send
             # goes back into the core, where this attempt (and every waiter) sees it.
-            self._revoke_lane()
+            self.revoke_lane()
             core.send(body, header)
-            self.sent += 1
-            self.bytes_sent += len(body)
+            r.sent += 1
+            r.bytes_sent += len(body)
 
         return attempt

@@ -19,11 +19,13 @@ now (a parked sender, a core that sends queued work on credit), the executing
 thread runs the round itself and appends what it yields to its work queue --
 never by recursion, however many queued requests one credit releases.
 
-May call: the core, the pipe drivers (``transmit``, ``reader.resume``,
-``close_soon``; ``queue_fan_out`` of nanopy/pipe/fanout.py), the timers. Nothing
-else in nanopy takes the socket lock or calls the core: the other parts of the driver (``_lanes``,
-``_runs``, ``_direct``, ``_waiting``, ``_ids``) are mixins built on this class
-and go through its rounds; :class:`~nanopy.driver.socket_driver.SocketDriver` puts them together.
+May call: the core, the pipes as ``PipeHandle``s (nanopy/_seam.py: ``transmit``,
+``fan_out``, ``reader.resume``/``count_delivery``, ``close_soon``), the timers. Nothing
+else in nanopy takes the socket lock or calls the core: the other parts of the driver
+(``lanes``, ``runs``, ``direct``, ``waiting``, ``endings``, ``ids``) are objects
+of their own, each given this round (the driver) when it is made, and go through
+its rounds; :class:`~nanopy.driver.socket_driver.SocketDriver` is this class with
+those parts. It knows none of them: what it needs of one (``hand_back``) it is given.
 """
 
 from __future__ import annotations
@@ -33,20 +35,19 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from .._seam import PipeT
 from ..core.actions import ARM_TIMER, CANCEL_TIMER, CLOSE_PIPE, READY, READY_CALLER, RESUME_READ, TRANSMIT, Action
 from ..core.base import Core, Distributing, LoadBalancing
 from ..core.callers import CallerWaitQueue
 from ..core.errors import Closed, WouldBlock
-from ..pipe.driver import handed_over
-from ..pipe.fanout import queue_fan_out
 from .timers import Timers
 from .waiters import WaitQueue
 
 if TYPE_CHECKING:
+    from .._seam import PipeHandle
     from ..engine.engine import Engine
-    from ..pipe.driver import PipeDriver
 
 log = logging.getLogger("nanopy")
 
@@ -83,41 +84,55 @@ def _credit_is_bookkeeping(core: Core) -> bool:
     return method is LoadBalancing.pipe_credit or method is Distributing.pipe_credit
 
 
-class Round:
-    """The round core of :class:`~nanopy.driver.socket_driver.SocketDriver` (see the module docstring).
+class Round(Generic[PipeT]):
+    """The round of :class:`~nanopy.driver.socket_driver.SocketDriver`, its one base
+    (see the module docstring): the socket's lock, core and the state every part
+    of the driver reaches through it.
 
-    Attributes (set by ``SocketDriver.__init__``):
+    Attributes:
         lock: the socket lock (held only inside a round).
         core: the Sans-I/O protocol core.
         closed: set once by ``close_core``.
         pipes: live pipe drivers by pipe id.
-        send_q, recv_q: waiters for a send / a receive.
+        lane: the sole pipe holding lane credit (written by the lanes part only;
+            ``Socket.send`` reads it for its written-out lane send).
+        send_q, recv_q: waiters for a send / a receive (the driver makes them once
+            its parts exist: their conditions are the lanes' and the runs').
         id_queues: waiters of one request or survey id (woken by READY actions).
+        hand_back: the endings part's hand-back of payloads a closed pipe refused.
     """
 
-    lock: threading.Lock
-    core: Core
-    closed: bool
-    fork_closed: bool
-    _name: Callable[[], str]
-    _engine: Callable[[], Engine]
-    pipes: dict[int, PipeDriver]
+    # Given by SocketDriver.__init__ once its parts exist (they need the round first).
     send_q: WaitQueue
     recv_q: WaitQueue
-    caller_q: CallerWaitQueue | None
     queues: list[WaitQueue]
-    watchers: list[Any]
-    id_queues: dict[int, WaitQueue]
-    timers: Timers | None
-    spawn_task: Callable[..., None] | None
-    _due: deque[tuple[int, int]]
-    _lazy_credit: bool
-    _relazy: bool
-    fanout_end: float
-    sent: int
-    received: int
-    bytes_sent: int
-    bytes_received: int
+    hand_back: Callable[[list[bytes]], None]
+
+    def __init__(self, core: Core, name: Callable[[], str], engine: Callable[[], Engine]) -> None:
+        self.lock = threading.Lock()
+        self.core = core
+        self.closed = False
+        self.fork_closed = False
+        self._name = name
+        self._engine = engine
+        self.pipes: dict[int, PipeT] = {}
+        self.lane: PipeT | None = None
+        # Per-caller classic calls: a cooked REQ's recv() waits for *its caller's*
+        # reply, so its waiters are keyed by caller (nanopy.core.callers).
+        self.caller_q = CallerWaitQueue() if core.per_caller_recv else None
+        self.watchers: list[Any] = []  # blocked polls, woken after any change (nanopy.socket.poller)
+        self.id_queues: dict[int, WaitQueue] = {}
+        self.timers: Timers | None = None
+        # Starts an engine task in the socket's task tree (set by the Socket).
+        self.spawn_task: Callable[..., None] | None = None
+        self._due: deque[tuple[int, int]] = deque()
+        self._lazy_credit = _credit_is_bookkeeping(core)
+        self._relazy = False  # _lazy_credit is off while the core holds requeued payloads
+        self.fanout_end = 0.0  # when the last round that wrote to several pipes ended
+        # counters (stats); drops are counted by reason in ``core.drops``, under the lock
+        self.sent = self.received = self.bytes_sent = self.bytes_received = 0
+        self.requeued = 0  # messages the core took back from ending pipes (never written)
+        self.resent = 0  # ... and those it took back that the peer's kernel had not acknowledged
 
     # -- errors ------------------------------------------------------------------
     def closed_error(self) -> Closed:
@@ -225,10 +240,11 @@ class Round:
             if kind == TRANSMIT:
                 if burst is None:
                     burst = time.monotonic() - self.fanout_end < FANOUT_GAP
-                if burst:
+                driver = pipes.get(action[1])
+                if burst and driver is not None:
                     # A fan-out burst: this and the TRANSMITs after it are queued
-                    # (and batched) in one tight loop.
-                    handled, gone, credit = queue_fan_out(pipes, actions, i - 1)
+                    # (and batched) in one tight loop, on the pipe side (PipeHandle.fan_out).
+                    handled, gone, credit = driver.fan_out(pipes, actions, i - 1)
                     i += handled - 1
                     transmits += handled - len(gone)
                     if gone:
@@ -238,7 +254,6 @@ class Round:
                         if more:
                             actions.extend(more)
                     continue
-                driver = pipes.get(action[1])
                 if driver is None:
                     self.hand_back([action[2]])  # (removed since the round that chose it)
                     continue
@@ -291,48 +306,47 @@ class Round:
                 self._lazy_credit = True
             return self._drain()
 
-    if TYPE_CHECKING:
-
-        def hand_back(self, payloads: list[bytes]) -> None:
-            """Payloads whose TRANSMIT found its pipe closed or gone: back to the core
-            (``PipeEndings``, nanopy/driver/endings.py)."""
-
     def credit(self, pid: int, n: int) -> None:
         """Credit from the engine side (a writer flushed, an inproc peer read)."""
         actions = self._credit_back(pid, n)
         if actions:
             self.execute(actions)
 
-    def deliver(self, pid: int, payloads: list[bytes]) -> bool:
-        """Payloads read from pipe ``pid``; False = stop reading it for now.
+    def deliver(self, pid: int, payloads: list[bytes], size: int = -1) -> bool:
+        """Payloads read from pipe ``pid`` (``size``: their bytes, -1 if not known);
+        False = stop reading it for now.
 
         A full queue pauses the pipe (``PipeReader.paused``) in this same round,
         so the RESUME_READ of any later round comes after it.
         """
-        # (outside the lock; an in-memory sender handing them over has summed them already)
-        handed = handed_over[0]
-        size = handed[1] if handed is not None and handed[0] is payloads else sum(map(len, payloads))
+        if size < 0:  # (outside the lock; an in-memory pipe knows it from its sender)
+            size = sum(map(len, payloads))
         with self.lock:
-            keep = self.core.messages_received(pid, payloads)
-            pipe = self.pipes.get(pid)
-            if pipe is not None:
-                pipe.rx_msgs += len(payloads)
-                pipe.rx_bytes += size
-                if not keep:
-                    pipe.reader.paused = True
+            keep = self.take_delivery(pid, payloads, size)
             actions = self._drain()
         if actions:
             self.execute(actions)
         return keep
 
-    def pipe_view(self, pipe: PipeDriver) -> tuple[int, int, int, int]:
+    def take_delivery(self, pid: int, payloads: list[bytes], size: int) -> bool:
+        """Hand the core ``payloads`` (``size`` bytes) read from pipe ``pid`` and count
+        them on the pipe, pausing it if the core's queue is full (lock held: the
+        engine's delivery and a direct read's round alike). False: stop reading."""
+        keep = self.core.messages_received(pid, payloads)
+        pipe = self.pipes.get(pid)
+        if pipe is not None:
+            pipe.reader.count_delivery(len(payloads), size, not keep)
+        return keep
+
+    def pipe_view(self, pipe: PipeHandle) -> tuple[int, int, int, int]:
         """``(dropped, queued_in, rx_msgs, rx_bytes)`` of one pipe (``PipeHost``), in
         one locked look: what the core dropped and queues for it, what it read."""
         with self.lock:
             info = self.core.pipes.get(pipe.pid)
+            reader = pipe.reader
             if info is None:
-                return 0, 0, pipe.rx_msgs, pipe.rx_bytes
-            return info.dropped, self.core.queued(pipe.pid), pipe.rx_msgs, pipe.rx_bytes
+                return 0, 0, reader.rx_msgs, reader.rx_bytes
+            return info.dropped, self.core.queued(pipe.pid), reader.rx_msgs, reader.rx_bytes
 
     def timer_fired(self, key: Any) -> None:
         with self.lock:
@@ -373,5 +387,5 @@ class Round:
         with self.lock:
             queue.abandon(waiter)
 
-    def pipe_drivers(self) -> Iterator[PipeDriver]:
+    def pipe_drivers(self) -> Iterator[PipeT]:
         return iter(list(self.pipes.values()))

@@ -24,73 +24,90 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import WouldBlock
 from ..core.message import Message
-from .round import Round
 
 if TYPE_CHECKING:
-    from ..core.base import FairQueue
+    from .round import Round
 
 # The most bodies one receive takes out of the core at once (see the docstring):
 # the lock round is paid once per run, not per message.
 RUN_MAX = 256
 
 
-class ReceiveRuns(Round):
+class ReceiveRuns:
     """Runs and the receive fast path (see the module docstring)."""
 
-    _body_queue: FairQueue | None
-    run: deque[bytes]
-    run_token: Any  # the pipe token of the bodies in ``run`` (recv_msg)
-    held: deque[bytes]  # a refused multipart message, first in line (see the docstring)
+    def __init__(self, driver: Round[Any]) -> None:
+        self.round = driver  # the lock, the core, the counters and the round's calls
+        # Runs: cores whose receive is a plain ordered pop of bodies (body_queue).
+        body_queue = self._body_queue = driver.core.body_queue
+        self.run: deque[bytes] = body_queue.run if body_queue is not None else deque()
+        self.run_token: Any = None  # the pipe token of the bodies in ``run`` (recv_msg)
+        self.held: deque[bytes] = deque()  # a refused multipart message, first in line (see the docstring)
+        # The condition of the receive wait queue: a core without runs is asked alone.
+        self.recv_ready: Callable[[], bool] = self.readable if body_queue is not None else driver.core.can_recv
+
+    def stop_at_multipart(self, pid: int) -> None:
+        """Pipe ``pid`` carries multipart messages: its runs end before one (lock held)."""
+        if self._body_queue is not None:
+            self._body_queue.stops.add(pid)
+
+    def forget(self) -> None:
+        """Drop what the runs hold (lock held: close, or a forked child)."""
+        self.run.clear()
+        self.held.clear()
 
     def received_counts(self) -> tuple[int, int]:
         """(messages, bytes) the user has received: a run's bodies are counted when
         it is taken, so what it still holds is not received yet."""
-        with self.lock:
+        r = self.round
+        with r.lock:
             queue = self._body_queue
             if queue is None:  # (no runs)
-                return self.received, self.bytes_received
+                return r.received, r.bytes_received
             held = [*self.held, *self.run]
             # (a run's bodies given back to their queue are counted again when taken)
             return (
-                self.received - len(held) - queue.given_back,
-                self.bytes_received - sum(map(len, held)) - queue.given_back_bytes,
+                r.received - len(held) - queue.given_back,
+                r.bytes_received - sum(map(len, held)) - queue.given_back_bytes,
             )
 
     def readable(self) -> bool:
         """Whether a receive would take a body now (lock held)."""
-        return bool(self.run) or bool(self.held) or self.core.can_recv()
+        return bool(self.run) or bool(self.held) or self.round.core.can_recv()
 
     def try_recv_body(self) -> bytes | None:
         """The next body if one is queued now, else None."""
+        r = self.round
         run = self.run
-        if run and not self.closed:
+        if run and not r.closed:
             try:
                 return run.popleft()  # the rest of a run: no lock (see the docstring)
             except IndexError:
                 pass
-        lock = self.lock
+        lock = r.lock
         lock.acquire()
         try:
-            if self.closed:
-                raise self.closed_error()
+            if r.closed:
+                raise r.closed_error()
             try:
                 body = self._pop_body()
             except WouldBlock:
                 return None
             # The drain written out: most receives emit nothing and find nobody
             # waiting, and then cost no call at all.
-            if self.core.actions or self.send_q.waiters or self.recv_q.waiters or self.watchers:
-                actions = self._drain()
+            if r.core.actions or r.send_q.waiters or r.recv_q.waiters or r.watchers:
+                actions = r._drain()
             else:
                 actions = None
         finally:
             lock.release()
         if actions:
-            self.execute(actions)
+            r.execute(actions)
         return body
 
     def _pop_body(self) -> bytes:
@@ -104,21 +121,22 @@ class ReceiveRuns(Round):
                 return run.popleft()
             except IndexError:  # (emptied by a receiver without the lock)
                 pass
+        r = self.round
         queue = self._body_queue
         if queue is None:
-            body: bytes = self.core.recv_body()
-            self.received += 1
-            self.bytes_received += len(body)
+            body: bytes = r.core.recv_body()
+            r.received += 1
+            r.bytes_received += len(body)
             return body
         bodies: list[bytes] = queue.take_run(RUN_MAX)
         body = bodies[0]
         if len(bodies) == 1:  # (several pipes have messages: one each in turn)
-            self.received += 1
-            self.bytes_received += len(body)
+            r.received += 1
+            r.bytes_received += len(body)
             return body
-        self.received += len(bodies)
-        self.bytes_received += sum(map(len, bodies))
-        info = self.core.pipes.get(queue.run_pid)
+        r.received += len(bodies)
+        r.bytes_received += sum(map(len, bodies))
+        info = r.core.pipes.get(queue.run_pid)
         self.run_token = info.token if info is not None else None
         run.extend(itertools.islice(bodies, 1, None))
         return body
@@ -139,9 +157,10 @@ class ReceiveRuns(Round):
                 pass
             return out
 
-        return self.feed(take)
+        return self.round.feed(take)
 
     def recv_attempt(self) -> Message:
+        r = self.round
         if self.held:
             return Message(self.held.popleft(), None)  # (counted when it was first taken)
         run = self.run
@@ -150,7 +169,7 @@ class ReceiveRuns(Round):
                 return Message(run.popleft(), self.run_token)  # (counted when the run was taken)
             except IndexError:
                 pass
-        msg = self.core.recv()
-        self.received += 1
-        self.bytes_received += len(msg.body)
+        msg = r.core.recv()
+        r.received += 1
+        r.bytes_received += len(msg.body)
         return msg

@@ -1,32 +1,36 @@
 """The socket driver: the one owner of a socket's lock, core, waiters and actions.
 
-:class:`SocketDriver` is put together from parts, each in its own module with a
-header that says what it owns and what it may call:
+:class:`SocketDriver` is the round (its one base) holding the other parts, each
+an object of its own in its own module, whose header says what it owns and what
+it may call:
 
 =====================  ==================================================================
-``nanopy/driver/round.py``   :class:`~nanopy.driver.round.Round`: the lock, folding credit due, the
-                       drain and wake pass, ``execute``; ``feed``/``inspect``/``_attempt``;
-                       the engine's inputs (``deliver``, ``credit``, ``timer_fired``)
-``nanopy/driver/lanes.py``   :class:`~nanopy.driver.lanes.SendLanes`: the sole-pipe and fan-out send
-                       lanes, the flush round, the send fast path ``try_send``
-``nanopy/driver/endings.py`` :class:`~nanopy.driver.endings.PipeEndings`: a pipe found dead
-                       leaves the core at once; what it never wrote goes back first
-``nanopy/driver/runs.py``    :class:`~nanopy.driver.runs.ReceiveRuns`: receive runs and the receive
-                       fast path ``try_recv_body``
-``nanopy/driver/direct.py``  :class:`~nanopy.driver.direct.DirectRead`: a receiver reads the only
-                       pipe in its own thread (nanopy.platform's waker and ready wait)
-``nanopy/driver/waiting.py`` :class:`~nanopy.driver.waiting.Waiting`: blocking and async calls, their
-                       checkpoints and timeouts
-``nanopy/driver/ids.py``     :class:`~nanopy.driver.ids.PerIds`: one wait queue per request/survey id
-this module            state set-up, pipes coming and going, the synchronous half of close
+``nanopy/driver/round.py``   :class:`~nanopy.driver.round.Round` (the base): the lock, the core,
+                       the counters, folding credit due, the drain and wake pass,
+                       ``execute``; ``feed``/``inspect``/``_attempt``; the engine's inputs
+                       (``deliver``, ``credit``, ``timer_fired``)
+``nanopy/driver/lanes.py``   ``lanes``, :class:`~nanopy.driver.lanes.SendLanes`: the sole-pipe
+                       and fan-out send lanes, the flush round, the send fast path ``try_send``
+``nanopy/driver/endings.py`` ``endings``, :class:`~nanopy.driver.endings.PipeEndings`: a pipe
+                       found dead leaves the core at once; what it never wrote goes back first
+``nanopy/driver/runs.py``    ``runs``, :class:`~nanopy.driver.runs.ReceiveRuns`: receive runs and
+                       the receive fast path ``try_recv_body``
+``nanopy/driver/direct.py``  ``direct``, :class:`~nanopy.driver.direct.DirectRead`: a receiver
+                       reads the only pipe in its own thread (nanopy.platform's waker and wait)
+``nanopy/driver/waiting.py`` ``waiting``, :class:`~nanopy.driver.waiting.Waiting`: blocking and
+                       async calls, their checkpoints and timeouts
+``nanopy/driver/ids.py``     ``ids``, :class:`~nanopy.driver.ids.PerIds`: one wait queue per
+                       request/survey id
+this module            putting them together, pipes coming and going, the synchronous half of close
 =====================  ==================================================================
 
-The parts are mixins of one object rather than helper objects: the fast paths
-read a dozen attributes of the driver per message, and one instance keeps each
-of them one ``self.x`` away (a helper object would add an attribute hop, or
-copies that must be kept in step). Every part derives from ``Round`` and
-declares the attributes it owns; only ``Round`` takes the lock around a call
-into the core, the others go through its rounds or hold the lock the same way.
+Each part creates its own fields in its own ``__init__`` and is given what it
+reaches: the round (this driver, typed as :class:`~nanopy.driver.round.Round`) and,
+for two of them, one other part (``endings`` the lanes, ``waiting`` the direct
+read). The round knows none of them; the one call it makes into a part
+(``hand_back``) it is given here. The calls the socket makes of a part are that
+part's bound methods stored on the driver once (``driver.try_send`` is
+``driver.lanes.try_send``): a call costs what a method of the driver did.
 
 Only these modules touch ``core`` and ``lock``; the socket, the REQ/SURVEYOR
 conveniences, devices and Spark go through the methods here.
@@ -35,25 +39,23 @@ conveniences, devices and Spark go through the methods here.
 from __future__ import annotations
 
 import threading
-from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from .._seam import PipeT
 from ..core.base import CANCEL_TIMER, Core, PipeInfo
-from ..core.callers import CallerWaitQueue
 from ..core.drops import DEAD_PIPE
 from .direct import DirectRead
 from .endings import PipeEndings
 from .ids import PerIds
 from .lanes import FAN_MIN, LANE_MAX, SendLanes
-from .round import BLOCKED, FANOUT_GAP, Round, _Blocked, _credit_is_bookkeeping
+from .round import BLOCKED, FANOUT_GAP, Round, _Blocked
 from .runs import RUN_MAX, ReceiveRuns
 from .waiters import WaitQueue
 from .waiting import Waiting, cancellation_point, checkpoint_after, checkpoint_before, in_trio
 
 if TYPE_CHECKING:
     from ..engine.engine import Engine
-    from ..pipe.driver import PipeDriver
 
 __all__ = [
     "BLOCKED",
@@ -75,8 +77,10 @@ __all__ = [
 ]
 
 
-class SocketDriver(PipeEndings, ReceiveRuns, Waiting, PerIds):
-    """Owns one socket's protocol core and everything that touches it.
+class SocketDriver(Round[PipeT]):
+    """Owns one socket's protocol core and everything that touches it: the round
+    (its base) and the parts ``lanes``, ``runs``, ``endings``, ``direct``,
+    ``waiting`` and ``ids`` (see the module docstring).
 
     Attributes:
         lock: the socket lock (held only inside a round).
@@ -85,71 +89,60 @@ class SocketDriver(PipeEndings, ReceiveRuns, Waiting, PerIds):
         pipes: live pipe drivers by pipe id.
         send_q, recv_q: waiters for ``core.can_send()`` / ``core.can_recv()``.
         id_queues: waiters of one request or survey id (woken by READY actions).
+        run, held: the runs part's deques (``Socket.recv`` pops ``run`` itself).
     """
 
     def __init__(self, core: Core, name: Callable[[], str], engine: Callable[[], Engine]) -> None:
-        self.lock = threading.Lock()
-        self.core = core
-        self.closed = False
-        self.fork_closed = False
-        self._name = name
-        self._engine = engine
-        self.pipes = {}
-        self._lanes = core.send_lane
-        self.lane = None  # the sole pipe holding lane credit
-        # The fan-out lane (see the module docstring), all under ``lock``.
-        self._fans = core.fan_lane
-        self._fan_credit = 0  # sends the lane may still take
-        self._fan_pipes = []  # its member pipes
-        self._fan_out = []  # bodies taken, not yet handed to the pipes
-        self._fan_bytes = 0
-        self.send_q = WaitQueue(self.writable if self._lanes or self._fans else core.can_send)
-        # Per-caller classic calls: a cooked REQ's recv() waits for *its caller's*
-        # reply, so its waiters are keyed by caller (nanopy.core.callers).
-        self.caller_q = CallerWaitQueue() if core.per_caller_recv else None
-        # Runs: cores whose receive is a plain ordered pop of bodies (body_queue).
-        body_queue = self._body_queue = core.body_queue
-        self.run = body_queue.run if body_queue is not None else deque()
-        self.run_token = None  # the pipe token of the bodies in ``run`` (recv_msg)
-        self.held = deque()  # a multipart message a plain recv() refused, first in line (runs.py)
-        readable = self.readable if body_queue is not None else core.can_recv
-        self.recv_q = self.caller_q or WaitQueue(readable)  # type: ignore[assignment]
+        super().__init__(core, name, engine)
+        lanes = self.lanes = SendLanes(self)
+        runs = self.runs = ReceiveRuns(self)
+        endings = self.endings = PipeEndings(self, lanes)
+        direct = self.direct = DirectRead(self)
+        waiting = self.waiting = Waiting(self, direct)
+        ids = self.ids = PerIds(self)
+        self.hand_back = endings.hand_back
+        self.send_q = WaitQueue(lanes.send_ready)
+        self.recv_q = self.caller_q or WaitQueue(runs.recv_ready)  # type: ignore[assignment]
         self.queues = [self.send_q, self.recv_q]
-        self.watchers = []  # blocked polls, woken after any change (nanopy.socket.poller)
-        self.id_queues = {}
-        self.timers = None
-        # Starts an engine task in the socket's task tree (set by the Socket).
-        self.spawn_task = None
-        self._waker_box = [None]  # wakes a thread that reads a pipe directly
-        self._direct_users = 0  # threads and tasks inside a direct receive
-        self._wait_cache = None  # (pid, ready wait) of the direct reader
-        self._due = deque()
-        self._lazy_credit = _credit_is_bookkeeping(core)
-        self._relazy = False  # _lazy_credit is off while the core holds requeued payloads
-        self.fanout_end = 0.0  # when the last round that wrote to several pipes ended
-        # Pipes holding what a fan-out burst queued, written by one flush round.
-        self._flush_lock = threading.Lock()
-        self._flush_pipes = []
-        self._flush_armed = False
-        self._flush_due = 0.0  # when the armed round's oldest payload has waited MAX_HOLD
-        # counters (stats); drops are counted by reason in ``core.drops``, under the lock
-        self.sent = self.received = self.bytes_sent = self.bytes_received = 0
-        self.requeued = self.resent = 0
+        # The same objects as the runs part's (never rebound): Socket.recv pops ``run``.
+        self.run = runs.run
+        self.held = runs.held
+        # What the socket, its pipes and the engine call of the parts, bound once.
+        self.try_send = lanes.try_send
+        self.send_batch = lanes.send_batch
+        self.send_attempt = lanes.send_attempt
+        self.room_attempt = lanes.room_attempt
+        self.writable = lanes.writable
+        self.sent_counts = lanes.sent_counts
+        self.queued_out = lanes.queued_out
+        self.flush_later = lanes.flush_later
+        self.try_recv_body = runs.try_recv_body
+        self.recv_body_attempt = runs.recv_body_attempt
+        self.recv_attempt = runs.recv_attempt
+        self.recv_bodies = runs.recv_bodies
+        self.readable = runs.readable
+        self.received_counts = runs.received_counts
+        self.pipe_ending = endings.pipe_ending
+        self.call = waiting.call
+        self.acall = waiting.acall
+        self.start_id = ids.start_id
+        self.forget_id = ids.forget_id
+        self.take_attempt = ids.take_attempt
 
     # -- engine inputs ---------------------------------------------------------------
-    def add_pipe(self, driver: PipeDriver, info: PipeInfo, credit: int, multipart: bool = False) -> bool:
+    def add_pipe(self, driver: PipeT, info: PipeInfo, credit: int, multipart: bool = False) -> bool:
         """A pipe is up; False if the socket closed meanwhile. ``multipart``: its
         transport carries multipart messages (``Transport.carries_multipart``)."""
         with self.lock:
             if self.closed:
                 return False
             self.pipes[info.id] = driver
-            if multipart and self._body_queue is not None:
-                self._body_queue.stops.add(info.id)  # (its runs end before a multipart message)
-            self._revoke_lane()  # (two pipes share sends message by message)
+            if multipart:
+                self.runs.stop_at_multipart(info.id)
+            self.lanes.revoke_lane()  # (two pipes share sends message by message)
             self.core.add_pipe(info, credit)
             if driver.closed:
-                self._end_pipe(driver)  # (closed while it was being added)
+                self.endings.end_pipe(driver)  # (closed while it was being added)
             actions = self._drain()
         if actions:
             self.execute(actions)
@@ -165,8 +158,7 @@ class SocketDriver(PipeEndings, ReceiveRuns, Waiting, PerIds):
         are not sent again: ``dead_pipe`` drops. Returns how many it took."""
 
         def remove() -> int:
-            if (self.lane is not None and self.lane.pid == pid) or self._fan_pipes:
-                self._revoke_lane()
+            self.lanes.revoke_for(pid)
             del self.pipes[pid]
             core = self.core
             if lost:
@@ -180,7 +172,7 @@ class SocketDriver(PipeEndings, ReceiveRuns, Waiting, PerIds):
                 return 0
             # (what it does not take, it counts as dropped; with none, a core that
             # held sends for this pipe's rest lets them go)
-            return self._take_back(orphans or [], pid, resent)
+            return self.endings.take_back(orphans or [], pid, resent)
 
         return self.feed(remove, check_open=False)
 
@@ -192,9 +184,8 @@ class SocketDriver(PipeEndings, ReceiveRuns, Waiting, PerIds):
                 return False
             self.closed = True
             self._due.clear()
-            self.run.clear()
-            self.held.clear()
-            self._revoke_lane()
+            self.runs.forget()
+            self.lanes.revoke_lane()
             self.core.close()
             actions = self.core.actions.copy()
             self.core.actions.clear()
@@ -203,8 +194,8 @@ class SocketDriver(PipeEndings, ReceiveRuns, Waiting, PerIds):
             for queue in list(self.id_queues.values()):
                 queue.wake_all()
             self.notify_watchers()  # a blocked poll raises Closed
-            if not self._direct_users:
-                self._close_direct_fds()
+            if not self.direct.users:
+                self.direct.close_fds()
         # Only timer cancellations matter now; pipes are closed by the caller.
         for action in actions:
             if action[0] == CANCEL_TIMER and self.timers is not None:
@@ -221,7 +212,6 @@ class SocketDriver(PipeEndings, ReceiveRuns, Waiting, PerIds):
         self.closed = True
         self.fork_closed = True
         self.lock = threading.Lock()
-        self._flush_lock = threading.Lock()
         for queue in (*self.queues, *self.id_queues.values()):
             queue.forget_all()
         self.id_queues = {}
@@ -229,9 +219,8 @@ class SocketDriver(PipeEndings, ReceiveRuns, Waiting, PerIds):
         self.timers = None
         self.pipes = {}
         self.lane = None
-        self._fan_pipes, self._fan_out, self._flush_pipes = [], [], []
-        self.run.clear()
-        self.held.clear()
+        self.lanes.forked()
+        self.runs.forget()
         self._due.clear()
-        self._direct_users = 0
-        self._close_direct_fds()
+        self.direct.users = 0
+        self.direct.close_fds()

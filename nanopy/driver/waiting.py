@@ -4,15 +4,16 @@ Owns: the retry loop of an attempt that raises ``WouldBlock`` (``call``,
 ``acall``), parking a waiter between tries, timeouts, and the checkpoints of
 every ``a*`` call (``cancellation_point``, ``checkpoint_before``/``after``).
 
-May call: the round (``_attempt``, ``_abandon``) and the direct read
+May call: the round, through :class:`WaitHost` (its attempt rounds, the pipes
+and the receive queue), and the direct read
 (:class:`~nanopy.driver.direct.DirectRead`) when the socket's only pipe can be read here.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import sniffio
 import trio
@@ -22,24 +23,53 @@ from .direct import DirectRead, _asyncio_wait_for_fds, _trio_wait_readable
 from .round import BLOCKED, _Blocked
 from .waiters import ThreadWaiter, WaitQueue, async_waiter
 
+if TYPE_CHECKING:
+    from ..engine.engine import Engine
+
 T = TypeVar("T")
 
 
-class Waiting(DirectRead):
+class WaitHost(Protocol):
+    """What the waiting part needs of the driver (the round): one try of an
+    attempt in a round, giving a waiter up, and what a timeout reports."""
+
+    recv_q: WaitQueue
+    _name: Callable[[], str]
+    _engine: Callable[[], Engine]
+
+    @property
+    def pipes(self) -> Mapping[int, object]:
+        """The live pipes (how many: a sole one may be read directly)."""
+        ...
+
+    def _attempt(self, attempt: Callable[[], T], park: Callable[[], Any] | None) -> tuple[T | _Blocked, Any]: ...
+
+    def try_once(self, attempt: Callable[[], T]) -> T | _Blocked: ...
+
+    def _abandon(self, queue: WaitQueue, waiter: Any) -> None: ...
+
+
+class Waiting:
     """Blocking and async calls (see the module docstring)."""
+
+    def __init__(self, driver: WaitHost, direct: DirectRead[Any]) -> None:
+        self.round = driver  # the attempt's rounds, the wait queues, the pipes
+        self.direct = direct  # reads the only pipe in the caller's own thread
 
     # -- waiting -------------------------------------------------------------------------
     def _timed_out(self, what: str) -> Timeout:
         """The Timeout for ``what``; it says so when no peer was connected to wait for."""
-        if self.pipes:
-            return Timeout(f"{self._name()}: {what} timed out")
+        r = self.round
+        if r.pipes:
+            return Timeout(f"{r._name()}: {what} timed out")
         return Timeout(
-            f"{self._name()}: {what} timed out: no peer connected "
+            f"{r._name()}: {what} timed out: no peer connected "
             "(check that a peer is running at the connected address, or connected to the bound one)"
         )
 
     def call(self, attempt: Callable[[], T], queue: WaitQueue, timeout: float | None, what: str) -> T:
         """Run ``attempt`` until it stops raising WouldBlock, parking this thread between tries."""
+        r = self.round
         deadline = None if timeout is None else time.monotonic() + timeout
 
         def park() -> ThreadWaiter | None:
@@ -47,33 +77,33 @@ class Waiting(DirectRead):
             return waiter
 
         engine_checked = False
-        if queue is self.recv_q and len(self.pipes) == 1:
-            result = self._direct_recv(attempt, deadline)
+        if queue is r.recv_q and len(r.pipes) == 1:
+            result = self.direct.recv(attempt, deadline)
             if not isinstance(result, _Blocked):
                 return result
         while True:
-            result, waiter = self._attempt(attempt, park)
+            result, waiter = r._attempt(attempt, park)
             if not isinstance(result, _Blocked):
                 return result
             if waiter is None:
                 raise self._timed_out(what)
             if not engine_checked:
                 engine_checked = True
-                if self._engine().in_engine_thread():
-                    self._abandon(queue, waiter)
+                if r._engine().in_engine_thread():
+                    r._abandon(queue, waiter)
                     raise RuntimeError(
-                        f"{self._name()}: a blocking {what} on the nanopy engine thread would "
+                        f"{r._name()}: a blocking {what} on the nanopy engine thread would "
                         "deadlock; pass timeout=0 in pipe callbacks"
                     )
             try:
                 woken = waiter.wait(None if deadline is None else deadline - time.monotonic())
             except BaseException:  # Ctrl-C: the call took nothing
-                self._abandon(queue, waiter)
+                r._abandon(queue, waiter)
                 raise
             if not woken:
-                self._abandon(queue, waiter)
+                r._abandon(queue, waiter)
                 # One last try: the condition may have turned true as we timed out.
-                result = self.try_once(attempt)
+                result = r.try_once(attempt)
                 if not isinstance(result, _Blocked):
                     return result
                 raise self._timed_out(what)
@@ -85,6 +115,7 @@ class Waiting(DirectRead):
         took or sent nothing: the attempt runs only after the cancellation check,
         and a message leaves the core only inside a successful attempt.
         """
+        r = self.round
         trio_task = await checkpoint_before()
         deadline = None if timeout is None else time.monotonic() + timeout
 
@@ -93,12 +124,12 @@ class Waiting(DirectRead):
 
         result: T | _Blocked = BLOCKED
         waited = False
-        if queue is self.recv_q and len(self.pipes) == 1:
+        if queue is r.recv_q and len(r.pipes) == 1:
             wait = _trio_wait_readable if trio_task else _asyncio_wait_for_fds()
             if wait is not None:
-                result, waited = await self._adirect_recv(attempt, deadline, wait)
+                result, waited = await self.direct.arecv(attempt, deadline, wait)
         while isinstance(result, _Blocked):
-            result, waiter = self._attempt(attempt, park)
+            result, waiter = r._attempt(attempt, park)
             if not isinstance(result, _Blocked):
                 break
             if waiter is None:
@@ -107,10 +138,10 @@ class Waiting(DirectRead):
             try:
                 woken = await waiter.wait(None if deadline is None else deadline - time.monotonic())
             except BaseException:
-                self._abandon(queue, waiter)
+                r._abandon(queue, waiter)
                 raise
             if not woken:
-                self._abandon(queue, waiter)
+                r._abandon(queue, waiter)
                 raise self._timed_out(what)
         if trio_task and not waited:
             await trio.lowlevel.cancel_shielded_checkpoint()  # the call's schedule point

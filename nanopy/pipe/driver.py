@@ -54,29 +54,25 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from .._seam import CALLER_BATCH_MAX, CALLER_BYTES, MAX_HOLD, wait_out_burst
 from ..core.errors import MessageTooLarge, RemoteProtocolError
 from ..transports._base import ChannelConnection, PeerWatching, ReportsWriteWait, SinkAttachable, WriteWindow
-from .fanout import MAX_HOLD, wait_out_burst
+from .fanout import queue_fan_out
 from .liveness import Liveness, kernel_unacked, unwritten, write_shortfall
-from .outbox import UNCUT, Outbox
-from .reading import PipeReader
+from .outbox import UNCUT, Outbox, SendAdapter
+from .reading import PipeReader, handed_over
 from .resend import Resend
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
+    from .._seam import Framed, PipeHandle, PipeHost
+    from ..core.actions import Action
     from ..core.message import Pipe
     from ..engine.engine import Engine
     from ..transports._base import Connection
-    from .host import PipeHost
     from .sent_log import SentLog
 
-
-#: ``(chunk, payload bytes)`` of the in-memory write in progress: the receiving
-#: socket's ``deliver``, called inside that write, takes the size from here when it
-#: gets that very chunk, instead of summing the same payloads again. (One slot
-#: replaced whole: another thread's write at the same time only costs a sum.)
-handed_over: list[Any] = [None]
 
 #: what a non-blocking write may raise: the writer task meets (and reports) it again
 _WRITE_ERRORS = (OSError, EOFError, RemoteProtocolError)
@@ -85,40 +81,20 @@ _WRITE_ERRORS = (OSError, EOFError, RemoteProtocolError)
 DIRECT_IDLE = 50e-6
 # A sending thread writes the outbox itself once it holds this many messages and
 # ``CALLER_BYTES`` of payload (looked at every ``CALLER_BATCH`` messages), or
-# ``CALLER_BATCH_MAX`` messages: small messages go out in chunks of a useful size.
+# ``CALLER_BATCH_MAX`` messages (both in nanopy/_seam.py: the socket's fan-out lane
+# batches alike): small messages go out in chunks of a useful size.
 CALLER_BATCH = 64
-CALLER_BYTES = 16 * 1024
-CALLER_BATCH_MAX = 256
 # ... or once its oldest message waited this long: a slow sender (one trio schedule
 # point per send) writes before the writer task's MAX_HOLD flush wakes the engine.
 CALLER_HOLD = 400e-6
-
-
-class SendAdapter:
-    """A connection that only implements ``send(payloads)`` (a plug-in), seen as a
-    channel: a chunk is the batch itself, written by the writer task."""
-
-    def __init__(self, conn: Connection) -> None:
-        self.conn = conn
-
-    def frame(self, payloads: list[bytes]) -> list[bytes]:
-        return payloads
-
-    def write_nowait(self, chunk: Any) -> int:
-        return 0
-
-    async def write_all(self, chunk: Any) -> None:
-        await self.conn.send(chunk)
-
-    def control_chunk(self, frame: bytes) -> bytes:
-        return frame
 
 
 class PipeDriver(Outbox):
     """One pipe: the connection's only writer (the write side is :class:`Outbox`,
     its base), composed with the parts that own the rest: ``reader``
     (:class:`PipeReader`), ``liveness`` (:class:`Liveness`) and ``resend``
-    (:class:`Resend`). The socket sees it through ``PipeHost``'s calls and these."""
+    (:class:`Resend`). It sees its socket as a ``PipeHost``; the socket sees it as a
+    ``PipeHandle`` (nanopy/_seam.py) and changes its state only through those calls."""
 
     def __init__(
         self,
@@ -129,7 +105,7 @@ class PipeDriver(Outbox):
         engine: Engine,
         note_protocol_error: Callable[[Pipe, BaseException], None],
     ) -> None:
-        self.sock = sock  # the socket's driver, seen through PipeHost (nanopy/pipe/host.py)
+        self.sock = sock  # the socket's driver, seen through PipeHost (nanopy/_seam.py)
         self.name = name
         self.conn = conn
         self.pipe = pipe
@@ -150,7 +126,6 @@ class PipeDriver(Outbox):
             self.writes_directly = False
         self.now = engine.now
         self.last_tx = 0.0  # when this pipe last sent (engine clock)
-        self.first_at = 0.0  # when the outbox's oldest payload was queued (engine clock)
         self.appended = 0  # messages handed to transmit (tells the writer a burst goes on)
         self.flush_at = CALLER_BATCH  # the outbox size at which a sender looks at writing it
         self.received_mark = 0  # the socket's receive count at our last idle-path send
@@ -158,9 +133,6 @@ class PipeDriver(Outbox):
         # socket's send lane, see nanopy/driver/socket_driver.py), and the bytes they carried.
         self.lane_credit = 0
         self.lane_bytes = 0
-        # Counters of the pipe view (Socket.pipes()) of what was read: by the socket
-        # driver under its lock, per read.
-        self.rx_msgs = self.rx_bytes = 0
         self._writer_event: trio.Event | None = None
         # In-memory connections (inproc) take every payload at once, in order.
         self.hands_over = isinstance(conn, SinkAttachable)
@@ -177,8 +149,7 @@ class PipeDriver(Outbox):
         #: the pipe's recent writes (nanopy/pipe/sent_log.py; None: not kept): set
         #: before the pipe runs (``sent_log_for``); only the channel's writer notes in it
         self.sent_log: SentLog | None = None
-        #: the socket took this pipe out of its load balancing (set under the socket's
-        #: lock by SocketDriver.pipe_ending, once)
+        #: the socket took this pipe out of its load balancing (``withdraw``, once)
         self.withdrawn = False
         # The parts (each makes its own fields; see their modules).
         self.liveness = Liveness(conn, self.lock, name, pipe, note_protocol_error)
@@ -192,7 +163,7 @@ class PipeDriver(Outbox):
         self,
         payload: bytes,
         idle: bool | None = None,
-        framed: dict[Any, tuple[list[bytes], Any]] | None = None,
+        framed: Framed | None = None,
         lane: bool = False,
     ) -> int:
         """Send or queue ``payload``; returns how many credits may be returned now.
@@ -217,6 +188,8 @@ class PipeDriver(Outbox):
             self.appended += 1
             outbox = self.outbox
             if outbox or self.writing or self.tail is not None or self.control is not None:
+                # ``queue`` written out: a burst's per-message cost (docs/architecture.md,
+                # "Deliberate exceptions").
                 outbox.append(payload)
                 n = len(outbox)
                 if n == 1:
@@ -242,17 +215,16 @@ class PipeDriver(Outbox):
                 fanout = idle is False and self.writes_directly
                 if idle is None:
                     idle = now - self.last_tx > DIRECT_IDLE or received != self.received_mark
-                self.last_tx = self.first_at = now
+                self.last_tx = now
                 self.received_mark = received
-                if not fanout and not (idle and self.writes_directly):
-                    outbox.append(payload)
-                    self._kick_writer()
-                    return 0
-                if fanout:
+                if fanout or not (idle and self.writes_directly):
+                    self.queue([payload], now)
+                    if not fanout:  # a burst begins: the writer task takes it from here
+                        self._kick_writer()
+                        return 0
                     # A fan-out burst: the socket's one flush round writes what the
                     # burst leaves on every pipe (one engine wake-up per round, not
                     # one per pipe).
-                    outbox.append(payload)
                     batch = None
                 else:
                     self.writing = True
@@ -264,6 +236,47 @@ class PipeDriver(Outbox):
             return 0
         return self._write_shared(batch, framed)
 
+    # -- the socket's calls on its pipe (socket's lock held; once per batch) ----
+    def grant_lane(self, n: int) -> None:
+        """The socket grants ``n`` credits to its send lane on this pipe."""
+        with self.lock:
+            self.lane_credit += n
+
+    def revoke_lane(self) -> tuple[int, int]:
+        """Take the lane back: ``(unspent credit, bytes the spent credit carried)``."""
+        with self.lock:
+            n, self.lane_credit = self.lane_credit, 0
+            spent, self.lane_bytes = self.lane_bytes, 0
+        return n, spent
+
+    def withdraw(self, resend: bool) -> tuple[list[bytes], int] | None:
+        """The socket withdraws this pipe (its lock held; see ``PipeHandle.withdraw``):
+        closed to sends, what it never wrote handed back -- with ``resend`` (and a sent
+        log) the unacknowledged messages its kernel holds first -- or, while a write is
+        under way, None: the rest and any resend come when the pipe is removed."""
+        self.withdrawn = True
+        resend = resend and self.sent_log is not None
+        with self.lock:
+            self.closed = True
+            if self.writing:
+                if resend:
+                    self.resend.mark_due()
+                return None
+            orphans = self.take_unwritten()
+            resent = self.resend.take_unacked_now() if resend else []
+        return resent + orphans, len(resent)
+
+    def refuse_sends(self) -> None:
+        """Refuse every later send (a socket closing, or a pipe it has not added yet)."""
+        with self.lock:
+            self.closed = True
+
+    def fan_out(
+        self, pipes: Mapping[int, PipeHandle], actions: list[Action], start: int
+    ) -> tuple[int, list[bytes], list[tuple[int, int]]]:
+        """The TRANSMITs of a fan-out burst on ``pipes`` (:func:`queue_fan_out`)."""
+        return queue_fan_out(pipes, actions, start)
+
     def queue_batch(self, batch: list[bytes], kick: bool) -> bool:
         """Queue a batch the fan-out lane (under the socket lock: batches reach every pipe
         in the order taken) or a batch send took; False if closed (nothing queued).
@@ -273,18 +286,15 @@ class PipeDriver(Outbox):
         try:
             if self.closed:
                 return False
-            outbox = self.outbox
-            if not outbox:
-                self.first_at = self.now()
             self.appended += len(batch)
-            outbox.extend(batch)
+            self.queue(batch)
             if kick and not self.writing:
                 self._kick_writer()
         finally:
             lock.release()
         return True
 
-    def flush_queued(self, framed: dict[Any, tuple[list[bytes], Any]]) -> int:
+    def flush_queued(self, framed: Framed) -> int:
         """Write the outbox now if nobody else is writing (the socket's flush round,
         engine thread); returns the credit to give back. ``framed`` holds the last
         chunk framed per ``framing``: a batch equal to its payloads reuses it."""
@@ -300,7 +310,7 @@ class PipeDriver(Outbox):
             lock.release()
         return self._write_shared(batch, framed)
 
-    def _write_shared(self, batch: list[bytes], framed: dict[Any, tuple[list[bytes], Any]] | None) -> int:
+    def _write_shared(self, batch: list[bytes], framed: Framed | None) -> int:
         """``_write_claimed(batch)``, reusing the chunk (and the payload bytes, for
         the pipe view) in ``framed`` when the last batch of this pipe's ``framing``
         holds the same payloads (a fan-out fills every pipe's outbox alike)."""
@@ -419,7 +429,7 @@ class PipeDriver(Outbox):
             with self._scope:
                 if not self.closed:
                     async with trio.open_nursery() as nursery:
-                        nursery.start_soon(self._until_failure, self._writer, nursery.cancel_scope)
+                        nursery.start_soon(_until_failure, self, self._writer, nursery.cancel_scope)
                         conn = self.conn
                         reader, liveness = self.reader, self.liveness
                         keepalive = conn.keepalive if isinstance(conn, PeerWatching) else None
@@ -428,11 +438,11 @@ class PipeDriver(Outbox):
                             # full queue) or our data waits for the peer's window (the
                             # window guard judges that case).
                             busy = lambda: reader.paused or liveness.in_write  # noqa: E731
-                            nursery.start_soon(self._until_failure, partial(keepalive, busy), nursery.cancel_scope)
+                            nursery.start_soon(_until_failure, self, partial(keepalive, busy), nursery.cancel_scope)
                         guard = liveness.guard_for()
                         if guard is not None:
-                            nursery.start_soon(self._until_failure, guard, nursery.cancel_scope)
-                        await self._until_failure(reader.run, nursery.cancel_scope)
+                            nursery.start_soon(_until_failure, self, guard, nursery.cancel_scope)
+                        await _until_failure(self, reader.run, nursery.cancel_scope)
         finally:  # also when the socket's task tree is cancelled around it
             await self._stopped()
 
@@ -461,30 +471,23 @@ class PipeDriver(Outbox):
             self.orphans = self.resend.settle(orphans, unacked)
         self._notify_idle()
 
-    async def _until_failure(self, loop: Any, scope: trio.CancelScope) -> None:
-        """Run the reader or writer loop; when it fails, end the whole pipe."""
-        try:
-            await loop()
-        except (
-            EOFError,
-            OSError,
-            RemoteProtocolError,
-            MessageTooLarge,
-            trio.BrokenResourceError,
-            trio.ClosedResourceError,
-        ) as exc:
-            self.liveness.note_failure(exc)
-        finally:
-            self.sock.pipe_ending(self)  # (the first loop to end: at once, before any later send)
-            scope.cancel()
-
     async def _writer(self) -> None:
         channel = self.channel
         liveness = self.liveness
         lingering = False  # a burst is under way: let the sender write its own batches
+        # How long a lingering writer waits (wait_out_burst): while the burst goes on, so
+        # the sender keeps writing full batches itself and is never interrupted by a
+        # partial flush; a full batch, a chunk's rest or a control frame goes at once.
+        # (Read without the lock: a stale view never holds a payload past MAX_HOLD.)
+        linger = (
+            lambda: self.appended,
+            lambda: self.first_at + MAX_HOLD if self.outbox else None,
+            self.now,
+            lambda: self.tail is not None or self.control is not None or len(self.outbox) >= CALLER_BATCH_MAX,
+        )
         while True:
             if lingering:
-                await self._linger()
+                await wait_out_burst(*linger)
             with self.lock:
                 # (a shut write window holds the outbox: see Outbox.window_moved)
                 waiting = not self.outbox or self.shut
@@ -525,7 +528,9 @@ class PipeDriver(Outbox):
                     piece = chunk = channel.frame(batch)
                     size = _payload_bytes(batch, chunk, self.frame_prefix)
                     self.note_write(len(batch), size)
-                    self.framed(size)
+                    with self.lock:  # (its payload bytes count as sent now: see Outbox)
+                        self.tx_bytes += size
+                        self.in_write_bytes += size
                     await channel.write_all(chunk)
                     self.wrote(len(batch), size)
                     if sent_log is not None:
@@ -550,23 +555,28 @@ class PipeDriver(Outbox):
             # sender outruns the socket, so write again at once (as after a cut batch).
             lingering = not cut and len(batch) < CALLER_BATCH
 
-    async def _linger(self) -> None:
-        """Wait while a burst goes on, so the sender keeps writing full batches itself
-        (see :func:`wait_out_burst`); also done when a full batch, a chunk's rest or
-        a control frame is waiting. A sender that writes its own batches in time is
-        never interrupted by a partial flush."""
-        await wait_out_burst(
-            lambda: self.appended,
-            # (read without the lock: a stale view never holds a payload past MAX_HOLD)
-            lambda: self.first_at + MAX_HOLD if self.outbox else None,
-            self.now,
-            lambda: self.tail is not None or self.control is not None or len(self.outbox) >= CALLER_BATCH_MAX,
-        )
-
     def _notify_idle(self) -> None:
         event, self._idle_event = self._idle_event, None
         if event is not None:
             event.set()
+
+
+async def _until_failure(pipe: PipeDriver, loop: Any, scope: trio.CancelScope) -> None:
+    """Run one of ``pipe``'s loops (reader, writer, watches); when it fails, end the whole pipe."""
+    try:
+        await loop()
+    except (
+        EOFError,
+        OSError,
+        RemoteProtocolError,
+        MessageTooLarge,
+        trio.BrokenResourceError,
+        trio.ClosedResourceError,
+    ) as exc:
+        pipe.liveness.note_failure(exc)
+    finally:
+        pipe.sock.pipe_ending(pipe)  # (the first loop to end: at once, before any later send)
+        scope.cancel()
 
 
 def _payload_bytes(batch: list[bytes], chunk: Any, prefix: int) -> int:
@@ -575,3 +585,9 @@ def _payload_bytes(batch: list[bytes], chunk: Any, prefix: int) -> int:
     if prefix >= 0:
         return len(chunk) - prefix * len(batch)
     return len(batch[0]) if len(batch) == 1 else sum(map(len, batch))
+
+
+if TYPE_CHECKING:
+
+    def _a_pipe_is_a_handle(pipe: PipeDriver) -> PipeHandle:
+        return pipe  # (mypy checks PipeDriver against the seam's protocol here)

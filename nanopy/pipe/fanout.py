@@ -1,9 +1,10 @@
-"""Batching across a burst: waiting out a burst of sends, and a fan-out round's queueing.
+"""A fan-out round's queueing: the TRANSMITs of a publisher's burst, on all its pipes.
 
-Owns: ``wait_out_burst`` (how long a flush waits while sends go on: the pipe's
-writer task and the socket's flush round both use it) and ``queue_fan_out`` (the
-publisher's per-pipe, per-message cost in a fan-out burst round: a function the
-socket's round calls, not a method of one pipe).
+Owns: ``queue_fan_out`` (the publisher's per-pipe, per-message cost in a fan-out
+burst round: one loop over the round's pipes, not a method call per pipe). The
+socket's round reaches it as ``fan_out`` of any of its pipes (``PipeHandle`` in
+nanopy/_seam.py); the wait of a burst (``wait_out_burst``, ``MAX_HOLD``) lives in
+the seam, shared by the pipe's writer task and the socket's flush round.
 
 May call: the pipe drivers' ``lock``/``outbox``/``transmit``.
 """
@@ -11,55 +12,23 @@ May call: the pipe drivers' ``lock``/``outbox``/``transmit``.
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-import trio
-
+from .._seam import FLUSH_DELAY, MAX_HOLD, wait_out_burst
 from ..core.base import TRANSMIT
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Mapping
 
+    from .._seam import PipeHandle
     from ..core.base import Action
     from .driver import PipeDriver
 
-# The writer task's first wait before flushing a partial batch left by a burst.
-FLUSH_DELAY = 200e-6
-# No queued message waits longer than this for the writer task.
-MAX_HOLD = 1e-3
-
-
-async def wait_out_burst(
-    progress: Callable[[], int],
-    due: Callable[[], float | None],
-    now: Callable[[], float],
-    write_now: Callable[[], bool] = lambda: False,
-) -> None:
-    """Wait while a burst of sends goes on, so what it leaves is written in one go.
-
-    Sleeps ``FLUSH_DELAY``, doubling up to ``MAX_HOLD`` (a long burst costs few
-    wake-ups), as long as ``progress()`` (a send count) moved during each sleep.
-    Returns once it did not, once ``due()`` has come -- when the oldest waiting
-    payload has waited ``MAX_HOLD``, on the ``now`` clock (None: nothing waits) --
-    or when ``write_now()`` says so after a sleep.
-    """
-    delay = FLUSH_DELAY
-    while True:
-        seen = progress()
-        wait = delay
-        deadline = due()
-        if deadline is not None:
-            wait = min(delay, deadline - now())
-            if wait <= 0:
-                return
-        await trio.sleep(wait)
-        if progress() == seen or write_now():
-            return
-        delay = min(delay * 2, MAX_HOLD)
+__all__ = ["FLUSH_DELAY", "MAX_HOLD", "queue_fan_out", "wait_out_burst"]
 
 
 def queue_fan_out(
-    pipes: Mapping[int, PipeDriver], actions: list[Action], start: int = 0
+    handles: Mapping[int, PipeHandle], actions: list[Action], start: int = 0
 ) -> tuple[int, list[bytes], list[tuple[int, int]]]:
     """Queue the TRANSMITs of a fan-out burst round from ``actions[start]`` on
     their pipes (``SocketDriver.execute``), in one loop.
@@ -75,6 +44,9 @@ def queue_fan_out(
     first that is not a TRANSMIT), the payloads of pipes that are gone or closed
     (to hand back), and the credit (pipe id, messages) the writes made here give back.
     """
+    # The socket's driver holds its pipes as handles (nanopy/_seam.py); every one
+    # of them is a PipeDriver, whose outbox this loop reads under its lock.
+    pipes = cast("Mapping[int, PipeDriver]", handles)
     credit: list[tuple[int, int]] = []
     framed: dict[Any, tuple[list[bytes], Any]] = {}
     gone: list[bytes] = []
@@ -92,6 +64,8 @@ def queue_fan_out(
         try:
             outbox = driver.outbox
             if outbox and len(outbox) + 1 < driver.flush_at:
+                # ``queue`` written out: the publisher's per-pipe, per-message cost
+                # (docs/architecture.md, "Deliberate exceptions").
                 outbox.append(action[2])
                 continue  # (the lock is released on the way)
         finally:

@@ -1,12 +1,14 @@
 """A pipe's outbox: what is queued and not yet written, and how much one write takes.
 
-Owns: the write side's state, made by ``Outbox.__init__``: the outbox of payloads,
-a chunk's unwritten rest (``tail``), the control frame, the channel's claim
-(``writing``), the sent counters; the batch a write takes from the outbox
+Owns: the write side's state, made by ``Outbox.__init__``: the outbox of payloads
+(appended by ``queue``; ``first_at``: when its oldest was queued), a chunk's
+unwritten rest (``tail``), the control frame, the channel's claim (``writing``),
+the sent counters; the batch a write takes from the outbox
 (``take_batch``), the size of that batch (``write_step``, learned by
 ``note_write``), the questions asked of what is left unwritten (``queued_out``,
 ``flushed``, ``wait_flushed``) and what an ending pipe hands back
-(``take_unwritten``: see nanopy/driver/endings.py).
+(``take_unwritten``: see nanopy/driver/endings.py). Also the channel a plug-in's
+connection that only implements ``send`` is seen as (``SendAdapter``).
 
 ``Outbox`` is the one base class of :class:`~nanopy.pipe.driver.PipeDriver`, not a
 part reached through an attribute: ``transmit``, the writer task and the fan-out
@@ -35,12 +37,16 @@ under the pipe's lock, except ``wait_flushed``, which takes it).
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from .liveness import unwritten
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..transports._base import Connection
 
 #: about how many payload bytes one write frames at most (see the module docstring)
 WRITE_CHUNK_BYTES = 256 * 1024
@@ -61,9 +67,11 @@ class Outbox:
     channel: Any
     writes_directly: bool
     _kick_writer: Callable[[], None]
+    now: Callable[[], float]
 
     def __init__(self) -> None:
         self.outbox: list[bytes] = []
+        self.first_at = 0.0  # when the outbox's oldest payload was queued (engine clock)
         self.tail: Any = None  # the unwritten rest of a chunk
         self.tail_credit = 0  # messages of that chunk, credited once it is written
         self.tail_bytes = 0  # their payload bytes (counted as sent then)
@@ -102,6 +110,18 @@ class Outbox:
         self.outbox = []
         self.tail = self.control = None
         return out
+
+    def queue(self, batch: list[bytes], now: float = -1.0) -> int:
+        """Append ``batch`` to the outbox, in order (pipe lock held): the one way
+        payloads are queued, but for the two per-message appends written out in
+        place (docs/architecture.md, "Deliberate exceptions"). The first payload of
+        an empty outbox stamps ``first_at`` (``now``, if the caller read the clock).
+        Returns the outbox's length."""
+        outbox = self.outbox
+        if not outbox:
+            self.first_at = now if now >= 0 else self.now()
+        outbox += batch
+        return len(outbox)
 
     def take_batch(self) -> list[bytes]:
         """Take the next batch to write (pipe lock held): the whole outbox, or its
@@ -161,12 +181,6 @@ class Outbox:
         self.tail_credit = self.tail_bytes = 0
         return tail, credit, control, batch
 
-    def framed(self, size: int) -> None:
-        """The writer task framed its batch: ``size`` payload bytes count as sent."""
-        with self.lock:
-            self.tx_bytes += size
-            self.in_write_bytes += size
-
     def wrote(self, n: int, size: int) -> None:
         """The writer task's channel took ``n`` messages of ``size`` bytes of its write."""
         with self.lock:
@@ -181,22 +195,18 @@ class Outbox:
             self.tx_bytes -= self.in_write_bytes
             self.in_write = self.in_write_bytes = 0
 
-    def _stalled(self) -> bool:
-        """The writer task's write waits for room (pipe lock held)."""
-        return bool(self.in_write) and (not self.reports_wait or self.channel.waiting_for_room)
-
     def queued_out(self) -> int:
         """Messages queued on this pipe and not yet written: the outbox, a chunk's
         rest, and a write waiting for room (a stalled peer's window)."""
         with self.lock:
-            stalled = self.in_write if self._stalled() else 0
+            stalled = self.in_write if _stalled(self) else 0
             return len(self.outbox) + (self.tail_credit if self.tail is not None else 0) + stalled
 
     def sent_counts(self) -> tuple[int, int]:
         """Messages and payload bytes this pipe wrote (a write under way counts,
         unless it waits for room)."""
         with self.lock:
-            if self._stalled():
+            if _stalled(self):
                 return self.tx_msgs - self.in_write, self.tx_bytes - self.in_write_bytes
             return self.tx_msgs, self.tx_bytes
 
@@ -211,3 +221,28 @@ class Outbox:
                     return
                 self._idle_event = event = trio.Event()
             await event.wait()
+
+
+class SendAdapter:
+    """A connection that only implements ``send(payloads)`` (a plug-in), seen as a
+    channel: a chunk is the batch itself, written by the writer task."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def frame(self, payloads: list[bytes]) -> list[bytes]:
+        return payloads
+
+    def write_nowait(self, chunk: Any) -> int:
+        return 0
+
+    async def write_all(self, chunk: Any) -> None:
+        await self.conn.send(chunk)
+
+    def control_chunk(self, frame: bytes) -> bytes:
+        return frame
+
+
+def _stalled(box: Outbox) -> bool:
+    """The writer task's write waits for room (pipe lock held)."""
+    return bool(box.in_write) and (not box.reports_wait or box.channel.waiting_for_room)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -29,6 +29,13 @@ if TYPE_CHECKING:
 
     from ..platform import Waker
     from ..transports._base import Connection
+
+#: ``(chunk, payload bytes)`` of the in-memory write in progress (set by the writing
+#: pipe, nanopy/pipe/driver.py): the receiving pipe's sink, called inside that write,
+#: takes the size from here when it gets that very chunk and hands it to ``deliver``,
+#: so nobody sums the same payloads again. (One slot replaced whole: another thread's
+#: write at the same time only costs a sum. Between pipes only: the socket gets the size.)
+handed_over: list[Any] = [None]
 
 # A thread that lets go of the read role usually comes straight back: the reader
 # task leaves the role to it for this long after it let go.
@@ -63,7 +70,7 @@ class PipeReader:
         owner: ReadOwner,
         conn: Connection,
         pid: int,
-        deliver: Callable[[int, list[bytes]], bool],
+        deliver: Callable[[int, list[bytes], int], bool],
         run_soon: Callable[[Callable[[], object]], object],
         note_failure: Callable[[BaseException], None],
     ) -> None:
@@ -75,6 +82,9 @@ class PipeReader:
         self._run_soon = run_soon  # the engine's
         self._note_failure = note_failure  # the pipe's liveness judges how it ended
         self.paused = False  # the core's queue for this pipe is full: read nothing
+        # Counters of the pipe view (Socket.pipes()) of what was delivered: counted by
+        # the socket's round under its lock, per read (``count_delivery``).
+        self.rx_msgs = self.rx_bytes = 0
         self._event: trio.Event | None = None  # wakes a paused reader task
         # In-memory connections (inproc) deliver from the sender's thread (a sink).
         self.sink_conn = conn if isinstance(conn, SinkAttachable) else None
@@ -85,6 +95,14 @@ class PipeReader:
         self.role = False  # a thread holds the read role
         self.lease_until = 0.0
         self.role_waker: Waker | None = None  # the role holder's waker (nanopy.platform)
+
+    def count_delivery(self, n_msgs: int, n_bytes: int, pause: bool) -> None:
+        """The socket's core took ``n_msgs`` read from this pipe (the socket's lock
+        held); ``pause``: its queue is full, read nothing until :meth:`resume`."""
+        self.rx_msgs += n_msgs
+        self.rx_bytes += n_bytes
+        if pause:
+            self.paused = True
 
     def resume(self) -> None:
         """The core's queue has room again: read on (the round's RESUME_READ)."""
@@ -149,7 +167,7 @@ class PipeReader:
                 # A plug-in transport broke the payload contract (Connection.receive):
                 # cores get bytes, never a buffer that may change or cannot be hashed.
                 payloads = [bytes(p) for p in payloads]
-            deliver(pid, payloads)  # a full queue sets paused
+            deliver(pid, payloads, -1)  # (a full queue sets paused)
 
     async def _sink_reader(self) -> None:
         """An in-memory connection delivers from the sender's thread through a sink;
@@ -160,7 +178,8 @@ class PipeReader:
         pid = self.pid
 
         def sink(payloads: list[bytes]) -> None:
-            deliver(pid, payloads)  # a full queue sets paused
+            handed = handed_over[0]  # (called inside the writer's write: it knows the size)
+            deliver(pid, payloads, handed[1] if handed is not None and handed[0] is payloads else -1)
 
         conn.attach_sink(sink, lambda: self.paused)
         while True:
@@ -201,7 +220,7 @@ class PipeReader:
             with read_lock:  # read and deliver as one step: reads reach the core in order
                 payloads = conn.read_nowait()
                 if payloads:
-                    deliver(pid, payloads)  # a full queue sets paused
+                    deliver(pid, payloads, -1)  # (a full queue sets paused)
             more = conn.read_more
 
     async def _stand_aside(self) -> None:

@@ -81,7 +81,7 @@ class Resend:
         #: the log was spent (taken to send again, or counted lost): it settles nothing more
         self.spent = False
         #: the socket resends this pipe's unacknowledged messages once its write under
-        #: way ends (set with the pipe lock held, by the round that withdrew it)
+        #: way ends (``mark_due``: the pipe lock held, by the round that withdrew it)
         self.due = False
         #: messages taken by ``settle`` to be sent again at the pipe's removal
         self.resent_late = 0
@@ -91,6 +91,11 @@ class Resend:
         self.unacked_resent = False
         #: bytes the kernel held unacknowledged as the pipe's tasks stopped (None: unknown)
         self.unacked: int | None = None
+
+    def mark_due(self) -> None:
+        """The socket withdrew the pipe during a write (pipe lock held): resend its
+        unacknowledged messages once that write ends (``settle``)."""
+        self.due = True
 
     def take_unacked_now(self) -> list[bytes]:
         """``take_unacked`` as the kernel counts now (the pipe lock held, no write
