@@ -196,10 +196,7 @@ PIPES_ATTRS = {"pipes", "_pipes", "_fan_pipes", "_flush_pipes", "pipe_drivers"}
 #: a pipe's parts: ``pipe.reader.paused = ...`` writes the pipe as much as ``pipe.x = ...``
 PIPE_PARTS = {"reader", "resend", "liveness"}
 #: writes of a pipe's field by socket-side code still to move behind the seam (may only shrink)
-KNOWN_PIPE_WRITES: dict[tuple[str, str], str] = {
-    # the pipe's sent log, set between PipeDriver(...) and its first run: a constructor argument next
-    ("nanopy.socket.pipes", "driver.sent_log"): "one seam between socket and pipe",
-}
+KNOWN_PIPE_WRITES: dict[tuple[str, str], str] = {}
 
 
 def _mentions_pipes(expr: ast.AST) -> bool:

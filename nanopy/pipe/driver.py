@@ -61,7 +61,7 @@ from .fanout import queue_fan_out
 from .liveness import Liveness, kernel_unacked, unwritten, write_shortfall
 from .outbox import UNCUT, Outbox, SendAdapter
 from .reading import PipeReader, handed_over
-from .resend import Resend
+from .resend import Resend, sent_log_for
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -104,7 +104,11 @@ class PipeDriver(Outbox):
         pipe: Pipe,
         engine: Engine,
         note_protocol_error: Callable[[Pipe, BaseException], None],
+        resends: bool = False,
     ) -> None:
+        """``resends``: the socket's protocol sends a dead pipe's unacknowledged
+        messages again (PUSH, raw REQ: nanopy/pipe/resend.py), so the pipe keeps a
+        sent log if its connection can count what its peer has not acknowledged."""
         self.sock = sock  # the socket's driver, seen through PipeHost (nanopy/_seam.py)
         self.name = name
         self.conn = conn
@@ -146,9 +150,9 @@ class PipeDriver(Outbox):
         # payload bytes are its length less one prefix per message (no sum needed).
         overhead = self.channel.frame_overhead if isinstance(self.channel, ChannelConnection) else None
         self.frame_prefix = -1 if overhead is None else overhead
-        #: the pipe's recent writes (nanopy/pipe/sent_log.py; None: not kept): set
-        #: before the pipe runs (``sent_log_for``); only the channel's writer notes in it
-        self.sent_log: SentLog | None = None
+        #: the pipe's recent writes (nanopy/pipe/sent_log.py; None: not kept, see
+        #: ``sent_log_for``); only the channel's writer notes in it
+        self.sent_log: SentLog | None = sent_log_for(conn) if resends else None
         #: the socket took this pipe out of its load balancing (``withdraw``, once)
         self.withdrawn = False
         # The parts (each makes its own fields; see their modules).

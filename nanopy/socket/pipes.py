@@ -30,7 +30,6 @@ from ..core.options import OPTIONS_BY_NAME, validate_priority
 from ..core.stats import PipeLosses
 from ..engine import engine as _engine
 from ..pipe.driver import PipeDriver
-from ..pipe.resend import sent_log_for
 from ..transports._base import Connection, DiscardsMessages, OtherWireProtocol, PipeContext, SubscriptionForwarding
 from ..transports._registry import transports as _transports
 from .endpoint import Endpoint
@@ -294,9 +293,10 @@ class PipeHost:
     async def run_pipe(self, conn: Connection, ep: Endpoint) -> None:
         """Run one pipe until it ends (a task of the socket's pipes nursery)."""
         pipe = Pipe(_new_pipe_id(), conn.remote_address, ep, make_peer(conn, ep.url.partition("://")[0], ep.gate))
-        driver = PipeDriver(self._driver, self._sock.name, conn, pipe, self._engine(), self.note_protocol_error)
-        if getattr(self._driver.core, "requeues", False):  # (PUSH, raw REQ: nanopy/pipe/resend.py)
-            driver.sent_log = sent_log_for(conn)
+        resends = getattr(self._driver.core, "requeues", False)  # (PUSH, raw REQ: nanopy/pipe/resend.py)
+        driver = PipeDriver(
+            self._driver, self._sock.name, conn, pipe, self._engine(), self.note_protocol_error, resends
+        )
         try:
             if ep.closed:
                 return  # its endpoint was closed during the handshake
