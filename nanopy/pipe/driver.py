@@ -543,7 +543,8 @@ class PipeDriver(Outbox):
                 if sent_log is not None:
                     self.resend.note_failed_write(piece, batch if stage == 2 else None)
                 # The connection failed under the write: what never reached the
-                # kernel may still go out on another pipe (Socket._run_pipe).
+                # kernel may still go out on another pipe (PipeHost.run_pipe hands
+                # ``orphans`` to SocketDriver.remove_pipe).
                 if tail is not None and stage == 0:
                     self.orphans += unwritten(channel, self._tail_batch, write_shortfall(channel))
                 if batch:
