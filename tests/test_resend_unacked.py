@@ -378,6 +378,18 @@ def test_a_peer_that_got_everything_and_left_gets_nothing_again(scheme: str) -> 
         assert stats.messages_resent == stats.lost_unacked_messages == stats.lost_unacked_bytes == 0
 
 
+@needs_platform("unacked_bytes")
+def test_a_protocol_that_never_sends_again_keeps_no_log() -> None:
+    """The pipe keeps a sent log only when its socket's protocol may send a message
+    again (PUSH, raw REQ: ``PipeDriver(..., resends)``); a PAIR over tcp keeps none."""
+    with nanopy.Socket("pair") as a, nanopy.Socket("pair") as b:
+        b.connect(a.bind("tcp://127.0.0.1:0").url)
+        wait_pipes(b)
+        b.send(b"m")
+        assert a.recv(timeout=5) == b"m"
+        assert [d.sent_log for d in b._driver.pipe_drivers()] == [None]  # type: ignore[attr-defined]
+
+
 def test_ipc_keeps_no_log() -> None:
     """Over ipc a message the kernel took is in the peer's receive queue: nothing is
     ever unacknowledged, so the option changes nothing and costs nothing."""
