@@ -92,13 +92,7 @@ def test_tls_refused_by_authorize_gets_close_notify(make_socket: MakeSocket) -> 
     ep = pull.bind("tls+tcp://127.0.0.1:0", authorize=authorize, **server_ctx())
     # Ragged EOFs raise: a bare TCP close would be SSLEOFError, a close_notify is b"".
     with tls_client(ep.url, REFUSED_HOST, ragged_eof_is_error=True) as tls:
-        tls.sendall(PUSH_HEADER)
-        header = b""
-        while len(header) < 8:
-            chunk = tls.recv(8 - len(header))
-            assert chunk, "closed before the SP header"
-            header += chunk
-        assert header == b"\x00SP\x00\x00\x51\x00\x00"  # the PULL's; then the gate's verdict
+        tls.sendall(PUSH_HEADER)  # the gate hears our header out; the PULL's would follow only an admission
         assert tls.recv(64) == b""  # close_notify: a clean end of the TLS session
     wait_until(lambda: pull.stats().auth_failures == 1, what="the refusal counted")
     admitted_round_trip(pull, ep, make_socket, "tls+tcp")
@@ -183,3 +177,26 @@ def test_pynng_dialer_reports_the_refusal(make_socket: MakeSocket, scheme: str, 
         with pytest.raises(getattr(pynng, error)):
             push.dial(ep.url.replace("127.0.0.1", "localhost") if scheme == "tls+tcp" else ep.url, block=True)
     assert pull.stats().auth_failures >= 1 and pull.pipes == []
+
+
+@pytest.mark.parametrize("scheme", ["tcp", "ipc"])
+def test_pynng_dialer_refused_by_authorize_never_has_a_pipe(make_socket: MakeSocket, scheme: str,
+                                                           tmp_path: Any) -> None:
+    """The listener sends its SP header only once ``authorize`` admits: NNG's blocking
+    dial fails rather than succeeding into a pipe that closes at once; admitted, a
+    message sent right after the dial arrives (nothing is lost to a doomed pipe)."""
+    pynng = pytest.importorskip("pynng")
+    from peers import pynng_peer
+
+    admit = {"now": False}
+    pull = make_socket("pull", recv_timeout=5)
+    url = "tcp://127.0.0.1:0" if scheme == "tcp" else f"ipc://{tmp_path}/gated.ipc"
+    ep = pull.bind(url, authorize=lambda peer: admit["now"] or "not yet")
+    with pynng_peer("Push0") as push:
+        with pytest.raises(pynng.NNGException):
+            push.dial(ep.url, block=True)
+        assert pull.stats().auth_failures == 1 and pull.pipes == []
+        admit["now"] = True
+        push.dial(ep.url, block=True)
+        push.send(b"right after the dial")
+        assert pull.recv() == b"right after the dial"

@@ -191,10 +191,10 @@ class Endpoint:
         sock = self.socket
         gate = self.gate
         if gate is not None and conn.gates_itself:
-            conn.gate = gate  # (ZMTP asks it before its READY, to refuse with an ERROR)
+            conn.gate = gate  # (ZMTP asks it before its READY; SP streams before their header)
         try:
             with trio.fail_after(sock._options.handshake_timeout):
-                if gate is not None and not conn.gates_itself:
+                if gate is not None and conn.refuses_early:
                     reason = gate.refuse_early(conn)  # (allow=/deny=: no TLS or upgrade for them)
                     if reason is not None:
                         raise Refused(reason)

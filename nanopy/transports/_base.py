@@ -64,9 +64,14 @@ class Connection(abc.ABC):
     #: ``gate(self)`` once the peer's credentials are known and before it admits the
     #: peer; a string back refuses it (the reason), None admits
     gate: Gate | None = None
-    #: the handshake calls ``gate`` itself (ZMTP: so a refusal is an ERROR command);
-    #: for other connections the endpoint calls it after the handshake and closes
+    #: the handshake calls ``gate`` itself and raises ``nanopy.Refused`` on a refusal
+    #: (ZMTP: so a refusal is an ERROR command; the SP byte streams: so a refused
+    #: dialer never receives our header, hence never has a pipe); for other
+    #: connections the endpoint calls it after the handshake and closes
     gates_itself: bool = False
+    #: the endpoint checks ``allow=``/``deny=`` before ``handshake`` (no TLS or HTTP
+    #: upgrade for a denied address); False: the handshake's gate does it (ZMTP)
+    refuses_early: bool = True
 
     def peer_details(self) -> dict[str, Any]:
         """What the handshake learnt of the peer, for its :class:`nanopy.Peer`:

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import trio
 
 from .. import _fork, platform
-from ..core.errors import RemoteProtocolError
+from ..core.errors import Refused, RemoteProtocolError
 from ..core.wire import (
     HEADER_SIZE,
     FrameDecoder,
@@ -187,8 +187,25 @@ class FramedConnection(ChannelConnection):
     async def _recv_some(self, size: int) -> bytes:
         raise NotImplementedError
 
+    #: a gated listener answers only once its gate admits (see ``handshake``)
+    gates_itself = True
+
     async def handshake(self) -> None:
+        gate = self.gate
+        if gate is None:
+            await self._send_all(encode_header(self._ctx.protocol_id))
+            await self._read_header()
+            return
+        # A bind's gate: hear the peer's header out, ask the gate, and send ours only
+        # when it admits. A refused dialer never completes its handshake, so it never
+        # has a pipe to write into (what it sent there would be lost with the pipe).
+        await self._read_header()
+        reason = await gate(self)
+        if reason is not None:
+            raise Refused(reason)
         await self._send_all(encode_header(self._ctx.protocol_id))
+
+    async def _read_header(self) -> None:
         header = b""
         while len(header) < HEADER_SIZE:
             try:

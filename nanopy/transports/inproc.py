@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import trio
 
-from ..core.errors import AddressError, AddressInUse, RemoteProtocolError
+from ..core.errors import AddressError, AddressInUse, Refused, RemoteProtocolError
 from ._base import ChannelConnection, Connection, Listener, PipeContext, Transport
 from ._table import ProcessTable
 
@@ -141,13 +141,68 @@ def _wake(waiter: tuple[trio.Event, trio.lowlevel.TrioToken]) -> None:
         pass
 
 
+class _Answer:
+    """The listener's answer to one dial: admitted, or refused/closed (any thread).
+
+    The dialer's handshake waits for it, so a dialer a bind's gate refuses never
+    has a pipe (nor writes into one that is about to close)."""
+
+    __slots__ = ("_lock", "admitted", "_waiter")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.admitted: bool | None = None  # (None: not answered yet)
+        self._waiter: tuple[trio.Event, trio.lowlevel.TrioToken] | None = None
+
+    def give(self, admitted: bool) -> None:
+        with self._lock:
+            if self.admitted is not None:
+                return
+            self.admitted = admitted
+            waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            _wake(waiter)
+
+    async def wait(self) -> bool:
+        with self._lock:
+            if self.admitted is None:
+                event = trio.Event()
+                self._waiter = (event, trio.lowlevel.current_trio_token())
+            else:
+                event = None
+        if event is not None:
+            await event.wait()
+        else:
+            await trio.lowlevel.checkpoint()
+        return bool(self.admitted)
+
+
 class InprocConnection(ChannelConnection):
     """One end of an inproc pipe: a channel whose chunks are lists of payloads."""
 
-    def __init__(self, inbox: _Inbox, outbox: _Inbox, remote_address: str) -> None:
+    #: the listener's end asks a bind's gate before it answers the dialer
+    gates_itself = True
+
+    def __init__(self, inbox: _Inbox, outbox: _Inbox, remote_address: str, answer: _Answer,
+                 dialer: bool) -> None:
         self._inbox = inbox
         self._outbox = outbox
         self.remote_address = remote_address
+        self._answer = answer
+        self._dialer = dialer
+
+    async def handshake(self) -> None:
+        answer = self._answer
+        if self._dialer:
+            if not await answer.wait():
+                raise ConnectionRefusedError(f"{self.remote_address}: the inproc listener refused or closed")
+            return
+        gate = self.gate
+        if gate is not None:
+            reason = await gate(self)
+            if reason is not None:
+                raise Refused(reason)
+        answer.give(True)
 
     def frame(self, payloads: list[bytes]) -> list[bytes]:
         return payloads
@@ -175,6 +230,7 @@ class InprocConnection(ChannelConnection):
         return await self._inbox.take(into_sink=False)
 
     async def aclose(self) -> None:
+        self._answer.give(False)
         self._inbox.close()
         self._outbox.close()
 
@@ -202,7 +258,12 @@ class _InprocListener(Listener):
         _registry.remove(self.name, self)
         self._send.close()
         async with self._recv:
-            pass
+            while True:  # dials never accepted: their dialers hear the refusal now
+                try:
+                    conn = self._recv.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                    break
+                await conn.aclose()
 
 
 #: the process's inproc listeners by name
@@ -244,8 +305,9 @@ class InprocTransport(Transport):
                 f"which is not a peer of {ctx.protocol_name}"
             )
         to_listener, to_dialer = _Inbox(), _Inbox()
-        mine = InprocConnection(to_dialer, to_listener, url)
-        theirs = InprocConnection(to_listener, to_dialer, url)
+        answer = _Answer()
+        mine = InprocConnection(to_dialer, to_listener, url, answer, dialer=True)
+        theirs = InprocConnection(to_listener, to_dialer, url, answer, dialer=False)
         listener.offer(theirs)
         return mine
 

@@ -120,6 +120,12 @@ class StreamChannel:
         so the client's socket can count a refusal rather than a reset."""
         outgoing = getattr(self.stream, "_outgoing", None)
         data = outgoing.read() if outgoing is not None else b""
+        # trio holds the handshake's last records (TLS 1.3 session tickets) back to
+        # send with the first data; without them the alert's record fails its MAC.
+        delayed = getattr(self.stream, "_delayed_outgoing", None)
+        if delayed:
+            self.stream._delayed_outgoing = None
+            data = delayed + data
         if data:
             with trio.move_on_after(CLOSE_TIMEOUT):
                 try:

@@ -86,6 +86,7 @@ class ZmtpConnection(StreamConnection):
         self._send_control: Callable[..., bool] | None = None
         self._pong_debt = PongDebt()
         self.gates_itself = True  # a refusal is an ERROR command in the handshake
+        self.refuses_early = False  # (even a denied address hears its ERROR)
         self.minor = 1
         self.last_heard = self.last_sent = time.monotonic()
         # Our longest silence toward the peer past ``ttl``, and when it ended (see silence_blamed).
