@@ -165,16 +165,20 @@ def test_receiver_bounds_memory_and_backlog_in_bytes(tmp_path: Any) -> None:
             assert m["backpressureWaits"] >= 1
             assert m["socketQueueLimit"] <= (1 << 20) // size + 1
             assert m["backlogBytes"] < (2 << 20) + (8 << 20)  # the bound plus one group
-            end = m["seq"]
+            end = committed = m["seq"]
             while end < n:  # commit as Spark would; the receiver goes on
                 spool.trim(end, rx.commit(end))
+                committed = end
                 end = rx.wait_past(end, 20)
             sender.join(20)
             assert rx.metrics()["received"] == n
         finally:
             rx.close()
-    got = pa.Table.from_batches(spool.read(n - 3, n, SCHEMA)).column("payload").to_pylist()
-    assert [p[:6] for p in got] == [b"%06d" % i for i in range(n - 3, n)]
+    # What was never committed is all there (how far the last commit reached depends
+    # on how the receiver's waits fell; committed files are gone by design).
+    after = max(committed, n - 3)
+    got = pa.Table.from_batches(spool.read(after, n, SCHEMA)).column("payload").to_pylist()
+    assert [p[:6] for p in got] == [b"%06d" % i for i in range(after, n)]
 
 
 def test_partial_spool_files_are_removed_and_default_spools_of_dead_processes_swept(tmp_path: Any) -> None:

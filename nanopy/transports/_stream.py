@@ -191,21 +191,13 @@ class FramedConnection(ChannelConnection):
     gates_itself = True
 
     async def handshake(self) -> None:
+        # With a bind's gate: hear the peer's header out, ask the gate, and send ours
+        # only when it admits. A refused dialer never completes its handshake, so it
+        # never has a pipe to write into (what it sent there would be lost with it).
         gate = self.gate
+        ours = encode_header(self._ctx.protocol_id)
         if gate is None:
-            await self._send_all(encode_header(self._ctx.protocol_id))
-            await self._read_header()
-            return
-        # A bind's gate: hear the peer's header out, ask the gate, and send ours only
-        # when it admits. A refused dialer never completes its handshake, so it never
-        # has a pipe to write into (what it sent there would be lost with the pipe).
-        await self._read_header()
-        reason = await gate(self)
-        if reason is not None:
-            raise Refused(reason)
-        await self._send_all(encode_header(self._ctx.protocol_id))
-
-    async def _read_header(self) -> None:
+            await self._send_all(ours)
         header = b""
         while len(header) < HEADER_SIZE:
             try:
@@ -221,6 +213,11 @@ class FramedConnection(ChannelConnection):
                 raise other_wire(header, "SP", self._ipc) or RemoteProtocolError("peer closed during the SP handshake")
             header += chunk
         parse_header(header, self._ctx.peer_id, self._ipc)
+        if gate is not None:
+            reason = await gate(self)
+            if reason is not None:
+                raise Refused(reason)
+            await self._send_all(ours)
 
     async def receive(self) -> list[bytes]:
         if self._decoder.error is not None:  # found after the frames we returned last
