@@ -219,6 +219,17 @@ OPTION_TABLE: tuple[OptionSpec, ...] = (
     OptionSpec("tcp_nodelay", "bool", True, "", "all",
                "disable Nagle's algorithm on tcp (and tls+tcp, ws) pipes",
                boolean),
+    OptionSpec("kernel_send_buffer", "int", 0, "bytes", "all",
+               "SO_SNDBUF of every tcp-based pipe (tcp, tls+tcp, ws, wss, zmtp+tcp): the most the kernel "
+               "holds for the peer beyond send_buffer (Linux doubles the value for its bookkeeping); "
+               "0 leaves it to the kernel (autotuned: up to 4 MiB on Linux); see docs/performance.md, "
+               "'Queue budget per pipe'",
+               integer(0, 1 << 30)),
+    OptionSpec("kernel_recv_buffer", "int", 0, "bytes", "all",
+               "SO_RCVBUF of every tcp-based pipe: the most the kernel holds from the peer before "
+               "nanopy reads it, and so the TCP window the peer may fill (Linux doubles the value); "
+               "0 leaves it to the kernel (autotuned: up to tcp_rmem's maximum on Linux)",
+               integer(0, 1 << 30)),
     OptionSpec("overflow", "str", "drop", "", "pub, sub",
                "what a full pipe queue does: 'drop' (PUB skips that pipe, SUB drops its oldest "
                "message), 'drop-newest' (SUB drops the arriving message) or 'block' (SUB stops "
@@ -309,6 +320,8 @@ class OptionAttributes:
     connect_timeout: float | None
     resend_unacked: bool
     tcp_nodelay: bool
+    kernel_send_buffer: int
+    kernel_recv_buffer: int
     overflow: str
     name: str
 

@@ -159,9 +159,18 @@ def configure_tcp_socket(sock: socket.socket, ctx: PipeContext) -> None:
     """Per-connection options of every TCP-based pipe (tcp, tls+tcp, ws, wss), dialed
     or accepted: TCP_NODELAY, and dead-peer detection (docs/partitions.md) -- keepalive
     probes for an idle connection and TCP_USER_TIMEOUT for data the peer does not
-    acknowledge, both from ``dead_peer_timeout``. Nothing changes on the wire."""
+    acknowledge, both from ``dead_peer_timeout``; the kernel's buffers from
+    ``kernel_send_buffer``/``kernel_recv_buffer`` (0: the kernel's own autotuning).
+    Nothing changes on the wire."""
     if ctx.options.get("tcp_nodelay", True):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    # A fixed size turns the kernel's autotuning off for that buffer: the bound of
+    # what a burst leaves in the kernel (docs/performance.md, "Queue budget per pipe").
+    # Set before connect, so a dialed socket's window scale is chosen for it.
+    if size := ctx.options.get("kernel_send_buffer"):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
+    if size := ctx.options.get("kernel_recv_buffer"):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
     timeout = ctx.options.get("dead_peer_timeout")
     if timeout is None:
         return
