@@ -165,11 +165,11 @@ OPTION_TABLE: tuple[OptionSpec, ...] = (
     OptionSpec("recv_timeout", "float | None", None, "seconds", _RECEIVERS,
                "how long recv() may block; None waits forever, 0 never waits",
                seconds(allow_none=True)),
-    OptionSpec("send_buffer", "int", 1024, "messages per pipe", _SENDERS,
+    OptionSpec("send_buffer", "int", 256, "messages per pipe", _SENDERS,
                "messages queued for each pipe; send() blocks when every pipe it may use is full "
                "(PUB drops for that pipe instead, unless overflow is 'block')",
                integer(1, 1 << 24)),
-    OptionSpec("recv_buffer", "int", 1024, "messages per pipe", _RECEIVERS,
+    OptionSpec("recv_buffer", "int", 256, "messages per pipe", _RECEIVERS,
                "messages held for each pipe before nanopy stops reading it (back-pressure); "
                "by default SUB never stops reading and drops that pipe's oldest message instead "
                "(see overflow); "
@@ -219,16 +219,23 @@ OPTION_TABLE: tuple[OptionSpec, ...] = (
     OptionSpec("tcp_nodelay", "bool", True, "", "all",
                "disable Nagle's algorithm on tcp (and tls+tcp, ws) pipes",
                boolean),
+    OptionSpec("kernel_unsent_max", "int", 128 * 1024, "bytes", "all",
+               "TCP_NOTSENT_LOWAT of every tcp-based pipe (tcp, tls+tcp, ws, wss, zmtp+tcp; where the "
+               "system has it: Linux, macOS): the most the kernel holds not yet sent beyond send_buffer, "
+               "without capping the TCP window; 0 leaves it to the kernel (up to its whole send buffer); "
+               "see docs/performance.md, 'Queue budget per pipe'",
+               integer(0, 1 << 30)),
     OptionSpec("kernel_send_buffer", "int", 0, "bytes", "all",
-               "SO_SNDBUF of every tcp-based pipe (tcp, tls+tcp, ws, wss, zmtp+tcp): the most the kernel "
-               "holds for the peer beyond send_buffer (Linux doubles the value for its bookkeeping); "
-               "0 leaves it to the kernel (autotuned: up to 4 MiB on Linux); see docs/performance.md, "
-               "'Queue budget per pipe'",
+               "SO_SNDBUF of every tcp-based pipe: the most the kernel holds for the peer, sent or not "
+               "(Linux doubles the value for its bookkeeping); it also caps the bytes in flight on the "
+               "wire, so a long link needs about its bandwidth x round trip; 0 leaves it to the kernel "
+               "(autotuned: up to 4 MiB on Linux)",
                integer(0, 1 << 30)),
     OptionSpec("kernel_recv_buffer", "int", 0, "bytes", "all",
                "SO_RCVBUF of every tcp-based pipe: the most the kernel holds from the peer before "
-               "nanopy reads it, and so the TCP window the peer may fill (Linux doubles the value); "
-               "0 leaves it to the kernel (autotuned: up to tcp_rmem's maximum on Linux)",
+               "nanopy reads it, and so the TCP window the peer may fill (Linux doubles the value; a "
+               "long link needs about its bandwidth x round trip); 0 leaves it to the kernel "
+               "(autotuned: up to tcp_rmem's maximum on Linux)",
                integer(0, 1 << 30)),
     OptionSpec("overflow", "str", "drop", "", "pub, sub",
                "what a full pipe queue does: 'drop' (PUB skips that pipe, SUB drops its oldest "
@@ -320,6 +327,7 @@ class OptionAttributes:
     connect_timeout: float | None
     resend_unacked: bool
     tcp_nodelay: bool
+    kernel_unsent_max: int
     kernel_send_buffer: int
     kernel_recv_buffer: int
     overflow: str
