@@ -282,7 +282,7 @@ def test_pub_with_one_subscriber_spends_lane_credit_then_drops_or_blocks_as_befo
 
 
 def _pull_with_queued(n: int, pipes: int = 1) -> tuple[SocketDriver, Any]:
-    driver = _driver(Pull0, recv_buffer=1024)  # (deeper than the default: a run of RUN_MAX fits)
+    driver = _driver(Pull0)
     for pid in range(1, pipes + 1):
         driver.add_pipe(_InstantPipe(pid), PipeInfo(pid, f"p{pid}", 8, 8), 8)  # type: ignore[arg-type]
         assert driver.deliver(pid, [b"%d:%d" % (pid, i) for i in range(n)])

@@ -216,10 +216,9 @@ def test_a_second_pusher_pipe_gets_its_share_at_once(make_socket: MakeSocket, tr
 
 
 def test_a_run_mixes_with_recv_msg_recv_batch_and_poll_in_order(make_socket: MakeSocket, transport: str) -> None:
-    # (deeper queues than the default: all 600 are queued before the first receive)
-    pull = make_socket("pull", recv_timeout=5, recv_buffer=1024)
+    pull = make_socket("pull", recv_timeout=5)
     url = pull.bind(bind_url(transport, "run")).url
-    push = make_socket("push", connect=url, send_buffer=1024)
+    push = make_socket("push", connect=url)
     wait_pipes(pull, 1)
     n = 600
     for i in range(n):

@@ -238,11 +238,9 @@ def test_fan_out_burst_reaches_every_subscriber_in_order(make_socket: Factory, t
     """A PUB's burst to several pipes is queued and written by the socket's flush
     round (or the sender, in full batches): a short burst's rest is not stranded,
     a long one arrives whole and in order, on every pipe."""
-    # (deeper queues than the default: a whole burst is sent before anyone reads,
-    # and inproc has no kernel buffer to hold the rest)
-    pub = make_socket("pub", overflow="block", send_timeout=10, send_buffer=1024)
+    pub = make_socket("pub", overflow="block", send_timeout=10)
     url = pub.bind(_url(transport, f"fanout-{count}")).url
-    subs = [make_socket("sub", overflow="block", recv_timeout=10, recv_buffer=1024) for _ in range(3)]
+    subs = [make_socket("sub", overflow="block", recv_timeout=10) for _ in range(3)]
     for sub in subs:
         sub.subscribe(b"")
         sub.connect(url)
@@ -361,9 +359,8 @@ def test_what_the_peer_received_is_counted_as_written(make_socket: Factory, tran
     receiver holds every message, the sender's ``queued_out`` is 0 and its pipe's
     ``messages_sent`` counts them all, at once (no wait), whether the sending
     thread wrote the burst itself or left it to the writer task."""
-    # (deeper queues than the default: a burst of 700 is sent before the receiver reads)
-    pull = make_socket("pull", recv_timeout=10, recv_buffer=1024)
-    push = make_socket("push", send_timeout=10, send_buffer=1024)
+    pull = make_socket("pull", recv_timeout=10)
+    push = make_socket("push", send_timeout=10)
     _connect(push, pull, transport, "counted")
     (pipe,) = push.pipes
     total = 0

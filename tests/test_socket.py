@@ -56,7 +56,7 @@ def test_protocol_must_be_a_known_name() -> None:
 def test_option_defaults(make_socket: Factory) -> None:
     s = make_socket("pull")
     assert s.send_timeout is None and s.recv_timeout is None
-    assert s.send_buffer == 256 and s.recv_buffer == 256
+    assert s.send_buffer == 1024 and s.recv_buffer == 1024
     assert (s.reconnect_interval, s.reconnect_interval_max) == (0.1, 5.0)
     assert s.recv_max_size == 1 << 20
     assert s.linger == 1.0

@@ -171,11 +171,11 @@ OPTION_TABLE: tuple[OptionSpec, ...] = (
     OptionSpec("recv_timeout", "float | None", None, "seconds", _RECEIVERS,
                "how long recv() may block; None waits forever, 0 never waits",
                seconds(allow_none=True)),
-    OptionSpec("send_buffer", "int", 256, "messages per pipe", _SENDERS,
+    OptionSpec("send_buffer", "int", 1024, "messages per pipe", _SENDERS,
                "messages queued for each pipe; send() blocks when every pipe it may use is full "
                "(PUB drops for that pipe instead, unless overflow is 'block')",
                integer(1, 1 << 24)),
-    OptionSpec("recv_buffer", "int", 256, "messages per pipe", _RECEIVERS,
+    OptionSpec("recv_buffer", "int", 1024, "messages per pipe", _RECEIVERS,
                "messages held for each pipe before nanopy stops reading it (back-pressure); "
                "by default SUB never stops reading and drops that pipe's oldest message instead "
                "(see overflow); "
