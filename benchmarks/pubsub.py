@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/pubsub.py --scenario one --n 200000
     .venv/bin/python benchmarks/pubsub.py --scenario ten --n 100000
     .venv/bin/python benchmarks/pubsub.py --method window        # the ack-window variant
+    .venv/bin/python benchmarks/pubsub.py --scenario burst --bursts 1000,10000,100000,1000000
 
 Scenarios (as the engine issue words them):
 
@@ -13,6 +14,11 @@ Scenarios (as the engine issue words them):
 * ``ten``: one PUB -> ten SUB processes, 64 B messages, ``--n`` (default
   1,000,000) messages each; the figure is the wall time from the first send until
   every subscriber has confirmed every message.
+* ``burst`` (issue 36, the seed-004 shape): one PUB -> one SUB process, 1 KiB,
+  bursts of ``--bursts`` messages; send and receive rate, mean and p99 latency
+  and the peak messages in flight, nanopy against pyzmq and pynng in alternating
+  rounds (``--rounds``). It lives in ``benchmarks/burst.py``, which says how it
+  measures.
 
 "Every one delivered": each subscriber checks that it saw every sequence number
 in order and reports an error otherwise (the run then fails). Subscribers first
@@ -48,6 +54,9 @@ import time
 from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import burst  # noqa: E402 - the seed-004 scenario, next to this file
 
 WINDOW = 400  # messages the publisher may run ahead of the slowest subscriber
 ACK_EVERY = 100
@@ -230,11 +239,12 @@ def publish(system: str, method: str, subs: int, n: int, size: int) -> dict[str,
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--scenario", choices=["one", "ten", "both"], default="both")
+    p.add_argument("--scenario", choices=["one", "ten", "both", "burst"], default="both")
     p.add_argument("--n", type=int, default=None, help="messages per subscriber")
-    p.add_argument("--systems", default="nanopy,pyzmq")
+    p.add_argument("--systems", default=None, help="default nanopy,pyzmq (burst: nanopy,pyzmq,pynng)")
     p.add_argument("--method", choices=["nodrop", "window"], default="nodrop",
                    help="how the feed is kept lossless (see the module docstring)")
+    burst.add_arguments(p)
     p.add_argument("--role", default="pub", help=argparse.SUPPRESS)
     p.add_argument("--system", help=argparse.SUPPRESS)
     p.add_argument("--id", type=int, help=argparse.SUPPRESS)
@@ -244,6 +254,11 @@ def main() -> None:
     if args.role == "sub":
         subscriber(args.system, args.method, args.id, args.pub, args.ack, args.n)
         return
+    if args.scenario == "burst":
+        burst.run((args.systems or ",".join(burst.SYSTEMS)).split(","), [int(b) for b in args.bursts.split(",")],
+                  args.rounds, args.size, burst.parse_options(args.nanopy_opt), args.json)
+        return
+    args.systems = args.systems or "nanopy,pyzmq"
     scenarios = {"one": (1, 1024, 200_000), "ten": (10, 64, 1_000_000)}
     chosen = ["one", "ten"] if args.scenario == "both" else [args.scenario]
     load = os.getloadavg()[0]

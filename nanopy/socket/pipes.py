@@ -286,7 +286,9 @@ class PipeHost:
             recv_max_size=opts.recv_max_size,
             handshake_timeout=opts.handshake_timeout,
             options={"tcp_nodelay": opts.tcp_nodelay, "dead_peer_timeout": opts.dead_peer_timeout,
-                     "connect_timeout": opts.connect_timeout, **ep.options},
+                     "connect_timeout": opts.connect_timeout, "kernel_unsent_max": opts.kernel_unsent_max,
+                     "kernel_send_buffer": opts.kernel_send_buffer, "kernel_recv_buffer": opts.kernel_recv_buffer,
+                     **ep.options},
         )
 
     # -- pipes (engine thread) -----------------------------------------------------

@@ -101,7 +101,8 @@ def _open_endpoints(sock: Socket, bind: str | Iterable[str] | None, connect: str
 
 
 #: the options a listener's pipe context carries (a change reaches the listeners)
-_CONTEXT_OPTIONS = ("recv_max_size", "tcp_nodelay", "handshake_timeout", "dead_peer_timeout")
+_CONTEXT_OPTIONS = ("recv_max_size", "tcp_nodelay", "handshake_timeout", "dead_peer_timeout",
+                    "kernel_unsent_max", "kernel_send_buffer", "kernel_recv_buffer")
 
 
 class Socket(

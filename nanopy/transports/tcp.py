@@ -155,13 +155,30 @@ def keepalive_settings(timeout: float) -> tuple[int, int, int, int]:
     return user - count * interval, interval, count, int(timeout * 1000) - interval * 1000
 
 
+#: TCP_NOTSENT_LOWAT where this Python and system have it (Linux, macOS), else None
+NOTSENT_LOWAT: int | None = getattr(socket, "TCP_NOTSENT_LOWAT", None)
+
+
 def configure_tcp_socket(sock: socket.socket, ctx: PipeContext) -> None:
     """Per-connection options of every TCP-based pipe (tcp, tls+tcp, ws, wss), dialed
     or accepted: TCP_NODELAY, and dead-peer detection (docs/partitions.md) -- keepalive
     probes for an idle connection and TCP_USER_TIMEOUT for data the peer does not
-    acknowledge, both from ``dead_peer_timeout``. Nothing changes on the wire."""
+    acknowledge, both from ``dead_peer_timeout``; what the kernel may hold from
+    ``kernel_unsent_max`` (TCP_NOTSENT_LOWAT, where the system has it) and
+    ``kernel_send_buffer``/``kernel_recv_buffer`` (0: the kernel's own autotuning).
+    Nothing changes on the wire."""
     if ctx.options.get("tcp_nodelay", True):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    # The queue budget (docs/performance.md, "Queue budget per pipe"): the unsent
+    # bytes a burst may leave in the kernel, without capping the window in flight.
+    if (unsent := ctx.options.get("kernel_unsent_max")) and NOTSENT_LOWAT is not None:
+        sock.setsockopt(socket.IPPROTO_TCP, NOTSENT_LOWAT, unsent)
+    # A fixed size turns the kernel's autotuning off for that buffer. Set before
+    # connect, so a dialed socket's window scale is chosen for it.
+    if size := ctx.options.get("kernel_send_buffer"):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
+    if size := ctx.options.get("kernel_recv_buffer"):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
     timeout = ctx.options.get("dead_peer_timeout")
     if timeout is None:
         return
