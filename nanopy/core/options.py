@@ -226,20 +226,20 @@ OPTION_TABLE: tuple[OptionSpec, ...] = (
                "disable Nagle's algorithm on tcp (and tls+tcp, ws) pipes",
                boolean),
     _kernel_bytes("kernel_unsent_max", 128 * 1024,
-               "TCP_NOTSENT_LOWAT of every tcp-based pipe (tcp, tls+tcp, ws, wss, zmtp+tcp; where the "
-               "system has it: Linux, macOS): the most the kernel holds not yet sent beyond send_buffer, "
-               "without capping the TCP window; 0 leaves it to the kernel (up to its whole send buffer); "
-               "see docs/performance.md, 'Queue budget per pipe'"),
+                  "TCP_NOTSENT_LOWAT of every tcp-based pipe (tcp, tls+tcp, ws, wss, zmtp+tcp; where the "
+                  "system has it: Linux, macOS): the most the kernel holds not yet sent beyond send_buffer, "
+                  "without capping the TCP window; 0 leaves it to the kernel (up to its whole send buffer); "
+                  "see docs/performance.md, 'Queue budget per pipe'"),
     _kernel_bytes("kernel_send_buffer", 0,
-               "SO_SNDBUF of every tcp-based pipe: the most the kernel holds for the peer, sent or not "
-               "(Linux doubles the value for its bookkeeping); it also caps the bytes in flight on the "
-               "wire, so a long link needs about its bandwidth x round trip; 0 leaves it to the kernel "
-               "(autotuned: up to 4 MiB on Linux)"),
+                  "SO_SNDBUF of every tcp-based pipe: the most the kernel holds for the peer, sent or not "
+                  "(Linux doubles the value for its bookkeeping); it also caps the bytes in flight on the "
+                  "wire, so a long link needs about its bandwidth x round trip; 0 leaves it to the kernel "
+                  "(autotuned: up to 4 MiB on Linux)"),
     _kernel_bytes("kernel_recv_buffer", 0,
-               "SO_RCVBUF of every tcp-based pipe: the most the kernel holds from the peer before "
-               "nanopy reads it, and so the TCP window the peer may fill (Linux doubles the value; a "
-               "long link needs about its bandwidth x round trip); 0 leaves it to the kernel "
-               "(autotuned: up to tcp_rmem's maximum on Linux)"),
+                  "SO_RCVBUF of every tcp-based pipe: the most the kernel holds from the peer before "
+                  "nanopy reads it, and so the TCP window the peer may fill (Linux doubles the value; a "
+                  "long link needs about its bandwidth x round trip); 0 leaves it to the kernel "
+                  "(autotuned: up to tcp_rmem's maximum on Linux)"),
     OptionSpec("overflow", "str", "drop", "", "pub, sub",
                "what a full pipe queue does: 'drop' (PUB skips that pipe, SUB drops its oldest "
                "message), 'drop-newest' (SUB drops the arriving message) or 'block' (SUB stops "
