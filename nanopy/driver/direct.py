@@ -75,19 +75,22 @@ class DirectRead(Generic[PipeT]):
         if begun is None:
             return BLOCKED
         reader, state = begun
-        steps = self._direct_steps(reader, state, attempt)
+        steps = None
         try:
+            ready = self._direct_wait(reader.pid, reader.direct_conn, state.waker)
+            steps = self._direct_steps(reader, state, attempt, ready)
             left = next(steps)
+            if ready is None:
+                return BLOCKED
+            wait = ready.wait
             while True:
-                ready = self._direct_wait(reader.pid, reader.direct_conn, state.waker)
-                if ready is None:
-                    return BLOCKED
-                ready.wait(left)
+                wait(left)
                 left = next(steps)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
         finally:
-            steps.close()
+            if steps is not None:
+                steps.close()
             self._direct_end(reader, state)
 
     async def arecv(
@@ -113,21 +116,23 @@ class DirectRead(Generic[PipeT]):
         if begun is None:
             return BLOCKED, False
         reader, state = begun
-        steps = self._direct_steps(reader, state, attempt)
+        steps = None
         waited = False
         try:
+            ready = self._direct_wait(reader.pid, reader.direct_conn, state.waker)
+            steps = self._direct_steps(reader, state, attempt, ready)
             left = next(steps)
+            if ready is None:
+                return BLOCKED, waited
             while True:
-                ready = self._direct_wait(reader.pid, reader.direct_conn, state.waker)
-                if ready is None:
-                    return BLOCKED, waited
                 waited = True
                 await wait(ready.fds, left)
                 left = next(steps)
         except StopIteration as done:
             return done.value, waited
         finally:
-            steps.close()
+            if steps is not None:
+                steps.close()
             self._direct_end(reader, state)
 
     def _direct_begin(self, deadline: float | None) -> tuple[ReadRole, _DirectState] | None:
@@ -161,13 +166,17 @@ class DirectRead(Generic[PipeT]):
         self._direct_done()
 
     def _direct_steps(
-        self, reader: ReadRole, state: _DirectState, attempt: Callable[[], T]
+        self, reader: ReadRole, state: _DirectState, attempt: Callable[[], T], ready: ReadyWait | None
     ) -> Generator[float | None, None, T | _Blocked]:
         """The loop of a direct receive, without its waits (threads and tasks share it).
 
         Reads first: a busy pipe has bytes waiting, and then no waiter is parked
-        and nobody waits. What a read completes is taken in the same round that
-        feeds it to the core (a busy receiver pays one round per read). Otherwise:
+        and nobody waits. Unless the last read filled its buffer, it first asks
+        ``ready`` (a poll that does not block) whether there is anything to read:
+        an idle round trip's receive finds nothing, and a read that finds nothing
+        costs a syscall that raises (BlockingIOError) where the poll returns an
+        empty list. What a read completes is taken in the same round that feeds
+        it to the core (a busy receiver pays one round per read). Otherwise:
         a round that tries ``attempt`` and parks a waiter that wakes the waker
         if it would block, then a wait -- the generator yields the seconds left
         (None: no deadline) and its driver waits until the connection or the
@@ -177,7 +186,9 @@ class DirectRead(Generic[PipeT]):
         r = self.round
         result: T | _Blocked = BLOCKED
         tried = False  # a round has tried the attempt
-        read = False  # read since the last wait: wait next, do not read again
+        conn = reader.direct_conn
+        # nothing to read now (an idle pipe): wait before the first read
+        read = ready is not None and conn is not None and not conn.read_more and not ready.wait(0)
         while True:
             if tried:
                 if not isinstance(result, _Blocked) or state.waiter is None:
