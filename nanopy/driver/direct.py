@@ -47,8 +47,18 @@ _FAILED = object()
 class DirectRead(Generic[PipeT]):
     """The direct receive (see the module docstring)."""
 
-    def __init__(self, driver: Round[PipeT]) -> None:
+    def __init__(
+        self,
+        driver: Round[PipeT],
+        pop_attempt: Callable[[], Any] | None = None,
+        nothing_queued: Callable[[], bool] | None = None,
+    ) -> None:
+        """``pop_attempt``, ``nothing_queued``: the body pop (an attempt) and its exact
+        test, under the lock, that it would raise WouldBlock now (nanopy/driver/runs.py):
+        a round that parks the waiter of an idle receive spares the raise."""
         self.round = driver  # the lock, the core, the wait queues and the round's calls
+        self._pop_attempt = pop_attempt
+        self._nothing_queued: Callable[[], bool] = nothing_queued or _cannot_tell
         self._waker_box: list[Waker | None] = [None]  # wakes a thread (or task) that reads a pipe directly
         self.users = 0  # threads and tasks inside a direct receive
         self._wait_cache: tuple[int, ReadyWait] | None = None  # (pid, its wait) of the direct reader
@@ -297,13 +307,17 @@ class DirectRead(Generic[PipeT]):
                 r._fold_due()
             if payloads:
                 r.take_delivery(state.pid, payloads, size)
-            try:
-                result: T | _Blocked = attempt()
-            except WouldBlock:
-                result = BLOCKED
-                if state.deadline is None or state.deadline > time.monotonic():
-                    state.waiter = _FdWaiter(state.waker)
-                    queue.waiters.append(state.waiter)
+            result: T | _Blocked
+            if attempt is self._pop_attempt and self._nothing_queued():
+                result = BLOCKED  # (the pop would raise WouldBlock: an idle receive spares it)
+            else:
+                try:
+                    result = attempt()
+                except WouldBlock:
+                    result = BLOCKED
+            if result is BLOCKED and (state.deadline is None or state.deadline > time.monotonic()):
+                state.waiter = _FdWaiter(state.waker)
+                queue.waiters.append(state.waiter)
             actions = r._drain()
         if actions:
             r.execute(actions)
@@ -313,6 +327,10 @@ class DirectRead(Generic[PipeT]):
 # The backend's functions, bound once (nanopy.platform picked the backend at import).
 _new_waker = platform.new_waker
 _ready_wait = platform.ready_wait
+
+
+def _cannot_tell() -> bool:
+    return False
 
 
 def _close_waker_box(box: list[Waker | None]) -> None:

@@ -113,6 +113,12 @@ class ReceiveRuns:
             r.execute(actions)
         return body
 
+    def nothing_queued(self) -> bool:
+        """Whether ``_pop_body`` would raise WouldBlock now, for certain (lock held;
+        False when it cannot tell: a core without runs)."""
+        queue = self._body_queue
+        return queue is not None and not queue and not self.held and not self.run
+
     def _pop_body(self) -> bytes:
         """The next body (lock held): the run's next, else the first of a new run
         (counted as received here, all of it); WouldBlock if nothing is queued."""
