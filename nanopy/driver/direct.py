@@ -315,10 +315,13 @@ class DirectRead(Generic[PipeT]):
                     result = attempt()
                 except WouldBlock:
                     result = BLOCKED
+            actions = r._drain()
+            # Parked after the drain: a drain wakes a receiver only if one could take a
+            # message, which this attempt just found not (the drain skips an idle
+            # socket's receive queue then, instead of asking whether it is ready).
             if result is BLOCKED and (state.deadline is None or state.deadline > time.monotonic()):
                 state.waiter = _FdWaiter(state.waker)
                 queue.waiters.append(state.waiter)
-            actions = r._drain()
         if actions:
             r.execute(actions)
         return result
