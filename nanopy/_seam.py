@@ -58,6 +58,9 @@ class ReadConnection(Protocol):
         """The descriptor that becomes readable (-1: none)."""
         ...
 
+    #: the last read filled its whole buffer: more is probably waiting
+    read_more: bool
+
 
 class PipeState(Protocol):
     """What the read side tells of its pipe."""

@@ -19,6 +19,7 @@ from conftest import wait_until
 
 import nanopy
 from nanopy.core.base import TRANSMIT, PipeInfo
+from nanopy.core.errors import WouldBlock
 from nanopy.core.options import new_options
 from nanopy.driver.socket_driver import LANE_MAX, SocketDriver
 from nanopy.protocols.pipeline import Pull0, Push0
@@ -345,6 +346,24 @@ def test_a_run_goes_back_when_an_equal_pipe_has_a_message() -> None:
     got = sorted(driver.try_recv_body() for _ in range(6))  # type: ignore[type-var]
     assert got == [b"1:1", b"1:2", b"1:3", b"2:0", b"2:1", b"2:2"]
     assert driver.received_counts()[0] == 7
+
+
+def test_nothing_queued_says_exactly_when_the_body_pop_would_block() -> None:
+    # A direct receive's parking round skips the pop when this says True, so it
+    # must never say True while a body is queued, in a run or held.
+    driver, _ = _pull_with_queued(3)
+    runs = driver.runs
+    assert not runs.nothing_queued()
+    assert driver.try_recv_body() == b"1:0"
+    assert driver.run and not runs.nothing_queued()  # (the rest waits in the run)
+    assert driver.recv_bodies(10) == [b"1:1", b"1:2"]
+    with driver.lock:
+        assert runs.nothing_queued()
+        with pytest.raises(WouldBlock):
+            driver.recv_body_attempt()
+    assert driver.deliver(1, [b"1:3"])
+    assert not runs.nothing_queued()
+    assert not _driver(Req0).runs.nothing_queued()  # no runs: it cannot tell
 
 
 def test_close_drops_an_unserved_run() -> None:

@@ -138,6 +138,27 @@ def test_a_wake_is_readable_until_cleared(backend: Any) -> None:
     waker.close()
 
 
+def test_a_wake_after_a_clear_stays_readable(backend: Any) -> None:
+    # clear skips its read when no wake came since the last one: every wake must
+    # still make the descriptor readable until the next clear, however they alternate
+    waker = backend.new_waker()
+    try:
+        for _ in range(3):
+            waker.clear()
+            assert not _readable(waker.fd)
+            waker.wake()
+            assert _readable(waker.fd)
+            waker.clear()
+            assert not _readable(waker.fd)
+            waker.wake()
+            waker.wake()
+            assert _readable(waker.fd)
+        waker.clear()
+        assert not _readable(waker.fd)
+    finally:
+        waker.close()
+
+
 @pytest.fixture
 def waiting(backend: Any, pair: Any) -> Iterator[tuple[Any, Any, socket.socket, socket.socket]]:
     """``(waker, wait, a, b)``: a wait on ``b`` (a socket pair's end ``a`` writes to) and the waker."""

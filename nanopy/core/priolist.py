@@ -70,7 +70,8 @@ class PrioList(Generic[K]):
             cur = 0
         self._cursor[priority] = cur
         if not slot and priority == self._best:
-            self._best = self._next_best(priority)
+            # (none active at all: no slot to scan for -- a sole pipe's queue emptying)
+            self._best = self._next_best(priority) if self._where else 0
 
     def current(self) -> K | None:
         """The pipe to use now, or ``None`` when no pipe is active."""

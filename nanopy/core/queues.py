@@ -111,12 +111,14 @@ class FairQueue:
         priority = self._priority.get(pid)
         if q is None or priority is None:  # unknown or retired pipe
             return False
+        run = self.run
         if msgs:
-            self.give_back_run(pid)
+            if run and self.run_pid != pid:  # (give_back_run's own test, spared its call)
+                self.give_back_run(pid)
             q.extend(msgs)
         if q:
             self._ready.activate(pid, priority)
-        if len(q) + self.in_run(pid) < self._options.recv_buffer:
+        if len(q) + (len(run) if pid == self.run_pid else 0) < self._options.recv_buffer:  # (in_run)
             return True  # (the common case: no further call)
         return self.overfilled(pid, q, len(msgs))
 

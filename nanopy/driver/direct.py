@@ -47,8 +47,18 @@ _FAILED = object()
 class DirectRead(Generic[PipeT]):
     """The direct receive (see the module docstring)."""
 
-    def __init__(self, driver: Round[PipeT]) -> None:
+    def __init__(
+        self,
+        driver: Round[PipeT],
+        pop_attempt: Callable[[], Any] | None = None,
+        nothing_queued: Callable[[], bool] | None = None,
+    ) -> None:
+        """``pop_attempt``, ``nothing_queued``: the body pop (an attempt) and its exact
+        test, under the lock, that it would raise WouldBlock now (nanopy/driver/runs.py):
+        a round that parks the waiter of an idle receive spares the raise."""
         self.round = driver  # the lock, the core, the wait queues and the round's calls
+        self._pop_attempt = pop_attempt
+        self._nothing_queued: Callable[[], bool] = nothing_queued or _cannot_tell
         self._waker_box: list[Waker | None] = [None]  # wakes a thread (or task) that reads a pipe directly
         self.users = 0  # threads and tasks inside a direct receive
         self._wait_cache: tuple[int, ReadyWait] | None = None  # (pid, its wait) of the direct reader
@@ -75,19 +85,22 @@ class DirectRead(Generic[PipeT]):
         if begun is None:
             return BLOCKED
         reader, state = begun
-        steps = self._direct_steps(reader, state, attempt)
+        steps = None
         try:
+            ready = self._direct_wait(reader.pid, reader.direct_conn, state.waker)
+            steps = self._direct_steps(reader, state, attempt, ready)
             left = next(steps)
+            if ready is None:
+                return BLOCKED
+            wait = ready.wait
             while True:
-                ready = self._direct_wait(reader.pid, reader.direct_conn, state.waker)
-                if ready is None:
-                    return BLOCKED
-                ready.wait(left)
+                wait(left)
                 left = next(steps)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
         finally:
-            steps.close()
+            if steps is not None:
+                steps.close()
             self._direct_end(reader, state)
 
     async def arecv(
@@ -113,21 +126,23 @@ class DirectRead(Generic[PipeT]):
         if begun is None:
             return BLOCKED, False
         reader, state = begun
-        steps = self._direct_steps(reader, state, attempt)
+        steps = None
         waited = False
         try:
+            ready = self._direct_wait(reader.pid, reader.direct_conn, state.waker)
+            steps = self._direct_steps(reader, state, attempt, ready)
             left = next(steps)
+            if ready is None:
+                return BLOCKED, waited
             while True:
-                ready = self._direct_wait(reader.pid, reader.direct_conn, state.waker)
-                if ready is None:
-                    return BLOCKED, waited
                 waited = True
                 await wait(ready.fds, left)
                 left = next(steps)
         except StopIteration as done:
             return done.value, waited
         finally:
-            steps.close()
+            if steps is not None:
+                steps.close()
             self._direct_end(reader, state)
 
     def _direct_begin(self, deadline: float | None) -> tuple[ReadRole, _DirectState] | None:
@@ -161,13 +176,17 @@ class DirectRead(Generic[PipeT]):
         self._direct_done()
 
     def _direct_steps(
-        self, reader: ReadRole, state: _DirectState, attempt: Callable[[], T]
+        self, reader: ReadRole, state: _DirectState, attempt: Callable[[], T], ready: ReadyWait | None
     ) -> Generator[float | None, None, T | _Blocked]:
         """The loop of a direct receive, without its waits (threads and tasks share it).
 
         Reads first: a busy pipe has bytes waiting, and then no waiter is parked
-        and nobody waits. What a read completes is taken in the same round that
-        feeds it to the core (a busy receiver pays one round per read). Otherwise:
+        and nobody waits. Unless the last read filled its buffer, it first asks
+        ``ready`` (a poll that does not block) whether there is anything to read:
+        an idle round trip's receive finds nothing, and a read that finds nothing
+        costs a syscall that raises (BlockingIOError) where the poll returns an
+        empty list. What a read completes is taken in the same round that feeds
+        it to the core (a busy receiver pays one round per read). Otherwise:
         a round that tries ``attempt`` and parks a waiter that wakes the waker
         if it would block, then a wait -- the generator yields the seconds left
         (None: no deadline) and its driver waits until the connection or the
@@ -177,7 +196,9 @@ class DirectRead(Generic[PipeT]):
         r = self.round
         result: T | _Blocked = BLOCKED
         tried = False  # a round has tried the attempt
-        read = False  # read since the last wait: wait next, do not read again
+        conn = reader.direct_conn
+        # nothing to read now (an idle pipe): wait before the first read
+        read = ready is not None and conn is not None and not conn.read_more and not ready.wait(0)
         while True:
             if tried:
                 if not isinstance(result, _Blocked) or state.waiter is None:
@@ -286,14 +307,21 @@ class DirectRead(Generic[PipeT]):
                 r._fold_due()
             if payloads:
                 r.take_delivery(state.pid, payloads, size)
-            try:
-                result: T | _Blocked = attempt()
-            except WouldBlock:
-                result = BLOCKED
-                if state.deadline is None or state.deadline > time.monotonic():
-                    state.waiter = _FdWaiter(state.waker)
-                    queue.waiters.append(state.waiter)
+            result: T | _Blocked
+            if attempt is self._pop_attempt and self._nothing_queued():
+                result = BLOCKED  # (the pop would raise WouldBlock: an idle receive spares it)
+            else:
+                try:
+                    result = attempt()
+                except WouldBlock:
+                    result = BLOCKED
             actions = r._drain()
+            # Parked after the drain: a drain wakes a receiver only if one could take a
+            # message, which this attempt just found not (the drain skips an idle
+            # socket's receive queue then, instead of asking whether it is ready).
+            if result is BLOCKED and (state.deadline is None or state.deadline > time.monotonic()):
+                state.waiter = _FdWaiter(state.waker)
+                queue.waiters.append(state.waiter)
         if actions:
             r.execute(actions)
         return result
@@ -302,6 +330,10 @@ class DirectRead(Generic[PipeT]):
 # The backend's functions, bound once (nanopy.platform picked the backend at import).
 _new_waker = platform.new_waker
 _ready_wait = platform.ready_wait
+
+
+def _cannot_tell() -> bool:
+    return False
 
 
 def _close_waker_box(box: list[Waker | None]) -> None:

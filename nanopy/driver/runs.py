@@ -94,6 +94,9 @@ class ReceiveRuns:
         try:
             if r.closed:
                 raise r.closed_error()
+            queue = self._body_queue
+            if queue is not None and not queue and not self.held and not self.run:
+                return None  # nothing queued (an idle receive): spare _pop_body's WouldBlock
             try:
                 body = self._pop_body()
             except WouldBlock:
@@ -109,6 +112,12 @@ class ReceiveRuns:
         if actions:
             r.execute(actions)
         return body
+
+    def nothing_queued(self) -> bool:
+        """Whether ``_pop_body`` would raise WouldBlock now, for certain (lock held;
+        False when it cannot tell: a core without runs)."""
+        queue = self._body_queue
+        return queue is not None and not queue and not self.held and not self.run
 
     def _pop_body(self) -> bytes:
         """The next body (lock held): the run's next, else the first of a new run

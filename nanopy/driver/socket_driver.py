@@ -97,7 +97,8 @@ class SocketDriver(Round[PipeT]):
         lanes = self.lanes = SendLanes(self)
         runs = self.runs = ReceiveRuns(self)
         endings = self.endings = PipeEndings(self, lanes)
-        direct = self.direct = DirectRead(self)
+        self.recv_body_attempt = runs.recv_body_attempt  # (one bound method: the direct read knows it)
+        direct = self.direct = DirectRead(self, self.recv_body_attempt, runs.nothing_queued)
         waiting = self.waiting = Waiting(self, direct)
         ids = self.ids = PerIds(self)
         self.hand_back = endings.hand_back
@@ -117,7 +118,6 @@ class SocketDriver(Round[PipeT]):
         self.queued_out = lanes.queued_out
         self.flush_later = lanes.flush_later
         self.try_recv_body = runs.try_recv_body
-        self.recv_body_attempt = runs.recv_body_attempt
         self.recv_attempt = runs.recv_attempt
         self.recv_bodies = runs.recv_bodies
         self.readable = runs.readable

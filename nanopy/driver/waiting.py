@@ -71,16 +71,16 @@ class Waiting:
         """Run ``attempt`` until it stops raising WouldBlock, parking this thread between tries."""
         r = self.round
         deadline = None if timeout is None else time.monotonic() + timeout
-
-        def park() -> ThreadWaiter | None:
-            waiter: ThreadWaiter | None = _park(queue, deadline, ThreadWaiter)
-            return waiter
-
-        engine_checked = False
         if queue is r.recv_q and len(r.pipes) == 1:
             result = self.direct.recv(attempt, deadline)
             if not isinstance(result, _Blocked):
                 return result
+
+        def park() -> ThreadWaiter | None:  # (made only when the direct receive did not answer)
+            waiter: ThreadWaiter | None = _park(queue, deadline, ThreadWaiter)
+            return waiter
+
+        engine_checked = False
         while True:
             result, waiter = r._attempt(attempt, park)
             if not isinstance(result, _Blocked):

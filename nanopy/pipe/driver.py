@@ -238,6 +238,8 @@ class PipeDriver(Outbox):
         if batch is None:
             self.sock.flush_later(self)
             return 0
+        if framed is None:  # (an idle send: no fan-out chunk to share, one call fewer)
+            return self._write_claimed(batch)
         return self._write_shared(batch, framed)
 
     # -- the socket's calls on its pipe (socket's lock held; once per batch) ----

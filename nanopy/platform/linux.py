@@ -33,22 +33,31 @@ UNIX_PATH_MAX = 107  # sun_path is 108 bytes, including the NUL
 class EventWaker:
     """An eventfd: one descriptor, written to wake, read to clear."""
 
-    __slots__ = ("fd",)
+    __slots__ = ("_woken", "fd")
 
     def __init__(self) -> None:
         self.fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._woken = False  # set after each write: a clear with nothing written reads nothing
 
     def wake(self) -> None:
         try:
             os.eventfd_write(self.fd, 1)
         except (OSError, ValueError):  # closed meanwhile: nobody left to wake
             pass
+        self._woken = True  # (after the write: see clear)
 
     def clear(self) -> None:
-        try:
-            os.eventfd_read(self.fd)
-        except BlockingIOError:
-            pass
+        # A direct receive clears after every wait, and most waits end on the pipe's
+        # bytes: skip the read (a syscall raising BlockingIOError) when no wake wrote.
+        # The flag is set after the write and reset before the read, so a write the
+        # read misses leaves the flag set (the next clear reads it): at worst one
+        # stray wake-up, never an eventfd left readable for good.
+        if self._woken:
+            self._woken = False
+            try:
+                os.eventfd_read(self.fd)
+            except BlockingIOError:
+                pass
 
     def close(self) -> None:
         fd, self.fd = self.fd, -1

@@ -43,21 +43,26 @@ UNIX_PATH_MAX = 103 if sys.platform == "darwin" or "bsd" in sys.platform else 10
 class SocketPairWaker:
     """A connected socket pair: a byte written to one end wakes whoever waits on the other."""
 
-    __slots__ = ("_reader", "_writer", "fd")
+    __slots__ = ("_reader", "_woken", "_writer", "fd")
 
     def __init__(self) -> None:
         self._reader, self._writer = socket.socketpair()
         self._reader.setblocking(False)
         self._writer.setblocking(False)
         self.fd = self._reader.fileno()
+        self._woken = False  # set after each send: a clear with nothing sent reads nothing
 
     def wake(self) -> None:
         try:
             self._writer.send(b"\x01")
         except OSError:  # full (then it is readable already), or closed: nobody left to wake
             pass
+        self._woken = True  # (after the send; the same order as the Linux waker's)
 
     def clear(self) -> None:
+        if not self._woken:  # no wake since the last clear: nothing to read
+            return
+        self._woken = False
         try:
             while self._reader.recv(4096):
                 pass
