@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/instructions.py [--transports tcp,ipc] [--repeat 2] \\
         [--side before=../nanopy-before] [--side portable=.:NANOPY_BACKEND=portable]
+    .venv/bin/python benchmarks/instructions.py --scenario batch [--transports tcp] ...
 
 Wall-clock ratios on a shared 2-core machine swing by 10-50 % between runs (see
 ``before_after.py``'s noise column), which hides a change of a few per cent.
@@ -14,6 +15,12 @@ trip with start-up and shutdown cancelled out. Threads under valgrind run one at
 time, so how often a receiver finds its message already there (and skips the wait)
 varies: repeat a side to see that spread (a few per cent) before reading a change.
 
+``--scenario batch`` counts instructions per *message* instead: PUSH -> PULL, the
+caller sending ``send_batch`` of 256 messages of 64 B, a receiving thread taking them
+with ``recv_batch(256)``; ``--small``/``--large`` are batches. Each thread is counted
+apart (``--separate-threads``): the caller's thread is the send side, the thread
+started last the receive side, the ones between the engine.
+
 Needs valgrind (Debian's package). Each count takes 10-30 s.
 """
 
@@ -24,6 +31,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import threading
 from statistics import median
 
@@ -54,6 +62,48 @@ def ping_pong(transport: str, n: int) -> None:
     echo.close()
 
 
+BATCH = 256  # messages per send_batch / most per recv_batch (as benchmarks/throughput.py)
+
+
+def batches(transport: str, n: int) -> None:
+    """The ``batch`` workload: ``n`` send_batch calls of ``BATCH`` 64 B messages,
+    PUSH -> PULL, received by a thread with ``recv_batch(BATCH)``."""
+    import nanopy
+
+    url = {"tcp": "tcp://127.0.0.1:0", "ipc": f"ipc:///tmp/nanopy-instructions-{os.getpid()}.sock",
+           "inproc": "inproc://instructions"}[transport]
+    pull, push = nanopy.Socket("pull"), nanopy.Socket("push")
+    push.connect(pull.bind(url).url)
+    batch = [b"x" * 64] * BATCH
+
+    def receive() -> None:
+        got = 0
+        while got < n * BATCH:
+            got += len(pull.recv_batch(BATCH))
+
+    thread = threading.Thread(target=receive)
+    thread.start()
+    for _ in range(n):
+        push.send_batch(batch)
+    thread.join()
+    push.close()
+    pull.close()
+
+
+def callgrind_threads(args: list[str], cwd: str, env: dict[str, str]) -> list[int]:
+    """The instructions of each thread (in the order they started) while ``args`` runs."""
+    with tempfile.TemporaryDirectory() as out:
+        cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes",
+               f"--callgrind-out-file={out}/cg", *args]
+        subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=True)
+        totals = []
+        for name in sorted((f for f in os.listdir(out) if "-" in f), key=lambda f: int(f.rsplit("-", 1)[-1])):
+            with open(os.path.join(out, name)) as f:
+                found = re.search(r"^totals: (\d+)", f.read(), re.M)
+            totals.append(int(found.group(1)) if found else 0)
+        return totals
+
+
 def callgrind_total(args: list[str], cwd: str | None = None, env: dict[str, str] | None = None) -> int:
     """The instructions callgrind counts while ``args`` (a command) runs."""
     cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *args]
@@ -71,19 +121,49 @@ def count(checkout: str, env: dict[str, str], transport: str, n: int) -> int:
     return callgrind_total(args, cwd=checkout, env={**os.environ, **env})
 
 
+def count_batch(checkout: str, env: dict[str, str], transport: str, n: int) -> list[int]:
+    """Instructions of each thread in one run of :func:`batches` in ``checkout``."""
+    python = os.path.join(checkout, ".venv", "bin", "python")
+    args = [python, os.path.abspath(__file__), "--workload", transport, str(n), "--scenario", "batch"]
+    return callgrind_threads(args, checkout, {**os.environ, **env})
+
+
+def report_batch(sides: dict[str, tuple[str, dict[str, str]]], transports: str, small: int, large: int,
+                 repeat: int) -> None:
+    """Print instructions per message of the batch scenario: in all, send, engine, receive."""
+    extra = (large - small) * BATCH
+    print(f"{'transport':9} {'side':10} {'per message: all (each repeat)':32} {'send':>6} {'engine':>6} {'recv':>6}")
+    for transport in transports.split(","):
+        for name, (checkout, env) in sides.items():
+            rows = []
+            for _ in range(repeat):
+                before = count_batch(checkout, env, transport, small)
+                after = count_batch(checkout, env, transport, large)
+                per = [(b - a) / extra for a, b in zip(before, after, strict=True)]
+                rows.append((sum(per), per[0], sum(per[1:-1]), per[-1]))
+            shown = ", ".join(f"{row[0]:,.0f}" for row in rows)
+            mid = sorted(rows)[len(rows) // 2]
+            print(f"{transport:9} {name:10} {shown:32} {mid[1]:6,.0f} {mid[2]:6,.0f} {mid[3]:6,.0f}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--workload", nargs=2, metavar=("TRANSPORT", "N"), help=argparse.SUPPRESS)
     p.add_argument("--side", action="append", default=[], metavar="NAME=CHECKOUT[:KEY=VALUE...]",
                    help="a checkout (and environment settings) to count; default: this one")
+    p.add_argument("--scenario", choices=("pingpong", "batch"), default="pingpong",
+                   help="pingpong: per round trip (default); batch: per message of send_batch/recv_batch")
     p.add_argument("--transports", default="tcp,ipc")
-    p.add_argument("--small", type=int, default=200)
-    p.add_argument("--large", type=int, default=1200)
+    p.add_argument("--small", type=int, default=None, help="round trips (batches): 200 (20)")
+    p.add_argument("--large", type=int, default=None, help="round trips (batches): 1200 (220)")
     p.add_argument("--repeat", type=int, default=2)
     args = p.parse_args(argv)
     if args.workload:
-        ping_pong(args.workload[0], int(args.workload[1]))
+        (batches if args.scenario == "batch" else ping_pong)(args.workload[0], int(args.workload[1]))
         return 0
+    batch = args.scenario == "batch"
+    small = args.small if args.small is not None else (20 if batch else 200)
+    large = args.large if args.large is not None else (220 if batch else 1200)
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     sides: dict[str, tuple[str, dict[str, str]]] = {}
     for spec in args.side or [f"this={here}"]:
@@ -92,15 +172,16 @@ def main(argv: list[str] | None = None) -> int:
         if not name or not checkout or not all("=" in kv for kv in settings):
             p.error(f"--side {spec!r}: give NAME=CHECKOUT[:KEY=VALUE...]")
         sides[name] = (os.path.abspath(checkout), dict(kv.split("=", 1) for kv in settings))
-    extra = args.large - args.small
+    if batch:
+        report_batch(sides, args.transports, small, large, args.repeat)
+        return 0
+    extra = large - small
     print(f"{'transport':9} {'side':10} {'instructions per round trip (each repeat)':44} median")
     for transport in args.transports.split(","):
         for name, (checkout, env) in sides.items():
             per_trip = []
             for _ in range(args.repeat):
-                small = count(checkout, env, transport, args.small)
-                large = count(checkout, env, transport, args.large)
-                per_trip.append((large - small) / extra)
+                per_trip.append((count(checkout, env, transport, large) - count(checkout, env, transport, small)) / extra)
             shown = ", ".join(f"{value:,.0f}" for value in per_trip)
             print(f"{transport:9} {name:10} {shown:44} {median(per_trip):,.0f}", flush=True)
     return 0
