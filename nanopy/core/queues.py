@@ -207,8 +207,7 @@ class FairQueue:
                 del self._queues[pid]
                 self.stops.discard(pid)
         else:
-            popleft = q.popleft
-            items = [popleft() for _ in range(limit)]
+            items = list(map(_POPLEFT, itertools.repeat(q, limit)))  # (no bytecode per item)
         paused = self._paused
         if paused and pid in paused and len(q) <= self._options.recv_buffer // 2:
             paused.discard(pid)
@@ -313,6 +312,9 @@ class LoadBalancer:
 
     def __bool__(self) -> bool:
         return bool(self._ready)
+
+
+_POPLEFT = deque.popleft
 
 
 def _plain_prefix(q: deque[Any], limit: int) -> int:

@@ -154,19 +154,48 @@ class ReceiveRuns:
 
     def recv_bodies(self, limit: int) -> list[bytes]:
         """Up to ``limit`` queued bodies in one round (never waits)."""
+        return self.round.feed(self._take_bodies, limit)
 
-        def take() -> list[bytes]:
-            out: list[bytes] = []
+    def _take_bodies(self, limit: int) -> list[bytes]:
+        """``recv_bodies``' work (lock held): what ``limit`` calls of ``_pop_body``
+        would return, taken whole -- ``held``, the run, then the core's runs straight
+        into the batch (counted per run, never parked in ``run``)."""
+        held = self.held
+        out: list[bytes] = [held.popleft() for _ in range(min(limit, len(held)))]
+        run = self.run
+        if run and len(out) < limit:
             append = out.append
-            pop = self._pop_body
-            try:
-                for _ in range(limit):
-                    append(pop())
-            except WouldBlock:
+            popleft = run.popleft
+            try:  # (one by one: a receiver without the lock may pop it meanwhile)
+                for _ in range(min(limit - len(out), len(run))):
+                    append(popleft())
+            except IndexError:
                 pass
+        left = limit - len(out)
+        queue = self._body_queue
+        if not left or (queue is not None and not queue):
             return out
-
-        return self.round.feed(take)
+        r = self.round
+        try:
+            if queue is None:  # (a core without runs: one body per call)
+                recv_body = r.core.recv_body
+                while left:
+                    body = recv_body()
+                    out.append(body)
+                    r.received += 1
+                    r.bytes_received += len(body)
+                    left -= 1
+            else:
+                take_run = queue.take_run
+                while left:
+                    bodies = take_run(left)
+                    out += bodies
+                    r.received += len(bodies)
+                    r.bytes_received += sum(map(len, bodies))
+                    left -= len(bodies)
+        except WouldBlock:
+            pass
+        return out
 
     def recv_attempt(self) -> Message:
         r = self.round

@@ -168,7 +168,13 @@ class Messaging:
         if max_messages < 1 or timeout is not _DEFAULT:
             _check_batch(max_messages, timeout, "recv_batch")  # (before anything is taken)
         # Not self.recv: it refuses a multipart message, and a batch takes it as it is.
-        out = [_next_body(self, timeout)]
+        # What is queued comes in one round; only an empty socket waits for a first.
+        driver = self._driver
+        out = driver.recv_bodies(max_messages)
+        if out:
+            return out
+        timeout = self._timeout(timeout, self._options.recv_timeout)
+        out = [driver.call(driver.recv_body_attempt, driver.recv_q, timeout, "recv")]
         return out if max_messages == 1 else self._recv_ready(out, max_messages - 1)
 
     @async_twin_of(recv_batch)
@@ -339,18 +345,9 @@ def _next_message(sock: Messaging, timeout: Any) -> Message:
 
 
 # The receives that take a multipart message as it is (recv_batch).
-def _next_body(sock: Messaging, timeout: Any) -> bytes:
-    """The next body, multipart or not, waiting for it as ``timeout`` says."""
-    driver = sock._driver
-    body = driver.try_recv_body()
-    if body is None:
-        timeout = sock._timeout(timeout, sock._options.recv_timeout)
-        body = driver.call(driver.recv_body_attempt, driver.recv_q, timeout, "recv")
-    return body
-
-
 async def _anext_body(sock: Messaging, timeout: Any) -> bytes:
-    """Async :func:`_next_body`: a checkpoint; if cancelled, it takes nothing."""
+    """The next body, multipart or not, waiting for it as ``timeout`` says: a
+    checkpoint; if cancelled, it takes nothing."""
     if timeout is not _DEFAULT:
         sock._timeout(timeout, None)  # refuse a bad timeout whichever path runs
     driver = sock._driver
