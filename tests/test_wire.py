@@ -215,3 +215,41 @@ def test_decoder_returns_bytes_objects() -> None:
     assert bytes(out) == b"abc"
     (out,) = dec.feed(encode_frame(b"abc"))
     assert type(out) is bytes
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    size=st.integers(min_value=0, max_value=40),
+    count=st.integers(min_value=0, max_value=60),
+    odd=st.one_of(st.none(), st.tuples(st.integers(min_value=0, max_value=59), st.binary(max_size=50))),
+    cuts=st.lists(st.integers(min_value=0, max_value=5000), max_size=6),
+    ipc=st.booleans(),
+)
+def test_decoder_cuts_a_run_of_equal_frames_as_one_by_one(
+    size: int, count: int, odd: tuple[int, bytes] | None, cuts: list[int], ipc: bool
+) -> None:
+    # Equal frames (a batch of one size) are cut in one pass: the same payloads, as
+    # bytes, whatever the chunking and wherever a frame of another size sits.
+    payloads = [bytes([i % 256]) * size for i in range(count)]
+    if odd is not None and payloads:
+        payloads[odd[0] % count] = odd[1]
+    wire = encode_frames(payloads, ipc)
+    points = sorted({c % (len(wire) + 1) for c in cuts} | {0, len(wire)})
+    dec = FrameDecoder(ipc, max_size=100)
+    out: list[bytes] = []
+    for a, b in itertools.pairwise(points):
+        out.extend(dec.feed(wire[a:b]))
+    assert out == payloads
+    assert all(type(p) is bytes for p in out)
+    assert dec.pending == 0
+
+
+@pytest.mark.parametrize("ipc", [False, True])
+def test_decoder_run_of_equal_frames_then_a_violation(ipc: bool) -> None:
+    # Frames after a run of equal ones are still checked: the run comes out, the
+    # oversized frame's error waits for the next feed.
+    wire = encode_frames([b"abc"] * 20, ipc) + encode_frame(b"x" * 200, ipc)
+    dec = FrameDecoder(ipc, max_size=100)
+    assert dec.feed(wire) == [b"abc"] * 20
+    with pytest.raises(MessageTooLarge):
+        dec.feed(b"")

@@ -96,6 +96,21 @@ def encode_frame(payload: bytes, ipc: bool = False) -> bytes:
     return _U64.pack(len(payload)) + payload
 
 
+# The fewest equal frames worth the one-pass cut (below, the loop is as cheap).
+_RUN_MIN = 8
+
+
+def _equal_heads(chunk: bytes, pos: int, stride: int, count: int, prefix: int) -> bool:
+    """Whether the ``count`` frames from ``pos``, ``stride`` bytes apart, all start
+    with the ``prefix`` bytes of the first: one strided slice per prefix byte (the
+    length's low byte first, where frames of other sizes differ)."""
+    last = pos + count * stride
+    for j in range(prefix - 1, -1, -1):
+        if chunk[pos + j : last : stride] != chunk[pos + j : pos + j + 1] * count:
+            return False
+    return True
+
+
 def fail_after(decoder: Any, out: list[bytes], exc: Exception) -> list[bytes]:
     """A decoder met ``exc``: raise it now, or -- when frames came before it in the
     same chunk -- hand those over and keep ``exc`` in ``decoder.error`` for the next feed."""
@@ -169,6 +184,9 @@ class FrameDecoder:
         limit = self.max_size
         ipc = self._ipc
         unpack = _U64.unpack_from
+        # A chunk of equal frames (a batch of one size) is cut in one pass, without
+        # bytecode per frame; tried once, at the first whole frame after any cut one.
+        uniform = chunk.__class__ is bytes
         while end - pos >= prefix:
             if ipc:
                 if chunk[pos] != IPC_MSG_NORMAL:
@@ -187,6 +205,16 @@ class FrameDecoder:
                 self._parts = [chunk[start:]]
                 self._need = stop - end
                 return out
+            if uniform:
+                uniform = False
+                stride = prefix + size
+                count = (end - pos) // stride
+                if count >= _RUN_MIN and _equal_heads(chunk, pos, stride, count, prefix):
+                    last = pos + count * stride
+                    cuts = map(slice, range(start, last + prefix, stride), range(stop, last + 1, stride))
+                    out += map(chunk.__getitem__, cuts)
+                    pos = last
+                    continue
             out.append(chunk[start:stop])
             pos = stop
         if pos < end:
