@@ -156,6 +156,19 @@ class ReceiveRuns:
         """Up to ``limit`` queued bodies in one round (never waits)."""
         return self.round.feed(self._take_bodies, limit)
 
+    def bodies_attempt(self, limit: int) -> Callable[[], list[bytes]]:
+        """The attempt of a batch receive that waits for its first message: up to
+        ``limit`` bodies taken whole in the round that finds any (a direct read's
+        included); WouldBlock while none is queued."""
+
+        def attempt() -> list[bytes]:
+            out = self._take_bodies(limit)
+            if not out:
+                raise WouldBlock
+            return out
+
+        return attempt
+
     def _take_bodies(self, limit: int) -> list[bytes]:
         """``recv_bodies``' work (lock held): what ``limit`` calls of ``_pop_body``
         would return, taken whole -- ``held``, the run, then the core's runs straight

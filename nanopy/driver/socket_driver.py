@@ -120,6 +120,7 @@ class SocketDriver(Round[PipeT]):
         self.try_recv_body = runs.try_recv_body
         self.recv_attempt = runs.recv_attempt
         self.recv_bodies = runs.recv_bodies
+        self.bodies_attempt = runs.bodies_attempt
         self.readable = runs.readable
         self.received_counts = runs.received_counts
         self.pipe_ending = endings.pipe_ending

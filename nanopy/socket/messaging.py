@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 from trio.lowlevel import cancel_shielded_checkpoint
 
-from ..core.errors import Closed
 from ..core.message import Message
 from ..driver.socket_driver import _Blocked, cancellation_point, in_trio
 from ..transports._base import SubscriptionForwarding
@@ -174,8 +173,7 @@ class Messaging:
         if out:
             return out
         timeout = self._timeout(timeout, self._options.recv_timeout)
-        out = [driver.call(driver.recv_body_attempt, driver.recv_q, timeout, "recv")]
-        return out if max_messages == 1 else self._recv_ready(out, max_messages - 1)
+        return driver.call(driver.bodies_attempt(max_messages), driver.recv_q, timeout, "recv")
 
     @async_twin_of(recv_batch)
     async def arecv_batch(self, max_messages: int, *, timeout: float | None = _DEFAULT) -> list[bytes]:
@@ -184,19 +182,19 @@ class Messaging:
         The async form of :meth:`recv_batch`; it is a checkpoint. A multipart
         message comes back as a ``Multipart``, as there.
         """
-        if max_messages < 1:
-            _check_batch(max_messages, _DEFAULT, "arecv_batch")
-        out = [await _anext_body(self, timeout)]  # (not self.arecv: see recv_batch)
-        return out if max_messages == 1 else self._recv_ready(out, max_messages - 1)
-
-    def _recv_ready(self, out: list[bytes], limit: int) -> list[bytes]:
-        """``out`` with up to ``limit`` queued bodies appended, taken without waiting (one round)."""
-        if not self._driver.closed:  # (closed: the caller keeps what it already has)
-            try:  # (not contextlib.suppress: its object costs more than the round)
-                out.extend(self._driver.recv_bodies(limit))
-            except Closed:
-                pass
-        return out
+        if max_messages < 1 or timeout is not _DEFAULT:
+            _check_batch(max_messages, timeout, "arecv_batch")  # (before anything is taken)
+        driver = self._driver
+        # As recv_batch, between the cancellation point and the schedule point.
+        trio_task = in_trio()
+        await cancellation_point(trio_task)
+        out = driver.recv_bodies(max_messages)
+        if out:
+            if trio_task:
+                await cancel_shielded_checkpoint()
+            return out
+        timeout = self._timeout(timeout, self._options.recv_timeout)
+        return await driver.acall(driver.bodies_attempt(max_messages), driver.recv_q, timeout, "recv")
 
     @async_twin_of(send)
     async def asend(self, data: Any, *, timeout: float | None = _DEFAULT) -> None:
