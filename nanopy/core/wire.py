@@ -11,7 +11,7 @@ us allocate.
 from __future__ import annotations
 
 import struct
-from itertools import chain
+from itertools import chain, repeat
 from typing import Any
 
 from .errors import RemoteProtocolError, too_large
@@ -75,19 +75,22 @@ def parse_header(data: bytes, peer_id: int, ipc: bool = False) -> int:
 
 
 def encode_frames(payloads: list[bytes], ipc: bool = False) -> bytes:
-    """Frame a batch of payloads into one buffer for a single write."""
+    """Frame a batch of payloads into one buffer for a single write.
+
+    No bytecode per payload: the length prefixes are packed by ``map`` and laid
+    between the payloads by slice assignment; a batch of one size (its length
+    set has one member) is a join with its one prefix as the separator.
+    """
+    sizes = list(map(len, payloads))
+    if len(set(sizes)) == 1:
+        head = _IPC_PREFIX.pack(IPC_MSG_NORMAL, sizes[0]) if ipc else _U64.pack(sizes[0])
+        return head + head.join(payloads)
+    parts: list[bytes] = [b""] * (2 * len(payloads))
     if ipc:
-        pack = _IPC_PREFIX.pack
-        parts = []
-        for p in payloads:
-            parts.append(pack(IPC_MSG_NORMAL, len(p)))
-            parts.append(p)
+        parts[0::2] = map(_IPC_PREFIX.pack, repeat(IPC_MSG_NORMAL), sizes)
     else:
-        pack = _U64.pack
-        parts = []
-        for p in payloads:
-            parts.append(pack(len(p)))
-            parts.append(p)
+        parts[0::2] = map(_U64.pack, sizes)
+    parts[1::2] = payloads
     return b"".join(parts)
 
 

@@ -319,9 +319,10 @@ class SendLanes(Generic[PipeT]):
         return True
 
     # -- batch send (Socket.send_batch) ---------------------------------------------------
-    def send_batch(self, items: list[tuple[bytes, bytes]], start: int) -> int:
-        """One round for many sends: hand the core ``items[start:]`` (body, header)
-        until it would block, then write what each pipe got as one chunk.
+    def send_batch(self, bodies: list[bytes], headers: list[bytes] | None, start: int) -> int:
+        """One round for many sends: hand the core ``bodies[start:]`` (with their
+        ``headers``; None: all empty) until it would block, then write what each
+        pipe got as one chunk.
         Returns the index of the first item not sent (``start``: no room now); a
         distributing core (PUB, BUS) bounds a round by its ``batch_room``.
 
@@ -342,7 +343,7 @@ class SendLanes(Generic[PipeT]):
                 r._fold_due()
             core = r.core
             send = core.send
-            i, end, size = start, len(items), 0
+            i, end, size = start, len(bodies), 0
             room = core.batch_room()
             if room is not None:
                 end = min(end, start + room)
@@ -355,14 +356,14 @@ class SendLanes(Generic[PipeT]):
                     if pipe is None:  # (not a live pipe: leave the credit where it was)
                         core.pipe_credit(*grant)
                     else:
-                        bodies = [body for body, _ in items[i : i + grant[1]]]
-                        sole = (pipe, bodies)
-                        size = sum(map(len, bodies))
+                        taken = bodies[i : i + grant[1]]
+                        sole = (pipe, taken)
+                        size = sum(map(len, taken))
                         i += grant[1]
             try:
                 while i < end:
-                    body, header = items[i]
-                    send(body, header)
+                    body = bodies[i]
+                    send(body, b"" if headers is None else headers[i])
                     size += len(body)
                     i += 1
             except WouldBlock:

@@ -99,13 +99,13 @@ class Batches:
     def send(self, messages: Iterable[Any], timeout: Any) -> int:
         """:meth:`nanopy.Socket.send_batch`'s work."""
         limit = check_timeout(timeout, self._options.send_timeout)
-        items = self._items(messages, "send_batch")
+        bodies, headers = self._items(messages, "send_batch")
         driver = self._driver
         deadline = None if limit is None else time.monotonic() + limit
-        done, end = 0, len(items)
+        done, end = 0, len(bodies)
         driver.check_open()
         while done < end:
-            went = driver.send_batch(items, done)
+            went = driver.send_batch(bodies, headers, done)
             if went == done:  # no room: wait for some
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
                 try:
@@ -118,16 +118,16 @@ class Batches:
     async def asend(self, messages: Iterable[Any], timeout: Any) -> int:
         """:meth:`nanopy.Socket.asend_batch`'s work."""
         limit = check_timeout(timeout, self._options.send_timeout)
-        items = self._items(messages, "asend_batch")
+        bodies, headers = self._items(messages, "asend_batch")
         driver = self._driver
         trio_task = in_trio()
         await cancellation_point(trio_task)
         deadline = None if limit is None else time.monotonic() + limit
-        done, end = 0, len(items)
+        done, end = 0, len(bodies)
         driver.check_open()
         waited = False
         while done < end:
-            went = driver.send_batch(items, done)
+            went = driver.send_batch(bodies, headers, done)
             if went == done:  # no room: wait for some
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
                 waited = True
@@ -140,8 +140,9 @@ class Batches:
             await cancel_shielded_checkpoint()
         return end
 
-    def _items(self, messages: Any, what: str) -> list[tuple[bytes, bytes]]:
-        """The (body, header) pairs of ``messages``, checked as send() and send_msg() check."""
+    def _items(self, messages: Any, what: str) -> tuple[list[bytes], list[bytes] | None]:
+        """The bodies of ``messages`` and their headers (None: all empty), checked
+        as send() and send_msg() check."""
         protocol = self._driver.core.name
         if not self._raw:
             why = _REFUSED.get(protocol)
@@ -157,17 +158,25 @@ class Batches:
             raise TypeError(
                 f"{what} takes an iterable of messages, e.g. [b'one', b'two'], not {type(messages).__name__}"
             ) from None
+        items = list(iterator)
+        if set(map(type, items)) <= _PLAIN:  # (the usual batch: bytes alone, no header)
+            return items, None
         raw = self._raw
-        items = []
-        for data in iterator:
+        bodies, headers = [], []
+        for data in items:
             if data.__class__ is bytes:
-                items.append((data, b""))
+                bodies.append(data)
+                headers.append(b"")
             elif isinstance(data, Message):
-                body = data.body if data.body.__class__ is bytes else self._outgoing(data.body)
-                items.append((body, data.header if raw else b""))
+                bodies.append(data.body if data.body.__class__ is bytes else self._outgoing(data.body))
+                headers.append(data.header if raw else b"")
             else:
-                items.append((self._outgoing(data), b""))
-        return items
+                bodies.append(self._outgoing(data))
+                headers.append(b"")
+        return bodies, headers if any(headers) else None
+
+
+_PLAIN = {bytes}
 
 
 def _timed_out(exc: Timeout, sent: int, total: int) -> Timeout:
