@@ -19,7 +19,9 @@ varies: repeat a side to see that spread (a few per cent) before reading a chang
 caller sending ``send_batch`` of 256 messages of 64 B, a receiving thread taking them
 with ``recv_batch(256)``; ``--small``/``--large`` are batches. Each thread is counted
 apart (``--separate-threads``): the caller's thread is the send side, the thread
-started last the receive side, the ones between the engine.
+started last the receive side, the ones between the engine. ``--pyzmq`` adds a row of
+pyzmq's plain API on the same shape (one ``send``/``recv`` per message, tcp; libzmq's
+I/O threads in the engine column): the batch goal of issue 36 is a rate twice pyzmq's.
 
 Needs valgrind (Debian's package). Each count takes 10-30 s.
 """
@@ -90,6 +92,30 @@ def batches(transport: str, n: int) -> None:
     pull.close()
 
 
+def zmq_plain(transport: str, n: int) -> None:
+    """The batch workload's shape on pyzmq's plain API (its ``--pyzmq`` row): the
+    same messages, one ``send``/``recv`` each, PUSH -> PULL over tcp."""
+    import zmq
+
+    ctx = zmq.Context()
+    pull, push = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
+    push.connect(f"tcp://127.0.0.1:{pull.bind_to_random_port('tcp://127.0.0.1')}")
+    msg, total = b"x" * 64, n * BATCH
+
+    def receive() -> None:
+        for _ in range(total):
+            pull.recv()
+
+    thread = threading.Thread(target=receive)
+    thread.start()
+    for _ in range(total):
+        push.send(msg)
+    thread.join()
+    push.close()
+    pull.close()
+    ctx.term()
+
+
 def callgrind_threads(args: list[str], cwd: str, env: dict[str, str]) -> list[int]:
     """The instructions of each thread (in the order they started) while ``args`` runs."""
     with tempfile.TemporaryDirectory() as out:
@@ -121,24 +147,29 @@ def count(checkout: str, env: dict[str, str], transport: str, n: int) -> int:
     return callgrind_total(args, cwd=checkout, env={**os.environ, **env})
 
 
-def count_batch(checkout: str, env: dict[str, str], transport: str, n: int) -> list[int]:
-    """Instructions of each thread in one run of :func:`batches` in ``checkout``."""
+def count_batch(checkout: str, env: dict[str, str], transport: str, n: int, scenario: str = "batch") -> list[int]:
+    """Instructions of each thread in one run of :func:`batches` (or ``scenario``) in ``checkout``."""
     python = os.path.join(checkout, ".venv", "bin", "python")
-    args = [python, os.path.abspath(__file__), "--workload", transport, str(n), "--scenario", "batch"]
+    args = [python, os.path.abspath(__file__), "--workload", transport, str(n), "--scenario", scenario]
     return callgrind_threads(args, checkout, {**os.environ, **env})
 
 
 def report_batch(sides: dict[str, tuple[str, dict[str, str]]], transports: str, small: int, large: int,
-                 repeat: int) -> None:
-    """Print instructions per message of the batch scenario: in all, send, engine, receive."""
+                 repeat: int, pyzmq: bool) -> None:
+    """Print instructions per message of the batch scenario: in all, send, engine, receive
+    (``pyzmq``: and a row of pyzmq's plain API, its I/O threads as the engine)."""
     extra = (large - small) * BATCH
+    rows_of = [(name, checkout, env, "batch") for name, (checkout, env) in sides.items()]
+    if pyzmq:
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        rows_of.append(("pyzmq", here, {}, "zmq"))
     print(f"{'transport':9} {'side':10} {'per message: all (each repeat)':32} {'send':>6} {'engine':>6} {'recv':>6}")
     for transport in transports.split(","):
-        for name, (checkout, env) in sides.items():
+        for name, checkout, env, scenario in rows_of:
             rows = []
             for _ in range(repeat):
-                before = count_batch(checkout, env, transport, small)
-                after = count_batch(checkout, env, transport, large)
+                before = count_batch(checkout, env, transport, small, scenario)
+                after = count_batch(checkout, env, transport, large, scenario)
                 per = [(b - a) / extra for a, b in zip(before, after, strict=True)]
                 rows.append((sum(per), per[0], sum(per[1:-1]), per[-1]))
             shown = ", ".join(f"{row[0]:,.0f}" for row in rows)
@@ -151,15 +182,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workload", nargs=2, metavar=("TRANSPORT", "N"), help=argparse.SUPPRESS)
     p.add_argument("--side", action="append", default=[], metavar="NAME=CHECKOUT[:KEY=VALUE...]",
                    help="a checkout (and environment settings) to count; default: this one")
-    p.add_argument("--scenario", choices=("pingpong", "batch"), default="pingpong",
+    p.add_argument("--scenario", choices=("pingpong", "batch", "zmq"), default="pingpong",
                    help="pingpong: per round trip (default); batch: per message of send_batch/recv_batch")
+    p.add_argument("--pyzmq", action="store_true", help="batch: add a row of pyzmq's plain send/recv, same shape")
     p.add_argument("--transports", default="tcp,ipc")
     p.add_argument("--small", type=int, default=None, help="round trips (batches): 200 (20)")
     p.add_argument("--large", type=int, default=None, help="round trips (batches): 1200 (220)")
     p.add_argument("--repeat", type=int, default=2)
     args = p.parse_args(argv)
     if args.workload:
-        (batches if args.scenario == "batch" else ping_pong)(args.workload[0], int(args.workload[1]))
+        workload = {"batch": batches, "zmq": zmq_plain}.get(args.scenario, ping_pong)
+        workload(args.workload[0], int(args.workload[1]))
         return 0
     batch = args.scenario == "batch"
     small = args.small if args.small is not None else (20 if batch else 200)
@@ -173,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--side {spec!r}: give NAME=CHECKOUT[:KEY=VALUE...]")
         sides[name] = (os.path.abspath(checkout), dict(kv.split("=", 1) for kv in settings))
     if batch:
-        report_batch(sides, args.transports, small, large, args.repeat)
+        report_batch(sides, args.transports, small, large, args.repeat, args.pyzmq)
         return 0
     extra = large - small
     print(f"{'transport':9} {'side':10} {'instructions per round trip (each repeat)':44} median")
