@@ -79,10 +79,10 @@ def encode_frames(payloads: list[bytes], ipc: bool = False) -> bytes:
 
     No bytecode per payload: the length prefixes are packed by ``map`` and laid
     between the payloads by slice assignment; a batch of one size (its length
-    set has one member) is a join with its one prefix as the separator.
+    length equals the first) is a join with its one prefix as the separator.
     """
     sizes = list(map(len, payloads))
-    if len(set(sizes)) == 1:
+    if sizes and sizes.count(sizes[0]) == len(sizes):  # (cheaper than a set: no hashing)
         head = _IPC_PREFIX.pack(IPC_MSG_NORMAL, sizes[0]) if ipc else _U64.pack(sizes[0])
         return head + head.join(payloads)
     parts: list[bytes] = [b""] * (2 * len(payloads))
