@@ -78,8 +78,8 @@ def encode_frames(payloads: list[bytes], ipc: bool = False) -> bytes:
     """Frame a batch of payloads into one buffer for a single write.
 
     No bytecode per payload: the length prefixes are packed by ``map`` and laid
-    between the payloads by slice assignment; a batch of one size (its length
-    length equals the first) is a join with its one prefix as the separator.
+    between the payloads by slice assignment; a batch of one size (every length
+    equal to the first) is a join with its one prefix as the separator.
     """
     sizes = list(map(len, payloads))
     if sizes and sizes.count(sizes[0]) == len(sizes):  # (cheaper than a set: no hashing)
