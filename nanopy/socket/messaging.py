@@ -164,16 +164,7 @@ class Messaging:
             Closed: the socket is closed.
             ProtocolError: the protocol cannot receive.
         """
-        if max_messages < 1 or timeout is not _DEFAULT:
-            _check_batch(max_messages, timeout, "recv_batch")  # (before anything is taken)
-        # Not self.recv: it refuses a multipart message, and a batch takes it as it is.
-        # What is queued comes in one round; only an empty socket waits for a first.
-        driver = self._driver
-        out = driver.recv_bodies(max_messages)
-        if out:
-            return out
-        timeout = self._timeout(timeout, self._options.recv_timeout)
-        return driver.call(driver.bodies_attempt(max_messages), driver.recv_q, timeout, "recv")
+        return _batch(self, max_messages, timeout)
 
     @async_twin_of(recv_batch)
     async def arecv_batch(self, max_messages: int, *, timeout: float | None = _DEFAULT) -> list[bytes]:
@@ -182,19 +173,7 @@ class Messaging:
         The async form of :meth:`recv_batch`; it is a checkpoint. A multipart
         message comes back as a ``Multipart``, as there.
         """
-        if max_messages < 1 or timeout is not _DEFAULT:
-            _check_batch(max_messages, timeout, "arecv_batch")  # (before anything is taken)
-        driver = self._driver
-        # As recv_batch, between the cancellation point and the schedule point.
-        trio_task = in_trio()
-        await cancellation_point(trio_task)
-        out = driver.recv_bodies(max_messages)
-        if out:
-            if trio_task:
-                await cancel_shielded_checkpoint()
-            return out
-        timeout = self._timeout(timeout, self._options.recv_timeout)
-        return await driver.acall(driver.bodies_attempt(max_messages), driver.recv_q, timeout, "recv")
+        return await _abatch(self, max_messages, timeout)
 
     @async_twin_of(send)
     async def asend(self, data: Any, *, timeout: float | None = _DEFAULT) -> None:
@@ -307,6 +286,38 @@ async def _asend(sock: Messaging, body: bytes, header: bytes, timeout: Any) -> N
         return
     timeout = check_timeout(timeout, sock._options.send_timeout)
     await driver.acall(driver.send_attempt(body, header), driver.send_q, timeout, "send")
+
+
+def _batch(sock: Messaging, max_messages: int, timeout: Any) -> list[bytes]:
+    """recv_batch()'s work: what is queued comes in one round (up to ``max_messages``);
+    only an empty socket waits, with an attempt that takes the batch in the round
+    that finds a first message. (Not recv(): it refuses a multipart message, and a
+    batch takes it as it is.)"""
+    if max_messages < 1 or timeout is not _DEFAULT:
+        _check_batch(max_messages, timeout, "recv_batch")  # (before anything is taken)
+    driver = sock._driver
+    out = driver.recv_bodies(max_messages)
+    if out:
+        return out
+    timeout = sock._timeout(timeout, sock._options.recv_timeout)
+    return driver.call(driver.bodies_attempt(max_messages), driver.recv_q, timeout, "recv")
+
+
+async def _abatch(sock: Messaging, max_messages: int, timeout: Any) -> list[bytes]:
+    """arecv_batch()'s work: :func:`_batch` between a cancellation point and a
+    schedule point (a checkpoint; cancelled while it waits, it takes nothing)."""
+    if max_messages < 1 or timeout is not _DEFAULT:
+        _check_batch(max_messages, timeout, "arecv_batch")  # (before anything is taken)
+    driver = sock._driver
+    trio_task = in_trio()
+    await cancellation_point(trio_task)
+    out = driver.recv_bodies(max_messages)
+    if out:
+        if trio_task:
+            await cancel_shielded_checkpoint()
+        return out
+    timeout = sock._timeout(timeout, sock._options.recv_timeout)
+    return await driver.acall(driver.bodies_attempt(max_messages), driver.recv_q, timeout, "recv")
 
 
 def _check_batch(max_messages: int, timeout: Any, what: str) -> None:
