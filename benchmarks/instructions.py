@@ -35,17 +35,34 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from statistics import median
+from typing import Any
 
 COLLECTED = re.compile(r"Collected : (\d+)")
+
+
+def _url(transport: str) -> str:
+    """A loopback address of ``transport`` for the workloads."""
+    return {"tcp": "tcp://127.0.0.1:0", "ipc": f"ipc:///tmp/nanopy-instructions-{os.getpid()}.sock",
+            "inproc": "inproc://instructions"}[transport]
+
+
+def _alongside(other: Callable[[], None], mine: Callable[[], None], *sockets: Any) -> None:
+    """Run ``other`` in a thread while this thread runs ``mine``; then close ``sockets``."""
+    thread = threading.Thread(target=other)
+    thread.start()
+    mine()
+    thread.join()
+    for sock in sockets:
+        sock.close()
 
 
 def ping_pong(transport: str, n: int) -> None:
     """The measured workload: ``n`` round trips of 64 B between two PAIR sockets."""
     import nanopy
 
-    url = {"tcp": "tcp://127.0.0.1:0", "ipc": f"ipc:///tmp/nanopy-instructions-{os.getpid()}.sock",
-           "inproc": "inproc://instructions"}[transport]
+    url = _url(transport)
     echo, caller = nanopy.Socket("pair"), nanopy.Socket("pair")
     caller.connect(echo.bind(url).url)
     payload = b"x" * 64
@@ -54,14 +71,12 @@ def ping_pong(transport: str, n: int) -> None:
         for _ in range(n):
             echo.send(echo.recv())
 
-    thread = threading.Thread(target=serve)
-    thread.start()
-    for _ in range(n):
-        caller.send(payload)
-        caller.recv()
-    thread.join()
-    caller.close()
-    echo.close()
+    def call() -> None:
+        for _ in range(n):
+            caller.send(payload)
+            caller.recv()
+
+    _alongside(serve, call, caller, echo)
 
 
 BATCH = 256  # messages per send_batch / most per recv_batch (as benchmarks/throughput.py)
@@ -72,8 +87,7 @@ def batches(transport: str, n: int) -> None:
     PUSH -> PULL, received by a thread with ``recv_batch(BATCH)``."""
     import nanopy
 
-    url = {"tcp": "tcp://127.0.0.1:0", "ipc": f"ipc:///tmp/nanopy-instructions-{os.getpid()}.sock",
-           "inproc": "inproc://instructions"}[transport]
+    url = _url(transport)
     pull, push = nanopy.Socket("pull"), nanopy.Socket("push")
     push.connect(pull.bind(url).url)
     batch = [b"x" * 64] * BATCH
@@ -83,13 +97,11 @@ def batches(transport: str, n: int) -> None:
         while got < n * BATCH:
             got += len(pull.recv_batch(BATCH))
 
-    thread = threading.Thread(target=receive)
-    thread.start()
-    for _ in range(n):
-        push.send_batch(batch)
-    thread.join()
-    push.close()
-    pull.close()
+    def send() -> None:
+        for _ in range(n):
+            push.send_batch(batch)
+
+    _alongside(receive, send, push, pull)
 
 
 def zmq_plain(transport: str, n: int) -> None:
@@ -106,13 +118,11 @@ def zmq_plain(transport: str, n: int) -> None:
         for _ in range(total):
             pull.recv()
 
-    thread = threading.Thread(target=receive)
-    thread.start()
-    for _ in range(total):
-        push.send(msg)
-    thread.join()
-    push.close()
-    pull.close()
+    def send() -> None:
+        for _ in range(total):
+            push.send(msg)
+
+    _alongside(receive, send, push, pull)
     ctx.term()
 
 

@@ -131,14 +131,20 @@ def test_decoder_chunk_ending_exactly_at_a_payload_end() -> None:
 def test_decoder_any_chunking_yields_the_same_frames(
     payloads: list[bytes], cuts: list[int], ipc: bool
 ) -> None:
+    dec, out = _fed_in_pieces(payloads, cuts, ipc, 300)
+    assert out == payloads
+    assert dec.pending == 0
+
+
+def _fed_in_pieces(payloads: list[bytes], cuts: list[int], ipc: bool, limit: int) -> tuple[FrameDecoder, list[bytes]]:
+    """A decoder fed ``payloads``' frames cut at ``cuts`` (taken modulo the length), and what it returned."""
     wire = encode_frames(payloads, ipc)
     points = sorted({c % (len(wire) + 1) for c in cuts} | {0, len(wire)})
-    dec = FrameDecoder(ipc, max_size=300)
+    dec = FrameDecoder(ipc, max_size=limit)
     out: list[bytes] = []
     for a, b in itertools.pairwise(points):
         out.extend(dec.feed(wire[a:b]))
-    assert out == payloads
-    assert dec.pending == 0
+    return dec, out
 
 
 @pytest.mark.parametrize("ipc", [False, True])
@@ -233,12 +239,7 @@ def test_decoder_cuts_a_run_of_equal_frames_as_one_by_one(
     payloads = [bytes([i % 256]) * size for i in range(count)]
     if odd is not None and payloads:
         payloads[odd[0] % count] = odd[1]
-    wire = encode_frames(payloads, ipc)
-    points = sorted({c % (len(wire) + 1) for c in cuts} | {0, len(wire)})
-    dec = FrameDecoder(ipc, max_size=100)
-    out: list[bytes] = []
-    for a, b in itertools.pairwise(points):
-        out.extend(dec.feed(wire[a:b]))
+    dec, out = _fed_in_pieces(payloads, cuts, ipc, 100)
     assert out == payloads
     assert all(type(p) is bytes for p in out)
     assert dec.pending == 0
