@@ -116,6 +116,37 @@ def _equal_heads(chunk: bytes, pos: int, stride: int, count: int, prefix: int) -
     return True
 
 
+# Equal frames are cut _BLOCK at a time by one struct of _BLOCK "skip the prefix, take
+# the payload" codes, kept per (prefix, size) -- a few sizes in practice; the cache is
+# emptied when it grows past _BLOCKS_MAX.
+_BLOCK = 64
+_BLOCKS_MAX = 64
+_blocks: dict[tuple[int, int], struct.Struct] = {}
+
+
+def _cut_equal(chunk: bytes, pos: int, prefix: int, size: int, count: int) -> list[bytes]:
+    """The payloads of the ``count`` equal frames (``prefix`` + ``size`` bytes each)
+    from ``pos``: struct cuts them in C, with one tuple per block, not per frame."""
+    stride = prefix + size
+    key = (prefix, size)
+    block = _blocks.get(key)
+    if block is None:
+        if len(_blocks) >= _BLOCKS_MAX:
+            _blocks.clear()
+        block = _blocks[key] = struct.Struct(f"{prefix}x{size}s" * _BLOCK)
+    out: list[bytes] = []
+    unpack = block.unpack_from
+    step = _BLOCK * stride
+    whole = count // _BLOCK
+    for _ in range(whole):
+        out += unpack(chunk, pos)
+        pos += step
+    rest = count - whole * _BLOCK
+    if rest:  # (the tail: a tuple per frame, fewer than _BLOCK of them)
+        out += _chain(struct.iter_unpack(f"{prefix}x{size}s", memoryview(chunk)[pos : pos + rest * stride]))
+    return out
+
+
 def fail_after(decoder: Any, out: list[bytes], exc: Exception) -> list[bytes]:
     """A decoder met ``exc``: raise it now, or -- when frames came before it in the
     same chunk -- hand those over and keep ``exc`` in ``decoder.error`` for the next feed."""
@@ -215,11 +246,8 @@ class FrameDecoder:
                 stride = prefix + size
                 count = (end - pos) // stride
                 if count >= _RUN_MIN and _equal_heads(chunk, pos, stride, count, prefix):
-                    last = pos + count * stride
-                    # (struct cuts each payload in C: skip the prefix, take ``size`` bytes)
-                    frames = struct.iter_unpack(f"{prefix}x{size}s", memoryview(chunk)[pos:last])
-                    out += _chain(frames)
-                    pos = last
+                    out += _cut_equal(chunk, pos, prefix, size, count)
+                    pos += count * stride
                     continue
             out.append(chunk[start:stop])
             pos = stop
