@@ -20,7 +20,7 @@ caller sending ``send_batch`` of 256 messages of 64 B, a receiving thread taking
 with ``recv_batch(256)``; ``--small``/``--large`` are batches. Each thread is counted
 apart (``--separate-threads``): the caller's thread is the send side, the thread
 started last the receive side, the ones between the engine. ``--pyzmq`` adds a row of
-pyzmq's plain API on the same shape (one ``send``/``recv`` per message, tcp; libzmq's
+pyzmq's plain API on the same shape (one ``send``/``recv`` per message; libzmq's
 I/O threads in the engine column): the batch goal of issue 36 is a rate twice pyzmq's.
 
 Needs valgrind (Debian's package). Each count takes 10-30 s.
@@ -106,12 +106,17 @@ def batches(transport: str, n: int) -> None:
 
 def zmq_plain(transport: str, n: int) -> None:
     """The batch workload's shape on pyzmq's plain API (its ``--pyzmq`` row): the
-    same messages, one ``send``/``recv`` each, PUSH -> PULL over tcp."""
+    same messages, one ``send``/``recv`` each, PUSH -> PULL over tcp or ipc."""
     import zmq
 
     ctx = zmq.Context()
     pull, push = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
-    push.connect(f"tcp://127.0.0.1:{pull.bind_to_random_port('tcp://127.0.0.1')}")
+    if transport == "ipc":
+        url = f"ipc:///tmp/nanopy-instructions-zmq-{os.getpid()}.sock"
+        pull.bind(url)
+    else:
+        url = f"tcp://127.0.0.1:{pull.bind_to_random_port('tcp://127.0.0.1')}"
+    push.connect(url)
     msg, total = b"x" * 64, n * BATCH
 
     def receive() -> None:
@@ -124,6 +129,8 @@ def zmq_plain(transport: str, n: int) -> None:
 
     _alongside(receive, send, push, pull)
     ctx.term()
+    if transport == "ipc":
+        os.unlink(url[len("ipc://"):])  # (libzmq leaves its socket file)
 
 
 def callgrind_threads(args: list[str], cwd: str, env: dict[str, str]) -> list[int]:
