@@ -52,13 +52,17 @@ class DirectRead(Generic[PipeT]):
         driver: Round[PipeT],
         pop_attempt: Callable[[], Any] | None = None,
         nothing_queued: Callable[[], bool] | None = None,
+        hand_over: Callable[[int, list[bytes], int], bytes | None] | None = None,
     ) -> None:
         """``pop_attempt``, ``nothing_queued``: the body pop (an attempt) and its exact
         test, under the lock, that it would raise WouldBlock now (nanopy/driver/runs.py):
-        a round that parks the waiter of an idle receive spares the raise."""
+        a round that parks the waiter of an idle receive spares the raise.
+        ``hand_over``: the delivery of what was read and that pop in one step, when
+        the core can tell the result is the one message read (``ReceiveRuns.hand_over``)."""
         self.round = driver  # the lock, the core, the wait queues and the round's calls
         self._pop_attempt = pop_attempt
         self._nothing_queued: Callable[[], bool] = nothing_queued or _cannot_tell
+        self._hand_over = hand_over or _no_hand_over
         self._waker_box: list[Waker | None] = [None]  # wakes a thread (or task) that reads a pipe directly
         self.users = 0  # threads and tasks inside a direct receive
         self._wait_cache: tuple[int, ReadyWait] | None = None  # (pid, its wait) of the direct reader
@@ -305,10 +309,18 @@ class DirectRead(Generic[PipeT]):
                 raise r.closed_error()
             if r._due:
                 r._fold_due()
-            if payloads:
-                r.take_delivery(state.pid, payloads, size)
             result: T | _Blocked
-            if attempt is self._pop_attempt and self._nothing_queued():
+            body = None
+            if payloads:
+                if attempt is self._pop_attempt:
+                    # An idle socket's one message goes straight to this caller, counted
+                    # as the core's push and the pop would (the core says when it may).
+                    body = self._hand_over(state.pid, payloads, size)
+                if body is None:
+                    r.take_delivery(state.pid, payloads, size)
+            if body is not None:
+                result = body  # type: ignore[assignment]  # (attempt is the body pop: T is bytes)
+            elif attempt is self._pop_attempt and self._nothing_queued():
                 result = BLOCKED  # (the pop would raise WouldBlock: an idle receive spares it)
             else:
                 try:
@@ -334,6 +346,10 @@ _ready_wait = platform.ready_wait
 
 def _cannot_tell() -> bool:
     return False
+
+
+def _no_hand_over(pid: int, payloads: list[bytes], size: int) -> None:
+    return None
 
 
 def _close_waker_box(box: list[Waker | None]) -> None:
