@@ -82,7 +82,9 @@ class ReceiveRuns:
         return bool(self.run) or bool(self.held) or self.round.core.can_recv()
 
     def try_recv_body(self) -> bytes | None:
-        """The next body if one is queued now, else None."""
+        """The next body if one is queued now, else None (an idle socket is seen
+        without the lock: every caller then waits with ``call``/``acall``, whose
+        first try, under the lock, finds a body queued at that instant)."""
         r = self.round
         run = self.run
         if run and not r.closed:
@@ -90,6 +92,12 @@ class ReceiveRuns:
                 return run.popleft()  # the rest of a run: no lock (see the docstring)
             except IndexError:
                 pass
+        queue = self._body_queue
+        if queue is not None and not queue and not self.held and not run and not r.closed:
+            # Nothing queued at a look without the lock (an idle receive): None, and
+            # the caller's wait tries again under the lock before it parks, so a
+            # body queued meanwhile is found there (a closed socket raises below).
+            return None
         lock = r.lock
         lock.acquire()
         try:
