@@ -45,7 +45,7 @@ STEPS = [
     ("recv: wait (epoll, waker clear; includes the echo's turn)", ["'poll' of", "eventfd_read", "linux.py:clear"]),
     ("recv: read + decode", ["_direct_read", "read_nowait", "'recv' of '_socket", "wire.py:feed"]),
     ("recv: delivery + take (round, queues, runs)", ["_direct_round", "take_delivery", "messages_received",
-                                                     "queues.py:", "priolist.py:", "runs.py:_pop_body",
+                                                     "queues.py:", "priolist.py:", "runs.py:_pop_body", "hand_over",
                                                      "_fold_due", "_drain", "count_delivery", "round.py:"]),
 ]
 

@@ -40,6 +40,7 @@ cores at the end of this module (:class:`LoadBalancing`, :class:`Distributing`,
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from .actions import (
@@ -102,6 +103,12 @@ class Core:
     #: of its own (``recv_body`` is ``body_queue.pop``): the engine may then take
     #: several at once (:meth:`FairQueue.take_run`). None for every other core.
     body_queue: FairQueue | None = None
+    #: ``messages_received(pid, payloads)`` and the pop of the body it queued, in
+    #: one step, for a receiver waiting on an idle socket (``FairQueue.hand_over``):
+    #: the body, or None when that would not be exactly the same (the caller then
+    #: feeds the core as usual). Set only by cores whose ``messages_received`` is a
+    #: plain push into ``body_queue``; None for every other core.
+    hand_over: Callable[[int, list[bytes]], bytes | None] | None = None
     #: True if, with one pipe, ``send`` only spends a credit of it and transmits the
     #: body as it is: the engine may then take several credits at once
     #: (:meth:`take_sole`) and spend them on sends that skip the core.
@@ -460,6 +467,13 @@ class BodyQueuing(FairQueuing):
         if type(self).recv_body is BodyQueuing.recv_body and type(self).recv is BodyQueuing.recv:
             self.recv_body = self._fq.pop  # type: ignore[method-assign]
             self.body_queue = self._fq
+            fq_class = type(self._fq)
+            if (
+                type(self).messages_received is BodyQueuing.messages_received
+                and fq_class.push is FairQueue.push
+                and fq_class.overfilled is FairQueue.overfilled
+            ):  # (a core that filters, or a queue that trims, feeds the long way)
+                self.hand_over = self._fq.hand_over
 
     def messages_received(self, pid: int, payloads: list[bytes]) -> bool:
         return self._fq.push(pid, payloads)

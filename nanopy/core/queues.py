@@ -183,6 +183,21 @@ class FairQueue:
         self.last_pid = pid
         return msg
 
+    def hand_over(self, pid: int, msgs: list[Any]) -> Any:
+        """``push(pid, msgs)`` then ``take_run`` in one step, when that pair would
+        give back exactly the one message of ``msgs`` and leave every queue as it
+        found it: nothing queued, no run, a live pipe that is not paused, room for
+        one, and a plain ``bytes`` item (never a multipart message). Returns that
+        message, or None -- then nothing changed and the caller pushes as usual."""
+        if len(msgs) != 1 or self._ready or self.run or pid not in self._priority or pid in self._paused:
+            return None
+        msg = msgs[0]
+        if msg.__class__ is not bytes or self._options.recv_buffer < 2:
+            return None  # (a buffer of one pauses and resumes the pipe: the long way)
+        # (an activate then deactivate of an empty priority slot: the list unchanged)
+        self.last_pid = self.run_pid = pid
+        return msg
+
     def take_run(self, limit: int) -> list[Any]:
         """The next items in order: up to ``limit`` at once when one pipe alone has
         any queued, else one (so fair queueing between pipes stays per message).

@@ -52,13 +52,17 @@ class DirectRead(Generic[PipeT]):
         driver: Round[PipeT],
         pop_attempt: Callable[[], Any] | None = None,
         nothing_queued: Callable[[], bool] | None = None,
+        hand_over: Callable[[int, list[bytes], int], bytes | None] | None = None,
     ) -> None:
         """``pop_attempt``, ``nothing_queued``: the body pop (an attempt) and its exact
         test, under the lock, that it would raise WouldBlock now (nanopy/driver/runs.py):
-        a round that parks the waiter of an idle receive spares the raise."""
+        a round that parks the waiter of an idle receive spares the raise.
+        ``hand_over``: the delivery of what was read and that pop in one step, when
+        the core can tell the result is the one message read (``ReceiveRuns.hand_over``)."""
         self.round = driver  # the lock, the core, the wait queues and the round's calls
         self._pop_attempt = pop_attempt
         self._nothing_queued: Callable[[], bool] = nothing_queued or _cannot_tell
+        self._hand_over = hand_over or _no_hand_over
         self._waker_box: list[Waker | None] = [None]  # wakes a thread (or task) that reads a pipe directly
         self.users = 0  # threads and tasks inside a direct receive
         self._wait_cache: tuple[int, ReadyWait] | None = None  # (pid, its wait) of the direct reader
@@ -81,7 +85,7 @@ class DirectRead(Generic[PipeT]):
         the read role is not available or the pipe stops being readable here; the
         caller then waits the ordinary way.
         """
-        begun = self._direct_begin(deadline)
+        begun = self._direct_begin(attempt, deadline)
         if begun is None:
             return BLOCKED
         reader, state = begun
@@ -122,7 +126,7 @@ class DirectRead(Generic[PipeT]):
         (then the call already had its schedule point). A cancellation can only
         arrive in that wait, before the attempt succeeded: the call took nothing.
         """
-        begun = self._direct_begin(deadline)
+        begun = self._direct_begin(attempt, deadline)
         if begun is None:
             return BLOCKED, False
         reader, state = begun
@@ -145,9 +149,14 @@ class DirectRead(Generic[PipeT]):
                 steps.close()
             self._direct_end(reader, state)
 
-    def _direct_begin(self, deadline: float | None) -> tuple[ReadRole, _DirectState] | None:
+    def _direct_begin(self, attempt: Callable[[], Any], deadline: float | None) -> tuple[ReadRole, _DirectState] | None:
         """Take the read role of the socket's only pipe (see nanopy/pipe/driver.py) for a
-        direct receive; None when that is not possible now."""
+        direct receive; None when that is not possible now.
+
+        An idle receive (the body pop, with nothing queued, no credit due, no
+        action pending) parks its waiter in this same round: the first round of
+        :meth:`_direct_steps` would only have found the attempt blocked, drained
+        nothing and parked it (one lock round fewer per idle receive)."""
         r = self.round
         if r.recv_q.waiters or type(r.recv_q) is not WaitQueue or r._engine().in_engine_thread():
             return None  # (other receivers waiting: the engine shares messages out fairly)
@@ -163,10 +172,22 @@ class DirectRead(Generic[PipeT]):
                 raise r.closed_error()
             waker = self._waker()
             self.users += 1
+            state = _DirectState(pipe.pid, waker, deadline)
+            if (
+                attempt is self._pop_attempt
+                and not r._due
+                and not r.core.actions
+                and self._nothing_queued()
+                and (deadline is None or deadline > time.monotonic())
+            ):
+                state.waiter = _FdWaiter(waker)
+                r.recv_q.waiters.append(state.waiter)
         if not reader.take_role(waker):
+            if state.waiter is not None:
+                r._abandon(r.recv_q, state.waiter)
             self._direct_done()
             return None
-        return reader, _DirectState(pipe.pid, waker, deadline)
+        return reader, state
 
     def _direct_end(self, reader: ReadRole, state: _DirectState) -> None:
         r = self.round
@@ -188,14 +209,15 @@ class DirectRead(Generic[PipeT]):
         empty list. What a read completes is taken in the same round that feeds
         it to the core (a busy receiver pays one round per read). Otherwise:
         a round that tries ``attempt`` and parks a waiter that wakes the waker
-        if it would block, then a wait -- the generator yields the seconds left
+        if it would block (an idle receive's was parked by :meth:`_direct_begin`),
+        then a wait -- the generator yields the seconds left
         (None: no deadline) and its driver waits until the connection or the
         waker is readable, or that time passes. Returns the result, or BLOCKED
         at the deadline or when the pipe stops being readable here.
         """
         r = self.round
         result: T | _Blocked = BLOCKED
-        tried = False  # a round has tried the attempt
+        tried = state.waiter is not None  # a round has tried the attempt (_direct_begin's, for an idle one)
         conn = reader.direct_conn
         # nothing to read now (an idle pipe): wait before the first read
         read = ready is not None and conn is not None and not conn.read_more and not ready.wait(0)
@@ -305,10 +327,18 @@ class DirectRead(Generic[PipeT]):
                 raise r.closed_error()
             if r._due:
                 r._fold_due()
-            if payloads:
-                r.take_delivery(state.pid, payloads, size)
             result: T | _Blocked
-            if attempt is self._pop_attempt and self._nothing_queued():
+            body = None
+            if payloads:
+                if attempt is self._pop_attempt:
+                    # An idle socket's one message goes straight to this caller, counted
+                    # as the core's push and the pop would (the core says when it may).
+                    body = self._hand_over(state.pid, payloads, size)
+                if body is None:
+                    r.take_delivery(state.pid, payloads, size)
+            if body is not None:
+                result = body  # type: ignore[assignment]  # (attempt is the body pop: T is bytes)
+            elif attempt is self._pop_attempt and self._nothing_queued():
                 result = BLOCKED  # (the pop would raise WouldBlock: an idle receive spares it)
             else:
                 try:
@@ -334,6 +364,10 @@ _ready_wait = platform.ready_wait
 
 def _cannot_tell() -> bool:
     return False
+
+
+def _no_hand_over(pid: int, payloads: list[bytes], size: int) -> None:
+    return None
 
 
 def _close_waker_box(box: list[Waker | None]) -> None:

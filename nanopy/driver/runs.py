@@ -46,6 +46,7 @@ class ReceiveRuns:
         # Runs: cores whose receive is a plain ordered pop of bodies (body_queue).
         body_queue = self._body_queue = driver.core.body_queue
         self.run: deque[bytes] = body_queue.run if body_queue is not None else deque()
+        self._hand_over = driver.core.hand_over  # (None: the core has no such step)
         self.run_token: Any = None  # the pipe token of the bodies in ``run`` (recv_msg)
         self.held: deque[bytes] = deque()  # a refused multipart message, first in line (see the docstring)
         # The condition of the receive wait queue: a core without runs is asked alone.
@@ -81,7 +82,9 @@ class ReceiveRuns:
         return bool(self.run) or bool(self.held) or self.round.core.can_recv()
 
     def try_recv_body(self) -> bytes | None:
-        """The next body if one is queued now, else None."""
+        """The next body if one is queued now, else None (an idle socket is seen
+        without the lock: every caller then waits with ``call``/``acall``, whose
+        first try, under the lock, finds a body queued at that instant)."""
         r = self.round
         run = self.run
         if run and not r.closed:
@@ -89,6 +92,12 @@ class ReceiveRuns:
                 return run.popleft()  # the rest of a run: no lock (see the docstring)
             except IndexError:
                 pass
+        queue = self._body_queue
+        if queue is not None and not queue and not self.held and not run and not r.closed:
+            # Nothing queued at a look without the lock (an idle receive): None, and
+            # the caller's wait tries again under the lock before it parks, so a
+            # body queued meanwhile is found there (a closed socket raises below).
+            return None
         lock = r.lock
         lock.acquire()
         try:
@@ -118,6 +127,26 @@ class ReceiveRuns:
         False when it cannot tell: a core without runs)."""
         queue = self._body_queue
         return queue is not None and not queue and not self.held and not self.run
+
+    def hand_over(self, pid: int, payloads: list[bytes], size: int) -> bytes | None:
+        """What ``take_delivery(pid, payloads, size)`` then ``_pop_body()`` would
+        return, in one step, when the core can tell it is the one message just read
+        (nothing held, no run, an empty queue: ``Core.hand_over``); counted as
+        delivered on the pipe and received, as that pair counts it. None: nothing
+        done, feed the core the usual way (lock held)."""
+        hand = self._hand_over
+        if hand is None or self.held:
+            return None
+        body = hand(pid, payloads)
+        if body is None:
+            return None
+        r = self.round
+        pipe = r.pipes.get(pid)
+        if pipe is not None:
+            pipe.reader.count_delivery(1, size, False)
+        r.received += 1
+        r.bytes_received += size
+        return body
 
     def _pop_body(self) -> bytes:
         """The next body (lock held): the run's next, else the first of a new run

@@ -98,7 +98,7 @@ class SocketDriver(Round[PipeT]):
         runs = self.runs = ReceiveRuns(self)
         endings = self.endings = PipeEndings(self, lanes)
         self.recv_body_attempt = runs.recv_body_attempt  # (one bound method: the direct read knows it)
-        direct = self.direct = DirectRead(self, self.recv_body_attempt, runs.nothing_queued)
+        direct = self.direct = DirectRead(self, self.recv_body_attempt, runs.nothing_queued, runs.hand_over)
         waiting = self.waiting = Waiting(self, direct)
         ids = self.ids = PerIds(self)
         self.hand_back = endings.hand_back
