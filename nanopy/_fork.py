@@ -64,6 +64,7 @@ PROCESS_STATE: dict[str, str] = {
     "nanopy.socket.pipes._pipe_ids": "kept: ids stay unique within each process",
     "nanopy.socket.socket._socket_serials": "kept: serials stay unique within each process",
     "nanopy.socket.socket._OPTION_NAMES": "filled at import, read only",
+    "nanopy.core.wire._blocks": "kept: a cache of immutable struct.Struct objects (a plain dict, no lock)",
     "nanopy.testing.conformance.target._counter": "kept: names also carry the pid",
     "nanopy.testing._counter": "kept: names also carry the pid",
     "nanopy.pipe.reading.handed_over": "kept: matched by identity with the chunk in hand; a stale slot costs a sum",
