@@ -103,9 +103,8 @@ class ReceiveRuns:
         try:
             if r.closed:
                 raise r.closed_error()
-            queue = self._body_queue
-            if queue is not None and not queue and not self.held and not self.run:
-                return None  # nothing queued (an idle receive): spare _pop_body's WouldBlock
+            if self.nothing_queued():
+                return None  # (an idle receive: spare _pop_body's WouldBlock)
             try:
                 body = self._pop_body()
             except WouldBlock:

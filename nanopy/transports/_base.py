@@ -17,6 +17,8 @@ from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from ..core.errors import Refused
+
 
 @dataclass(frozen=True)
 class PipeContext:
@@ -112,6 +114,15 @@ class Connection(abc.ABC):
 
 #: see :attr:`Connection.gate`
 Gate = Callable[[Connection], Awaitable["str | None"]]
+
+
+async def pass_gate(conn: Connection) -> None:
+    """For a connection that ``gates_itself``: ask its bind's gate (if it has one)
+    and raise ``nanopy.Refused`` with the reason if the gate refuses."""
+    if conn.gate is not None:
+        reason = await conn.gate(conn)
+        if reason is not None:
+            raise Refused(reason)
 
 
 class ChannelConnection(Connection):

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import trio
 
 from .. import _fork, platform
-from ..core.errors import Refused, RemoteProtocolError
+from ..core.errors import RemoteProtocolError
 from ..core.wire import (
     HEADER_SIZE,
     FrameDecoder,
@@ -30,7 +30,7 @@ from ..core.wire import (
     other_wire,
     parse_header,
 )
-from ._base import ChannelConnection, Connection, Listener, PipeContext
+from ._base import ChannelConnection, Connection, Listener, PipeContext, pass_gate
 
 RECV_SIZE = 64 * 1024  # below glibc's mmap threshold: a bigger buffer costs an mmap per read
 #: how long a listener out of descriptors (or memory) waits before it tries again
@@ -214,9 +214,7 @@ class FramedConnection(ChannelConnection):
             header += chunk
         parse_header(header, self._ctx.peer_id, self._ipc)
         if gate is not None:
-            reason = await gate(self)
-            if reason is not None:
-                raise Refused(reason)
+            await pass_gate(self)
             await self._send_all(ours)
 
     async def receive(self) -> list[bytes]:

@@ -24,8 +24,8 @@ from collections.abc import Callable
 
 import trio
 
-from ..core.errors import AddressError, AddressInUse, Refused, RemoteProtocolError
-from ._base import ChannelConnection, Connection, Listener, PipeContext, Transport
+from ..core.errors import AddressError, AddressInUse, RemoteProtocolError
+from ._base import ChannelConnection, Connection, Listener, PipeContext, Transport, pass_gate
 from ._table import ProcessTable
 
 #: messages an inbox holds for a receiver that does not keep up (its "kernel buffer")
@@ -197,11 +197,7 @@ class InprocConnection(ChannelConnection):
             if not await answer.wait():
                 raise ConnectionRefusedError(f"{self.remote_address}: the inproc listener refused or closed")
             return
-        gate = self.gate
-        if gate is not None:
-            reason = await gate(self)
-            if reason is not None:
-                raise Refused(reason)
+        await pass_gate(self)
         answer.give(True)
 
     def frame(self, payloads: list[bytes]) -> list[bytes]:
