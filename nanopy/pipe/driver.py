@@ -60,7 +60,7 @@ from ..core.errors import MessageTooLarge, RemoteProtocolError
 from ..transports._base import ChannelConnection, PeerWatching, ReportsWriteWait, SinkAttachable, WriteWindow
 from .fanout import queue_fan_out
 from .liveness import Liveness, kernel_unacked
-from .outbox import UNCUT, Outbox, SendAdapter
+from .outbox import UNCUT, WRITE_CHUNK_BYTES, Outbox, SendAdapter
 from .reading import PipeReader, handed_over
 from .resend import Resend, sent_log_for
 from .writer import CALLER_BATCH, write_loop
@@ -213,6 +213,7 @@ class PipeDriver(Outbox):
                 self.flush_at = CALLER_BATCH
                 self.writing = True
                 batch = self.take_batch()
+                size = -1
             else:
                 now = self.now()
                 # Idle: nothing sent lately, or the socket received since our last send
@@ -235,13 +236,14 @@ class PipeDriver(Outbox):
                 else:
                     self.writing = True
                     batch = [payload]
+                    size = len(payload)  # (its payload bytes, known: no payload_bytes call)
         finally:
             lock.release()
         if batch is None:
             self.sock.flush_later(self)
             return 0
         if framed is None:  # (an idle send: no fan-out chunk to share, one call fewer)
-            return self._write_claimed(batch)
+            return self._write_claimed(batch, None, size)
         return self._write_shared(batch, framed)
 
     # -- the socket's calls on its pipe (socket's lock held; once per batch) ----
@@ -348,7 +350,9 @@ class PipeDriver(Outbox):
                 chunk = channel.frame(batch)
             if size < 0:
                 size = _payload_bytes(batch, chunk, self.frame_prefix)
-            self.note_write(len(batch), size)
+            count = len(batch)
+            if count >= self.write_step or size > WRITE_CHUNK_BYTES:  # (else note_write learns nothing)
+                self.note_write(count, size)
             # Counted as sent before the peer can have it (see Outbox); taken back
             # below if the channel comes up short. (Only the claim holder writes these.)
             self.tx_msgs += len(batch)
