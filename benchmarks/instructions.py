@@ -124,21 +124,26 @@ def pub_sub(transport: str, n: int) -> None:
     pub = nanopy.Socket("pub", overflow="block")
     sub.subscribe(b"")
     pub.connect(sub.bind(url).url)
-    total, msg = n * PUB_BURST, b"p" * PUB_SIZE
     while len(pub.pipes) < 1:  # (a PUB drops what it sends before its subscriber joins)
         threading.Event().wait(0.001)
     pub.send(b"-")  # the subscription is there once the subscriber has this one
     sub.recv()
+    _one_by_one(sub, pub, b"p" * PUB_SIZE, n * PUB_BURST)
+
+
+def _one_by_one(receiver: Any, sender: Any, msg: bytes, total: int) -> None:
+    """``sender`` sends ``msg`` ``total`` times with plain ``send`` while a thread
+    takes them from ``receiver`` with plain ``recv``; then both are closed."""
 
     def receive() -> None:
         for _ in range(total):
-            sub.recv()
+            receiver.recv()
 
     def send() -> None:
         for _ in range(total):
-            pub.send(msg)
+            sender.send(msg)
 
-    _alongside(receive, send, pub, sub)
+    _alongside(receive, send, sender, receiver)
 
 
 def zmq_plain(transport: str, n: int) -> None:
@@ -154,17 +159,7 @@ def zmq_plain(transport: str, n: int) -> None:
     else:
         url = f"tcp://127.0.0.1:{pull.bind_to_random_port('tcp://127.0.0.1')}"
     push.connect(url)
-    msg, total = b"x" * 64, n * BATCH
-
-    def receive() -> None:
-        for _ in range(total):
-            pull.recv()
-
-    def send() -> None:
-        for _ in range(total):
-            push.send(msg)
-
-    _alongside(receive, send, push, pull)
+    _one_by_one(pull, push, b"x" * 64, n * BATCH)
     ctx.term()
     if transport == "ipc":
         os.unlink(url[len("ipc://"):])  # (libzmq leaves its socket file)
