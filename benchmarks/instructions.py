@@ -15,6 +15,11 @@ trip with start-up and shutdown cancelled out. Threads under valgrind run one at
 time, so how often a receiver finds its message already there (and skips the wait)
 varies: repeat a side to see that spread (a few per cent) before reading a change.
 
+``--scenario pub`` counts per message too, in the seed-004 shape (benchmarks/burst.py):
+a PUB sending 1 KiB messages one ``send`` at a time to one subscriber (lossless:
+``overflow="block"``), a receiving thread taking them with ``recv``; the send column
+is the publisher's cost per message. ``--small``/``--large`` are units of 256 messages.
+
 ``--scenario batch`` counts instructions per *message* instead: PUSH -> PULL, the
 caller sending ``send_batch`` of 256 messages of 64 B, a receiving thread taking them
 with ``recv_batch(256)``; ``--small``/``--large`` are batches. Each thread is counted
@@ -104,6 +109,43 @@ def batches(transport: str, n: int) -> None:
     _alongside(receive, send, push, pull)
 
 
+PUB_SIZE = 1024  # the seed-004 shape's message (benchmarks/burst.py)
+PUB_BURST = 256  # messages per unit of the ``pub`` scenario's --small/--large
+
+
+def pub_sub(transport: str, n: int) -> None:
+    """The ``pub`` workload: ``n`` * ``PUB_BURST`` plain ``send`` calls of 1 KiB on a PUB
+    with one subscriber, lossless (``overflow="block"`` at both ends, as
+    benchmarks/burst.py), taken by a receiving thread with ``recv``."""
+    import nanopy
+
+    url = _url(transport)
+    sub = nanopy.Socket("sub", overflow="block")
+    pub = nanopy.Socket("pub", overflow="block")
+    sub.subscribe(b"")
+    pub.connect(sub.bind(url).url)
+    while len(pub.pipes) < 1:  # (a PUB drops what it sends before its subscriber joins)
+        threading.Event().wait(0.001)
+    pub.send(b"-")  # the subscription is there once the subscriber has this one
+    sub.recv()
+    _one_by_one(sub, pub, b"p" * PUB_SIZE, n * PUB_BURST)
+
+
+def _one_by_one(receiver: Any, sender: Any, msg: bytes, total: int) -> None:
+    """``sender`` sends ``msg`` ``total`` times with plain ``send`` while a thread
+    takes them from ``receiver`` with plain ``recv``; then both are closed."""
+
+    def receive() -> None:
+        for _ in range(total):
+            receiver.recv()
+
+    def send() -> None:
+        for _ in range(total):
+            sender.send(msg)
+
+    _alongside(receive, send, sender, receiver)
+
+
 def zmq_plain(transport: str, n: int) -> None:
     """The batch workload's shape on pyzmq's plain API (its ``--pyzmq`` row): the
     same messages, one ``send``/``recv`` each, PUSH -> PULL over tcp or ipc."""
@@ -117,17 +159,7 @@ def zmq_plain(transport: str, n: int) -> None:
     else:
         url = f"tcp://127.0.0.1:{pull.bind_to_random_port('tcp://127.0.0.1')}"
     push.connect(url)
-    msg, total = b"x" * 64, n * BATCH
-
-    def receive() -> None:
-        for _ in range(total):
-            pull.recv()
-
-    def send() -> None:
-        for _ in range(total):
-            push.send(msg)
-
-    _alongside(receive, send, push, pull)
+    _one_by_one(pull, push, b"x" * 64, n * BATCH)
     ctx.term()
     if transport == "ipc":
         os.unlink(url[len("ipc://"):])  # (libzmq leaves its socket file)
@@ -172,12 +204,12 @@ def count_batch(checkout: str, env: dict[str, str], transport: str, n: int, scen
 
 
 def report_batch(sides: dict[str, tuple[str, dict[str, str]]], transports: str, small: int, large: int,
-                 repeat: int, pyzmq: bool) -> None:
+                 repeat: int, pyzmq: bool, scenario: str = "batch") -> None:
     """Print instructions per message of the batch scenario: in all, send, engine, receive
     (``pyzmq``: and a row of pyzmq's plain API, its I/O threads as the engine)."""
-    extra = (large - small) * BATCH
-    rows_of = [(name, checkout, env, "batch") for name, (checkout, env) in sides.items()]
-    if pyzmq:
+    extra = (large - small) * (BATCH if scenario == "batch" else PUB_BURST)
+    rows_of = [(name, checkout, env, scenario) for name, (checkout, env) in sides.items()]
+    if pyzmq and scenario == "batch":
         here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         rows_of.append(("pyzmq", here, {}, "zmq"))
     print(f"{'transport':9} {'side':10} {'per message: all (each repeat)':32} {'send':>6} {'engine':>6} {'recv':>6}")
@@ -199,8 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workload", nargs=2, metavar=("TRANSPORT", "N"), help=argparse.SUPPRESS)
     p.add_argument("--side", action="append", default=[], metavar="NAME=CHECKOUT[:KEY=VALUE...]",
                    help="a checkout (and environment settings) to count; default: this one")
-    p.add_argument("--scenario", choices=("pingpong", "batch", "zmq"), default="pingpong",
-                   help="pingpong: per round trip (default); batch: per message of send_batch/recv_batch")
+    p.add_argument("--scenario", choices=("pingpong", "batch", "zmq", "pub"), default="pingpong",
+                   help="pingpong: per round trip (default); batch: per message of send_batch/recv_batch; "
+                   "pub: per 1 KiB message a PUB sends to one subscriber")
     p.add_argument("--pyzmq", action="store_true", help="batch: add a row of pyzmq's plain send/recv, same shape")
     p.add_argument("--transports", default="tcp,ipc")
     p.add_argument("--small", type=int, default=None, help="round trips (batches): 200 (20)")
@@ -208,10 +241,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=2)
     args = p.parse_args(argv)
     if args.workload:
-        workload = {"batch": batches, "zmq": zmq_plain}.get(args.scenario, ping_pong)
+        workload = {"batch": batches, "zmq": zmq_plain, "pub": pub_sub}.get(args.scenario, ping_pong)
         workload(args.workload[0], int(args.workload[1]))
         return 0
-    batch = args.scenario == "batch"
+    batch = args.scenario in ("batch", "pub")
     small = args.small if args.small is not None else (20 if batch else 200)
     large = args.large if args.large is not None else (220 if batch else 1200)
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -223,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--side {spec!r}: give NAME=CHECKOUT[:KEY=VALUE...]")
         sides[name] = (os.path.abspath(checkout), dict(kv.split("=", 1) for kv in settings))
     if batch:
-        report_batch(sides, args.transports, small, large, args.repeat, args.pyzmq)
+        report_batch(sides, args.transports, small, large, args.repeat, args.pyzmq, args.scenario)
         return 0
     extra = large - small
     print(f"{'transport':9} {'side':10} {'instructions per round trip (each repeat)':44} median")

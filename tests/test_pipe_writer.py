@@ -16,6 +16,7 @@ from tls_certs import tls_files
 
 import nanopy
 from nanopy.pipe import driver as _pipe
+from nanopy.pipe import writer as _writer
 from nanopy.pipe.outbox import FRAME_ALLOWANCE, UNCUT, WRITE_CHUNK_BYTES, Outbox
 from nanopy.transports import ChannelConnection, inproc
 from nanopy.transports._stream import StreamConnection
@@ -111,7 +112,7 @@ def test_a_slow_sender_writes_its_own_batch_once_the_oldest_message_is_old(
     wait_until(lambda: len(push.pipes) == 1 and len(push._driver.pipes) == 1, what="the pipe")
     (pipe,) = push._driver.pipes.values()
     step = _pipe.CALLER_HOLD / 50  # the pipe's clock moves this much per send
-    assert _pipe.CALLER_HOLD < _pipe.CALLER_BATCH * step < _pipe.MAX_HOLD
+    assert _pipe.CALLER_HOLD < _pipe.CALLER_BATCH * step < _writer.MAX_HOLD
     clock = [0.0]
     pipe.now = lambda: clock[0]
     me = threading.get_ident()
@@ -317,6 +318,7 @@ def test_a_stalled_peer_costs_its_queue_not_a_framed_copy_of_it(
         return payload_bytes(batch, chunk, prefix)
 
     monkeypatch.setattr(_pipe, "_payload_bytes", recording)
+    monkeypatch.setattr(_writer, "payload_bytes", recording)  # (the writer task's writes)
     body = b"m" * 4000  # distinct payloads: what a real sender queues
     pull = make_socket("pull", recv_buffer=1)
     push = make_socket("push", send_buffer=1024, send_timeout=0.5)

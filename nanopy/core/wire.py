@@ -11,6 +11,8 @@ us allocate.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
+from functools import partial
 from itertools import chain, repeat
 from typing import Any
 
@@ -95,9 +97,13 @@ def encode_frames(payloads: list[bytes], ipc: bool = False) -> bytes:
 
 
 def encode_frame(payload: bytes, ipc: bool = False) -> bytes:
-    if ipc:
-        return _IPC_PREFIX.pack(IPC_MSG_NORMAL, len(payload)) + payload
-    return _U64.pack(len(payload)) + payload
+    return frame_head(ipc)(len(payload)) + payload
+
+
+def frame_head(ipc: bool = False) -> Callable[[int], bytes]:
+    """The header of one frame of ``n`` payload bytes, as a C callable: a
+    connection keeps it, so framing one payload calls no Python function."""
+    return partial(_IPC_PREFIX.pack, IPC_MSG_NORMAL) if ipc else _U64.pack
 
 
 # The fewest equal frames worth the one-pass cut (below, the loop is as cheap).

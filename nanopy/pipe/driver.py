@@ -8,7 +8,8 @@ payloads. Whoever writes -- a sending thread or the writer task -- first claims
 the channel (``writing``), so writes never overlap; a claim never blocks. The
 connection is a :class:`~nanopy.transports.ChannelConnection` (``frame``,
 ``write_nowait``, ``write_all``); a plug-in that only implements ``send`` is
-wrapped in an adapter whose writes all go through the writer task.
+wrapped in an adapter whose writes all go through the writer task
+(``write_loop``, nanopy/pipe/writer.py).
 
 Sending is designed so a busy sender rarely needs the engine and an idle one
 never waits for it:
@@ -54,14 +55,16 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from .._seam import CALLER_BATCH_MAX, CALLER_BYTES, MAX_HOLD, wait_out_burst
+from .._seam import CALLER_BATCH_MAX, CALLER_BYTES
 from ..core.errors import MessageTooLarge, RemoteProtocolError
 from ..transports._base import ChannelConnection, PeerWatching, ReportsWriteWait, SinkAttachable, WriteWindow
 from .fanout import queue_fan_out
-from .liveness import Liveness, kernel_unacked, unwritten, write_shortfall
-from .outbox import UNCUT, Outbox, SendAdapter
+from .liveness import Liveness, kernel_unacked
+from .outbox import UNCUT, WRITE_CHUNK_BYTES, Outbox, SendAdapter
 from .reading import PipeReader, handed_over
 from .resend import Resend, sent_log_for
+from .writer import CALLER_BATCH, write_loop
+from .writer import payload_bytes as _payload_bytes
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -79,11 +82,10 @@ _WRITE_ERRORS = (OSError, EOFError, RemoteProtocolError)
 
 # Sends closer together than this count as a burst: they are batched, not written one by one.
 DIRECT_IDLE = 50e-6
-# A sending thread writes the outbox itself once it holds this many messages and
-# ``CALLER_BYTES`` of payload (looked at every ``CALLER_BATCH`` messages), or
-# ``CALLER_BATCH_MAX`` messages (both in nanopy/_seam.py: the socket's fan-out lane
-# batches alike): small messages go out in chunks of a useful size.
-CALLER_BATCH = 64
+# A sending thread writes the outbox itself once it holds ``CALLER_BATCH`` messages
+# (nanopy/pipe/writer.py) and ``CALLER_BYTES`` of payload (looked at every
+# ``CALLER_BATCH`` messages), or ``CALLER_BATCH_MAX`` messages (both in nanopy/_seam.py:
+# the socket's fan-out lane batches alike): small messages go out in chunks of a useful size.
 # ... or once its oldest message waited this long: a slow sender (one trio schedule
 # point per send) writes before the writer task's MAX_HOLD flush wakes the engine.
 CALLER_HOLD = 400e-6
@@ -211,6 +213,7 @@ class PipeDriver(Outbox):
                 self.flush_at = CALLER_BATCH
                 self.writing = True
                 batch = self.take_batch()
+                size = -1
             else:
                 now = self.now()
                 # Idle: nothing sent lately, or the socket received since our last send
@@ -233,13 +236,14 @@ class PipeDriver(Outbox):
                 else:
                     self.writing = True
                     batch = [payload]
+                    size = len(payload)  # (its payload bytes, known: no payload_bytes call)
         finally:
             lock.release()
         if batch is None:
             self.sock.flush_later(self)
             return 0
         if framed is None:  # (an idle send: no fan-out chunk to share, one call fewer)
-            return self._write_claimed(batch)
+            return self._write_claimed(batch, None, size)
         return self._write_shared(batch, framed)
 
     # -- the socket's calls on its pipe (socket's lock held; once per batch) ----
@@ -346,7 +350,9 @@ class PipeDriver(Outbox):
                 chunk = channel.frame(batch)
             if size < 0:
                 size = _payload_bytes(batch, chunk, self.frame_prefix)
-            self.note_write(len(batch), size)
+            count = len(batch)
+            if count >= self.write_step or size > WRITE_CHUNK_BYTES:  # (else note_write learns nothing)
+                self.note_write(count, size)
             # Counted as sent before the peer can have it (see Outbox); taken back
             # below if the channel comes up short. (Only the claim holder writes these.)
             self.tx_msgs += len(batch)
@@ -435,7 +441,7 @@ class PipeDriver(Outbox):
             with self._scope:
                 if not self.closed:
                     async with trio.open_nursery() as nursery:
-                        nursery.start_soon(_until_failure, self, self._writer, nursery.cancel_scope)
+                        nursery.start_soon(_until_failure, self, partial(write_loop, self), nursery.cancel_scope)
                         conn = self.conn
                         reader, liveness = self.reader, self.liveness
                         keepalive = conn.keepalive if isinstance(conn, PeerWatching) else None
@@ -475,94 +481,9 @@ class PipeDriver(Outbox):
         unacked = kernel_unacked(self.conn)  # (before the connection is closed)
         with self.lock:
             self.orphans = self.resend.settle(orphans, unacked)
-        self._notify_idle()
+        self.notify_idle()
 
-    async def _writer(self) -> None:
-        channel = self.channel
-        liveness = self.liveness
-        lingering = False  # a burst is under way: let the sender write its own batches
-        # How long a lingering writer waits (wait_out_burst): while the burst goes on, so
-        # the sender keeps writing full batches itself and is never interrupted by a
-        # partial flush; a full batch, a chunk's rest or a control frame goes at once.
-        # (Read without the lock: a stale view never holds a payload past MAX_HOLD.)
-        linger = (
-            lambda: self.appended,
-            lambda: self.first_at + MAX_HOLD if self.outbox else None,
-            self.now,
-            lambda: self.tail is not None or self.control is not None or len(self.outbox) >= CALLER_BATCH_MAX,
-        )
-        while True:
-            if lingering:
-                await wait_out_burst(*linger)
-            with self.lock:
-                # (a shut write window holds the outbox: see Outbox.window_moved)
-                waiting = not self.outbox or self.shut
-                if self.writing or self.closed or (self.tail is None and self.control is None and waiting):
-                    idle = not self.writing
-                    event = self._writer_event = trio.Event()
-                else:
-                    event = None
-                    tail_bytes = self.tail_bytes
-                    tail, credit, control, batch = self.claim_write()
-                    cut = bool(self.outbox)  # (a write takes at most write_step messages)
-            if event is not None:
-                if idle:
-                    self._notify_idle()
-                await event.wait()
-                lingering = True
-                continue
-            stage = 0
-            piece: Any = tail  # what is being written (for the sent log, if it fails)
-            sent_log = self.sent_log
-            liveness.write_started()  # (the window guard watches this write)
-            try:
-                # A chunk's rest first (it may end in the middle of a frame), then
-                # the control frame, then the payloads.
-                if tail is not None:
-                    await channel.write_all(tail)
-                    self.wrote(credit, tail_bytes)
-                    if sent_log is not None:
-                        sent_log.advance(len(tail))
-                stage, piece = 1, None
-                if control is not None:
-                    piece = channel.control_chunk(control)
-                    await channel.write_all(piece)
-                    if sent_log is not None:
-                        sent_log.advance(len(piece))
-                stage, piece = 2, None
-                if batch:
-                    piece = chunk = channel.frame(batch)
-                    size = _payload_bytes(batch, chunk, self.frame_prefix)
-                    self.note_write(len(batch), size)
-                    with self.lock:  # (its payload bytes count as sent now: see Outbox)
-                        self.tx_bytes += size
-                        self.in_write_bytes += size
-                    await channel.write_all(chunk)
-                    self.wrote(len(batch), size)
-                    if sent_log is not None:
-                        sent_log.wrote(batch, len(chunk), len(chunk))
-            except BaseException:
-                if sent_log is not None:
-                    self.resend.note_failed_write(piece, batch if stage == 2 else None)
-                # The connection failed under the write: what never reached the
-                # kernel may still go out on another pipe (PipeHost.run_pipe hands
-                # ``orphans`` to SocketDriver.remove_pipe).
-                if tail is not None and stage == 0:
-                    self.orphans += unwritten(channel, self._tail_batch, write_shortfall(channel))
-                if batch:
-                    self.orphans += batch if stage < 2 else unwritten(channel, batch, write_shortfall(channel))
-                raise
-            finally:
-                liveness.write_ended()
-                self.end_write()
-            credit += len(batch)
-            if credit:
-                self.sock.credit(self.pid, credit)
-            # Keep lingering only for small flushes; a full outbox means the
-            # sender outruns the socket, so write again at once (as after a cut batch).
-            lingering = not cut and len(batch) < CALLER_BATCH
-
-    def _notify_idle(self) -> None:
+    def notify_idle(self) -> None:
         event, self._idle_event = self._idle_event, None
         if event is not None:
             event.set()
@@ -584,14 +505,6 @@ async def _until_failure(pipe: PipeDriver, loop: Any, scope: trio.CancelScope) -
     finally:
         pipe.sock.pipe_ending(pipe)  # (the first loop to end: at once, before any later send)
         scope.cancel()
-
-
-def _payload_bytes(batch: list[bytes], chunk: Any, prefix: int) -> int:
-    """The payload bytes of ``batch``, framed as ``chunk``: from the chunk's length
-    when every frame adds ``prefix`` bytes (SP over a stream), else summed."""
-    if prefix >= 0:
-        return len(chunk) - prefix * len(batch)
-    return len(batch[0]) if len(batch) == 1 else sum(map(len, batch))
 
 
 if TYPE_CHECKING:

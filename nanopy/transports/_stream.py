@@ -24,9 +24,9 @@ from ..core.errors import RemoteProtocolError
 from ..core.wire import (
     HEADER_SIZE,
     FrameDecoder,
-    encode_frame,
     encode_frames,
     encode_header,
+    frame_head,
     other_wire,
     parse_header,
 )
@@ -168,14 +168,16 @@ class FramedConnection(ChannelConnection):
     def __init__(self, ctx: PipeContext, ipc: bool, remote_address: str) -> None:
         self._ctx = ctx
         self._ipc = ipc
+        self._head = frame_head(ipc)  # (one payload's header: a C call, see ``frame``)
         self.frame_overhead = 9 if ipc else 8  # (the ipc mapping adds a type byte)
         self.framing = ("sp-stream", ipc)  # the same bytes for every stream pipe (TLS encrypts later)
         self._decoder: StreamDecoder = FrameDecoder(ipc, ctx.recv_max_size)
         self.remote_address = remote_address
 
     def frame(self, payloads: list[bytes]) -> bytes:
-        if len(payloads) == 1:  # an idle pipe's send: skip the join
-            return encode_frame(payloads[0], self._ipc)
+        if len(payloads) == 1:  # an idle pipe's send: skip the join (and any Python call)
+            payload = payloads[0]
+            return self._head(len(payload)) + payload
         return encode_frames(payloads, self._ipc)
 
     async def write_all(self, chunk: bytes | memoryview) -> None:
