@@ -164,8 +164,8 @@ class DirectRead(Generic[PipeT]):
         """Take the read role of the socket's only pipe (see nanopy/pipe/driver.py) for a
         direct receive; None when that is not possible now.
 
-        An idle receive (the body pop, with nothing queued, no credit due, no
-        action pending) parks its waiter in this same round: the first round of
+        An idle receive (the body pop, with nothing queued and no action pending
+        once the credit due is folded) parks its waiter in this same round: the first round of
         :meth:`_direct_steps` would only have found the attempt blocked, drained
         nothing and parked it (one lock round fewer per idle receive)."""
         r = self.round
@@ -186,9 +186,14 @@ class DirectRead(Generic[PipeT]):
                 waker = self._waker()
             self.users += 1
             state = _DirectState(pipe.pid, waker, deadline)
+            if r._due:
+                # The credit of this caller's own send, given back without the lock:
+                # folded here, as the next round would, so it does not keep an idle
+                # receive from parking now (what it leaves in ``core.actions`` keeps
+                # the waiter unparked, and the receive's next round drains it).
+                r._fold_due()
             if (
                 attempt is self._pop_attempt
-                and not r._due
                 and not r.core.actions
                 and self._nothing_queued()
                 and (deadline is None or deadline > time.monotonic())
