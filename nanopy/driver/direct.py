@@ -198,8 +198,19 @@ class DirectRead(Generic[PipeT]):
                 and self._nothing_queued()
                 and (deadline is None or deadline > time.monotonic())
             ):
-                state.waiter = _FdWaiter(waker)
-                r.recv_q.waiters.append(state.waiter)
+                # The steps' look at the kernel, taken here when the pipe's wait is made
+                # (open while the socket is: close() closes it under this lock): a reply
+                # already there is read at once, no waiter parked and taken back.
+                cached = self._wait_cache
+                conn = reader.direct_conn
+                if cached is not None and cached[0] == pipe.pid and conn is not None and not conn.read_more:
+                    state.peeked = True
+                    idle = not cached[1].wait(0)
+                else:
+                    idle = True
+                if idle:
+                    state.waiter = _FdWaiter(waker)
+                    r.recv_q.waiters.append(state.waiter)
         if not reader.take_role(waker):
             if state.waiter is not None:
                 r._abandon(r.recv_q, state.waiter)
@@ -221,7 +232,8 @@ class DirectRead(Generic[PipeT]):
         """The loop of a direct receive, without its waits (threads and tasks share it).
 
         Reads first: a busy pipe has bytes waiting, and then no waiter is parked
-        and nobody waits. Unless the last read filled its buffer, it first asks
+        and nobody waits. Unless the last read filled its buffer, it first asks (or
+        :meth:`_direct_begin` asked, under the lock, before it parked an idle waiter)
         ``ready`` (a poll that does not block) whether there is anything to read:
         an idle round trip's receive finds nothing, and a read that finds nothing
         costs a syscall that raises (BlockingIOError) where the poll returns an
@@ -241,7 +253,10 @@ class DirectRead(Generic[PipeT]):
         tried = state.waiter is not None  # a round has tried the attempt (_direct_begin's, for an idle one)
         conn = reader.direct_conn
         # nothing to read now (an idle pipe): wait before the first read
-        read = ready is not None and conn is not None and not conn.read_more and not ready.wait(0)
+        if state.peeked:  # (_direct_begin looked: it parked the waiter if nothing was there)
+            read = state.waiter is not None
+        else:
+            read = ready is not None and conn is not None and not conn.read_more and not ready.wait(0)
         while True:
             if tried:
                 if not isinstance(result, _Blocked) or state.waiter is None:
@@ -408,7 +423,7 @@ def _close_waker_box(box: list[Waker | None]) -> None:
 class _DirectState:
     """What one direct receive carries between its rounds."""
 
-    __slots__ = ("counted_out", "deadline", "pid", "result", "waiter", "waker")
+    __slots__ = ("counted_out", "deadline", "peeked", "pid", "result", "waiter", "waker")
 
     def __init__(self, pid: int, waker: Waker, deadline: float | None) -> None:
         self.pid = pid
@@ -417,6 +432,7 @@ class _DirectState:
         self.waiter: _FdWaiter | None = None
         self.result: Any = BLOCKED  # what the receive returns (see DirectRead._direct_steps)
         self.counted_out = False  # the round that found the result counted this receiver out
+        self.peeked = False  # _direct_begin asked the pipe's wait whether anything is readable
 
 
 class _FdWaiter:
