@@ -14,22 +14,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from test_driver import ipc_url
+from conftest import wait_until
+from test_driver import _role_taken, _single_pipe_pair
 
 import nanopy
 from nanopy import platform
-from nanopy.testing import wait_pipes
 
 Factory = Callable[..., nanopy.Socket]
-
-
-def _pair(make_socket: Factory, transport: str) -> tuple[nanopy.Socket, nanopy.Socket]:
-    a = make_socket("pair")
-    url = a.bind("tcp://127.0.0.1:0" if transport == "tcp" else ipc_url("role")).url
-    b = make_socket("pair", connect=url)
-    wait_pipes(a)
-    wait_pipes(b)
-    return a, b
 
 
 def _reader(sock: nanopy.Socket) -> Any:
@@ -39,8 +30,8 @@ def _reader(sock: nanopy.Socket) -> Any:
 
 @pytest.mark.parametrize("transport", ["tcp", "ipc"])
 def test_the_read_role_goes_to_one_thread_at_a_time(make_socket: Factory, transport: str) -> None:
-    a, _b = _pair(make_socket, transport)
-    reader = _reader(a)
+    _push, pull = _single_pipe_pair(make_socket, transport)
+    reader = _reader(pull)
     wakers = [platform.new_waker() for _ in range(8)]
     got: list[int] = []
     start = threading.Barrier(len(wakers))
@@ -68,8 +59,8 @@ def test_the_read_role_goes_to_one_thread_at_a_time(make_socket: Factory, transp
 
 
 def test_a_refused_take_leaves_the_role_free(make_socket: Factory) -> None:
-    a, _b = _pair(make_socket, "tcp")
-    reader = _reader(a)
+    _push, pull = _single_pipe_pair(make_socket, "tcp")
+    reader = _reader(pull)
     waker = platform.new_waker()
     try:
         reader.paused = True  # (the core's queue is full: no thread may read)
@@ -86,21 +77,27 @@ def test_a_refused_take_leaves_the_role_free(make_socket: Factory) -> None:
 def test_direct_receives_leave_no_receiver_counted_and_close_closes_their_descriptors(
     make_socket: Factory, transport: str
 ) -> None:
-    a, b = _pair(make_socket, transport)
+    push, pull = _single_pipe_pair(make_socket, transport)
+    first: list[Any] = []
+    waiting = threading.Thread(target=lambda: first.append(pull.recv(timeout=5)), daemon=True)
+    waiting.start()
+    wait_until(lambda: _role_taken(pull), what="a receiver took the read role")
+    push.send(b"first")  # (read by the waiting receiver itself)
+    waiting.join(5)
+    assert first == [b"first"]
 
-    def echo() -> None:
-        for _ in range(200):
-            b.send(b.recv(timeout=5))
+    def send() -> None:
+        for n in range(200):
+            push.send(b"%d" % n)
 
-    thread = threading.Thread(target=echo, daemon=True)
+    thread = threading.Thread(target=send, daemon=True)
     thread.start()
-    for n in range(200):  # (some receives wait, some find the reply already read)
-        a.send(b"%d" % n)
-        assert a.recv(timeout=5) == b"%d" % n
+    for n in range(200):  # (some receives wait and read, some find messages queued)
+        assert pull.recv(timeout=5) == b"%d" % n
     thread.join(5)
-    direct = a._driver.direct
+    direct = pull._driver.direct
     assert direct.users == 0
-    assert not _reader(a).role
+    assert not _reader(pull).role
     assert direct._waker_box[0] is not None and direct._wait_cache is not None
-    a.close()
+    pull.close()
     assert direct._waker_box == [None] and direct._wait_cache is None  # closed by close()
