@@ -127,12 +127,11 @@ class PipeReader:
         if not self._role_lock.acquire(False):
             return False  # (another thread holds the role)
         self.role_waker = waker
-        self.role = True
         if self.owner.closed or self.paused or not self.direct:
-            self.role = False
-            self.role_waker = None
+            self.role_waker = None  # (the pipe's end may have woken it: a stray wake-up)
             self._role_lock.release()
             return False
+        self.role = True  # (only now: a refused take never sends the reader task aside)
         return True
 
     def release_role(self) -> None:
