@@ -42,6 +42,8 @@ T = TypeVar("T")
 _NOTHING = object()
 _PARTIAL = object()
 _FAILED = object()
+# The end of a direct receive's loop, as ``next(steps, _DONE)`` reports it.
+_DONE: Any = object()
 
 
 class DirectRead(Generic[PipeT]):
@@ -66,6 +68,14 @@ class DirectRead(Generic[PipeT]):
         self._waker_box: list[Waker | None] = [None]  # wakes a thread (or task) that reads a pipe directly
         self.users = 0  # threads and tasks inside a direct receive
         self._wait_cache: tuple[int, ReadyWait] | None = None  # (pid, its wait) of the direct reader
+        # The engine's "is this its thread?" (a socket's engine never changes): asked
+        # once per receive, looked up once (see _in_engine_first).
+        self._in_engine: Callable[[], bool] = self._in_engine_first
+
+    def _in_engine_first(self) -> bool:
+        """The first engine-thread check: binds the engine's own for the next ones."""
+        check = self._in_engine = self.round._engine().in_engine_thread
+        return check()
 
     # -- direct receive -----------------------------------------------------------------
     def _waker(self) -> Waker:
@@ -93,15 +103,16 @@ class DirectRead(Generic[PipeT]):
         try:
             ready = self._direct_wait(reader.pid, reader.direct_conn, state.waker)
             steps = self._direct_steps(reader, state, attempt, ready)
-            left = next(steps)
-            if ready is None:
-                return BLOCKED
-            wait = ready.wait
-            while True:
-                wait(left)
-                left = next(steps)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            # (next with a default: the loop's end raises no StopIteration here)
+            left = next(steps, _DONE)
+            if left is not _DONE:
+                if ready is None:
+                    return BLOCKED
+                wait = ready.wait
+                while left is not _DONE:
+                    wait(left)
+                    left = next(steps, _DONE)
+            return state.result  # type: ignore[no-any-return]
         finally:
             if steps is not None:
                 steps.close()
@@ -135,15 +146,15 @@ class DirectRead(Generic[PipeT]):
         try:
             ready = self._direct_wait(reader.pid, reader.direct_conn, state.waker)
             steps = self._direct_steps(reader, state, attempt, ready)
-            left = next(steps)
-            if ready is None:
-                return BLOCKED, waited
-            while True:
-                waited = True
-                await wait(ready.fds, left)
-                left = next(steps)
-        except StopIteration as done:
-            return done.value, waited
+            left = next(steps, _DONE)
+            if left is not _DONE:
+                if ready is None:
+                    return BLOCKED, waited
+                while left is not _DONE:
+                    waited = True
+                    await wait(ready.fds, left)
+                    left = next(steps, _DONE)
+            return state.result, waited
         finally:
             if steps is not None:
                 steps.close()
@@ -153,12 +164,12 @@ class DirectRead(Generic[PipeT]):
         """Take the read role of the socket's only pipe (see nanopy/pipe/driver.py) for a
         direct receive; None when that is not possible now.
 
-        An idle receive (the body pop, with nothing queued, no credit due, no
-        action pending) parks its waiter in this same round: the first round of
+        An idle receive (the body pop, with nothing queued and no action pending
+        once the credit due is folded) parks its waiter in this same round: the first round of
         :meth:`_direct_steps` would only have found the attempt blocked, drained
         nothing and parked it (one lock round fewer per idle receive)."""
         r = self.round
-        if r.recv_q.waiters or type(r.recv_q) is not WaitQueue or r._engine().in_engine_thread():
+        if r.recv_q.waiters or type(r.recv_q) is not WaitQueue or self._in_engine():
             return None  # (other receivers waiting: the engine shares messages out fairly)
         try:
             (pipe,) = r.pipes.values()
@@ -170,18 +181,36 @@ class DirectRead(Generic[PipeT]):
         with r.lock:
             if r.closed:
                 raise r.closed_error()
-            waker = self._waker()
+            waker = self._waker_box[0]
+            if waker is None:
+                waker = self._waker()
             self.users += 1
             state = _DirectState(pipe.pid, waker, deadline)
+            if r._due:
+                # The credit of this caller's own send, given back without the lock:
+                # folded here, as the next round would, so it does not keep an idle
+                # receive from parking now (what it leaves in ``core.actions`` keeps
+                # the waiter unparked, and the receive's next round drains it).
+                r._fold_due()
             if (
                 attempt is self._pop_attempt
-                and not r._due
                 and not r.core.actions
                 and self._nothing_queued()
                 and (deadline is None or deadline > time.monotonic())
             ):
-                state.waiter = _FdWaiter(waker)
-                r.recv_q.waiters.append(state.waiter)
+                # The steps' look at the kernel, taken here when the pipe's wait is made
+                # (open while the socket is: close() closes it under this lock): a reply
+                # already there is read at once, no waiter parked and taken back.
+                cached = self._wait_cache
+                conn = reader.direct_conn
+                if cached is not None and cached[0] == pipe.pid and conn is not None and not conn.read_more:
+                    state.peeked = True
+                    idle = not cached[1].wait(0)
+                else:
+                    idle = True
+                if idle:
+                    state.waiter = _FdWaiter(waker)
+                    r.recv_q.waiters.append(state.waiter)
         if not reader.take_role(waker):
             if state.waiter is not None:
                 r._abandon(r.recv_q, state.waiter)
@@ -194,15 +223,17 @@ class DirectRead(Generic[PipeT]):
         if state.waiter is not None:
             r._abandon(r.recv_q, state.waiter)
         reader.release_role()
-        self._direct_done()
+        if not state.counted_out:
+            self._direct_done()
 
     def _direct_steps(
         self, reader: ReadRole, state: _DirectState, attempt: Callable[[], T], ready: ReadyWait | None
-    ) -> Generator[float | None, None, T | _Blocked]:
+    ) -> Generator[float | None, None, None]:
         """The loop of a direct receive, without its waits (threads and tasks share it).
 
         Reads first: a busy pipe has bytes waiting, and then no waiter is parked
-        and nobody waits. Unless the last read filled its buffer, it first asks
+        and nobody waits. Unless the last read filled its buffer, it first asks (or
+        :meth:`_direct_begin` asked, under the lock, before it parked an idle waiter)
         ``ready`` (a poll that does not block) whether there is anything to read:
         an idle round trip's receive finds nothing, and a read that finds nothing
         costs a syscall that raises (BlockingIOError) where the poll returns an
@@ -212,25 +243,31 @@ class DirectRead(Generic[PipeT]):
         if it would block (an idle receive's was parked by :meth:`_direct_begin`),
         then a wait -- the generator yields the seconds left
         (None: no deadline) and its driver waits until the connection or the
-        waker is readable, or that time passes. Returns the result, or BLOCKED
-        at the deadline or when the pipe stops being readable here.
+        waker is readable, or that time passes. It ends with the result in
+        ``state.result``, or BLOCKED there at the deadline or when the pipe stops
+        being readable here (a generator that returns None raises no StopIteration
+        in ``next(steps, default)``: a receive pays no exception).
         """
         r = self.round
         result: T | _Blocked = BLOCKED
         tried = state.waiter is not None  # a round has tried the attempt (_direct_begin's, for an idle one)
         conn = reader.direct_conn
         # nothing to read now (an idle pipe): wait before the first read
-        read = ready is not None and conn is not None and not conn.read_more and not ready.wait(0)
+        if state.peeked:  # (_direct_begin looked: it parked the waiter if nothing was there)
+            read = state.waiter is not None
+        else:
+            read = ready is not None and conn is not None and not conn.read_more and not ready.wait(0)
         while True:
             if tried:
                 if not isinstance(result, _Blocked) or state.waiter is None:
-                    return result  # a result, or BLOCKED at the deadline (the caller times out)
+                    state.result = result  # a result, or BLOCKED at the deadline (the caller times out)
+                    return
                 if reader.paused or reader.owner.closed or reader.pid not in r.pipes or len(r.recv_q.waiters) > 1:
-                    return BLOCKED  # (more receivers now: let the engine share messages out)
+                    return  # BLOCKED (more receivers now: let the engine share messages out)
             if not read:
                 outcome = self._direct_read(reader, state, attempt)
                 if outcome is _FAILED:
-                    return BLOCKED
+                    return  # BLOCKED
                 if outcome is not _NOTHING:
                     if outcome is not _PARTIAL:
                         result, tried = outcome, True
@@ -346,10 +383,17 @@ class DirectRead(Generic[PipeT]):
                 except WouldBlock:
                     result = BLOCKED
             actions = r._drain()
-            # Parked after the drain: a drain wakes a receiver only if one could take a
-            # message, which this attempt just found not (the drain skips an idle
-            # socket's receive queue then, instead of asking whether it is ready).
-            if result is BLOCKED and (state.deadline is None or state.deadline > time.monotonic()):
+            if result is not BLOCKED:
+                # The receive ends with this result: counted out of the direct receivers
+                # here, not in a lock round of its own (the socket is open: checked above,
+                # so close() finds no receiver left and closes the descriptors itself; this
+                # one no longer waits on them).
+                self.users -= 1
+                state.counted_out = True
+            elif state.deadline is None or state.deadline > time.monotonic():
+                # Parked after the drain: a drain wakes a receiver only if one could take a
+                # message, which this attempt just found not (the drain skips an idle
+                # socket's receive queue then, instead of asking whether it is ready).
                 state.waiter = _FdWaiter(state.waker)
                 queue.waiters.append(state.waiter)
         if actions:
@@ -379,13 +423,16 @@ def _close_waker_box(box: list[Waker | None]) -> None:
 class _DirectState:
     """What one direct receive carries between its rounds."""
 
-    __slots__ = ("deadline", "pid", "waiter", "waker")
+    __slots__ = ("counted_out", "deadline", "peeked", "pid", "result", "waiter", "waker")
 
     def __init__(self, pid: int, waker: Waker, deadline: float | None) -> None:
         self.pid = pid
         self.waker = waker
         self.deadline = deadline
         self.waiter: _FdWaiter | None = None
+        self.result: Any = BLOCKED  # what the receive returns (see DirectRead._direct_steps)
+        self.counted_out = False  # the round that found the result counted this receiver out
+        self.peeked = False  # _direct_begin asked the pipe's wait whether anything is readable
 
 
 class _FdWaiter:

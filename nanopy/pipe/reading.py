@@ -49,7 +49,7 @@ class ReadOwner(Protocol):
 
     @property
     def lock(self) -> threading.Lock:
-        """The pipe lock: ``paused`` and the read role change under it."""
+        """The pipe lock: ``paused`` changes under it (the read role has its own)."""
         ...
 
     @property
@@ -92,6 +92,9 @@ class PipeReader:
         self.direct_conn = conn if isinstance(conn, DirectReadable) else None
         self.direct = self.direct_conn is not None
         self.read_lock = threading.Lock()
+        # Held by the read role's holder: threads asking at once get it one at a time
+        # (taken without waiting, never the pipe lock: see take_role).
+        self._role_lock = threading.Lock()
         self.role = False  # a thread holds the read role
         self.lease_until = 0.0
         self.role_waker: Waker | None = None  # the role holder's waker (nanopy.platform)
@@ -114,13 +117,22 @@ class PipeReader:
 
     # -- the read role (any thread) --------------------------------------------
     def take_role(self, waker: Waker) -> bool:
-        """A thread asks for the read role; False if it cannot have it now."""
-        with self.lock:
-            if self.role or self.owner.closed or self.paused or not self.direct:
-                return False
-            self.role = True
-            self.role_waker = waker
-            return True
+        """A thread asks for the read role; False if it cannot have it now.
+
+        Without the pipe lock: the role's own lock, taken without waiting, decides
+        between threads, and the waker is set before ``closed`` is read, so either
+        this sees the pipe closed or the pipe's end (``_stopped``, which sets
+        ``closed`` and then reads ``role_waker``) finds the waker and wakes it. The
+        reader task reads ``role`` without a lock anyway."""
+        if not self._role_lock.acquire(False):
+            return False  # (another thread holds the role)
+        self.role_waker = waker
+        if self.owner.closed or self.paused or not self.direct:
+            self.role_waker = None  # (the pipe's end may have woken it: a stray wake-up)
+            self._role_lock.release()
+            return False
+        self.role = True  # (only now: a refused take never sends the reader task aside)
+        return True
 
     def release_role(self) -> None:
         conn = self.direct_conn
@@ -131,10 +143,11 @@ class PipeReader:
                 self.read_direct()
             except (EOFError, OSError, RemoteProtocolError, MessageTooLarge) as exc:
                 self.direct_failed(exc)
-        with self.lock:
-            self.role = False
-            self.role_waker = None
-            self.lease_until = time.monotonic() + READ_LEASE
+        # (the lease first: the reader task that sees the role free sees the lease)
+        self.lease_until = time.monotonic() + READ_LEASE
+        self.role_waker = None
+        self.role = False
+        self._role_lock.release()
 
     def read_direct(self) -> list[bytes] | None:
         """Read what the kernel holds (role holder only); None if nothing or closed."""

@@ -335,7 +335,8 @@ def _next_plain_body(sock: Messaging, timeout: Any) -> bytes:
     driver = sock._driver
     body = driver.try_recv_body()
     if body is None:
-        timeout = check_timeout(timeout, sock._options.recv_timeout)
+        # (the option was checked when set; a timeout given was checked above)
+        timeout = sock._options.recv_timeout if timeout is _DEFAULT else check_timeout(timeout, None)
         body = driver.call(driver.recv_body_attempt, driver.recv_q, timeout, "recv")
     # (a multipart message comes this way only, alone: the one class test of recv)
     return body if body.__class__ is bytes else sock._refuse_multipart(body)
