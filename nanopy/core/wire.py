@@ -97,13 +97,20 @@ def encode_frames(payloads: list[bytes], ipc: bool = False) -> bytes:
 
 
 def encode_frame(payload: bytes, ipc: bool = False) -> bytes:
-    return frame_head(ipc)(len(payload)) + payload
+    return _FRAME_HEADS[ipc](len(payload)) + payload
 
 
 def frame_head(ipc: bool = False) -> Callable[[int], bytes]:
     """The header of one frame of ``n`` payload bytes, as a C callable: a
     connection keeps it, so framing one payload calls no Python function."""
-    return partial(_IPC_PREFIX.pack, IPC_MSG_NORMAL) if ipc else _U64.pack
+    return _FRAME_HEADS[ipc]
+
+
+# One payload's frame header by mapping (index: ipc), made once.
+_FRAME_HEADS: tuple[Callable[[int], bytes], Callable[[int], bytes]] = (
+    _U64.pack,
+    partial(_IPC_PREFIX.pack, IPC_MSG_NORMAL),
+)
 
 
 # The fewest equal frames worth the one-pass cut (below, the loop is as cheap).

@@ -52,9 +52,9 @@ class DirectRead(Generic[PipeT]):
     def __init__(
         self,
         driver: Round[PipeT],
-        pop_attempt: Callable[[], Any] | None = None,
-        nothing_queued: Callable[[], bool] | None = None,
-        hand_over: Callable[[int, list[bytes], int], bytes | None] | None = None,
+        pop_attempt: Callable[[], Any],
+        nothing_queued: Callable[[], bool],
+        hand_over: Callable[[int, list[bytes], int], bytes | None],
     ) -> None:
         """``pop_attempt``, ``nothing_queued``: the body pop (an attempt) and its exact
         test, under the lock, that it would raise WouldBlock now (nanopy/driver/runs.py):
@@ -63,8 +63,8 @@ class DirectRead(Generic[PipeT]):
         the core can tell the result is the one message read (``ReceiveRuns.hand_over``)."""
         self.round = driver  # the lock, the core, the wait queues and the round's calls
         self._pop_attempt = pop_attempt
-        self._nothing_queued: Callable[[], bool] = nothing_queued or _cannot_tell
-        self._hand_over = hand_over or _no_hand_over
+        self._nothing_queued = nothing_queued
+        self._hand_over = hand_over
         self._waker_box: list[Waker | None] = [None]  # wakes a thread (or task) that reads a pipe directly
         self.users = 0  # threads and tasks inside a direct receive
         self._wait_cache: tuple[int, ReadyWait] | None = None  # (pid, its wait) of the direct reader
@@ -404,14 +404,6 @@ class DirectRead(Generic[PipeT]):
 # The backend's functions, bound once (nanopy.platform picked the backend at import).
 _new_waker = platform.new_waker
 _ready_wait = platform.ready_wait
-
-
-def _cannot_tell() -> bool:
-    return False
-
-
-def _no_hand_over(pid: int, payloads: list[bytes], size: int) -> None:
-    return None
 
 
 def _close_waker_box(box: list[Waker | None]) -> None:

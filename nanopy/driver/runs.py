@@ -92,8 +92,7 @@ class ReceiveRuns:
                 return run.popleft()  # the rest of a run: no lock (see the docstring)
             except IndexError:
                 pass
-        queue = self._body_queue
-        if queue is not None and not queue and not self.held and not run and not r.closed:
+        if not r.closed and self.nothing_queued():
             # Nothing queued at a look without the lock (an idle receive): None, and
             # the caller's wait tries again under the lock before it parks, so a
             # body queued meanwhile is found there (a closed socket raises below).
