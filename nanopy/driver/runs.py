@@ -48,7 +48,7 @@ class ReceiveRuns:
         self.run: deque[bytes] = body_queue.run if body_queue is not None else deque()
         # The body queue's ready pipes (never replaced): ``not ready.best`` is the queue's
         # "nothing queued" as a field test, where ``not body_queue`` costs two calls.
-        self._ready = body_queue.ready if body_queue is not None else None
+        self.body_ready = body_queue.ready if body_queue is not None else None
         self._hand_over = driver.core.hand_over  # (None: the core has no such step)
         self.run_token: Any = None  # the pipe token of the bodies in ``run`` (recv_msg)
         self.held: deque[bytes] = deque()  # a refused multipart message, first in line (see the docstring)
@@ -95,7 +95,7 @@ class ReceiveRuns:
                 return run.popleft()  # the rest of a run: no lock (see the docstring)
             except IndexError:
                 pass
-        ready = self._ready
+        ready = self.body_ready
         if ready is not None and not ready.best and not self.held and not run and not r.closed:
             # Nothing queued at a look without the lock (an idle receive): None, and
             # the caller's wait tries again under the lock before it parks, so a
@@ -127,7 +127,7 @@ class ReceiveRuns:
     def nothing_queued(self) -> bool:
         """Whether ``_pop_body`` would raise WouldBlock now, for certain (lock held;
         False when it cannot tell: a core without runs)."""
-        ready = self._ready
+        ready = self.body_ready
         return ready is not None and not ready.best and not self.held and not self.run
 
     def hand_over(self, pid: int, payloads: list[bytes], size: int) -> bytes | None:
