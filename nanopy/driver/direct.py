@@ -392,7 +392,13 @@ class DirectRead(Generic[PipeT]):
                     result = attempt()
                 except WouldBlock:
                     result = BLOCKED
-            actions = r._drain()
+            # The drain written out as try_recv_body writes it: an idle socket's round
+            # emits nothing and finds nobody waiting (a queue that waits for close
+            # never wakes from a drain), and then costs no call.
+            if r.core.actions or r.send_q.waiters or queue.waiters or r.watchers:
+                actions = r._drain()
+            else:
+                actions = None
             if result is not BLOCKED:
                 # The receive ends with this result: counted out of the direct receivers
                 # here, not in a lock round of its own (the socket is open: checked above,
