@@ -27,13 +27,13 @@ Factory = Callable[..., nanopy.Socket]
 
 
 def _state(fq: FairQueue) -> tuple[Any, ...]:
-    ready = fq._ready
+    ready = fq.ready
     return (
         {pid: list(q) for pid, q in fq._queues.items()},
         dict(ready._where),
         [list(s) for s in ready._slots],
         list(ready._cursor),
-        ready._best,
+        ready.best,
         set(fq._paused),
         fq.last_pid,
         fq.run_pid,

@@ -22,13 +22,15 @@ DEFAULT_PRIORITY = 8
 
 
 class PrioList(Generic[K]):
-    __slots__ = ("_slots", "_cursor", "_where", "_best")
+    __slots__ = ("_slots", "_cursor", "_where", "best")
 
     def __init__(self) -> None:
         self._slots: list[list[K]] = [[] for _ in range(NUM_PRIORITIES + 1)]
         self._cursor = [0] * (NUM_PRIORITIES + 1)
         self._where: dict[K, int] = {}  # active pipe -> its priority
-        self._best = 0  # most preferred non-empty priority; 0 = none active
+        # Most preferred non-empty priority; 0 = none active. Public: a receive's hot
+        # path tests ``best`` for "anything queued?" without a __bool__ call.
+        self.best = 0
 
     def __len__(self) -> int:
         return len(self._where)
@@ -37,7 +39,7 @@ class PrioList(Generic[K]):
         return pid in self._where
 
     def __bool__(self) -> bool:
-        return self._best != 0
+        return self.best != 0
 
     def activate(self, pid: K, priority: int) -> None:
         """Make ``pid`` eligible (no-op if it already is)."""
@@ -52,8 +54,8 @@ class PrioList(Generic[K]):
             self._cursor[priority] = cur + 1
         else:
             self._cursor[priority] = 0
-        if self._best == 0 or priority < self._best:
-            self._best = priority
+        if self.best == 0 or priority < self.best:
+            self.best = priority
 
     def deactivate(self, pid: K) -> None:
         """Make ``pid`` ineligible (no-op if it is not active)."""
@@ -69,20 +71,20 @@ class PrioList(Generic[K]):
         if cur >= len(slot):
             cur = 0
         self._cursor[priority] = cur
-        if not slot and priority == self._best:
+        if not slot and priority == self.best:
             # (none active at all: no slot to scan for -- a sole pipe's queue emptying)
-            self._best = self._next_best(priority) if self._where else 0
+            self.best = self._next_best(priority) if self._where else 0
 
     def current(self) -> K | None:
         """The pipe to use now, or ``None`` when no pipe is active."""
-        best = self._best
+        best = self.best
         if not best:
             return None
         return self._slots[best][self._cursor[best]]
 
     def take(self) -> K | None:
         """``current()`` then ``advance()`` in one call (the load balancer's hot path)."""
-        best = self._best
+        best = self.best
         if not best:
             return None
         slot = self._slots[best]
@@ -95,7 +97,7 @@ class PrioList(Generic[K]):
 
     def advance(self) -> None:
         """Move the current slot's round-robin cursor to its next pipe."""
-        best = self._best
+        best = self.best
         if best:
             n = len(self._slots[best])
             c = self._cursor[best] + 1

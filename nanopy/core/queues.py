@@ -53,7 +53,7 @@ class FairQueue:
         "_paused",
         "_priority",
         "_queues",
-        "_ready",
+        "ready",
         "last_pid",
         "run",
         "run_pid",
@@ -64,7 +64,7 @@ class FairQueue:
 
     def __init__(self, actions: list[Action], options: Any) -> None:
         self._queues: dict[int, deque[Any]] = {}
-        self._ready: PrioList[int] = PrioList()
+        self.ready: PrioList[int] = PrioList()
         self._paused: set[int] = set()
         self._actions = actions
         self._options = options
@@ -83,7 +83,7 @@ class FairQueue:
         """Forget the pipe and anything it had queued."""
         self._queues.pop(pid, None)
         self._priority.pop(pid, None)
-        self._ready.deactivate(pid)
+        self.ready.deactivate(pid)
         self._paused.discard(pid)
         self.stops.discard(pid)
 
@@ -97,7 +97,7 @@ class FairQueue:
         if self._queues.get(pid):
             return True  # (it stays in ``stops`` until its queue drains)
         self._queues.pop(pid, None)
-        self._ready.deactivate(pid)
+        self.ready.deactivate(pid)
         self.stops.discard(pid)
         return False
 
@@ -117,7 +117,7 @@ class FairQueue:
                 self.give_back_run(pid)
             q.extend(msgs)
         if q:
-            self._ready.activate(pid, priority)
+            self.ready.activate(pid, priority)
         if len(q) + (len(run) if pid == self.run_pid else 0) < self._options.recv_buffer:  # (in_run)
             return True  # (the common case: no further call)
         return self.overfilled(pid, q, len(msgs))
@@ -154,7 +154,7 @@ class FairQueue:
             n += 1
             size += len(body)
         if q:
-            self._ready.activate(pid, priority)
+            self.ready.activate(pid, priority)
         self.given_back += n
         self.given_back_bytes += size
 
@@ -166,13 +166,13 @@ class FairQueue:
         # The hot path of every receive: one PrioList call (take = current +
         # advance; advancing past a pipe whose queue then empties is harmless,
         # deactivate puts the cursor where it belongs), one deque pop.
-        pid = self._ready.take()
+        pid = self.ready.take()
         if pid is None:
             raise WouldBlock
         q = self._queues[pid]
         msg = q.popleft()
         if not q:
-            self._ready.deactivate(pid)
+            self.ready.deactivate(pid)
             if pid not in self._priority:  # a retired pipe's queue has drained
                 del self._queues[pid]
                 self.stops.discard(pid)
@@ -189,7 +189,7 @@ class FairQueue:
         found it: nothing queued, no run, a live pipe that is not paused, room for
         one, and a plain ``bytes`` item (never a multipart message). Returns that
         message, or None -- then nothing changed and the caller pushes as usual."""
-        if len(msgs) != 1 or self._ready or self.run or pid not in self._priority or pid in self._paused:
+        if len(msgs) != 1 or self.ready.best or self.run or pid not in self._priority or pid in self._paused:
             return None
         msg = msgs[0]
         if msg.__class__ is not bytes or self._options.recv_buffer < 2:
@@ -205,7 +205,7 @@ class FairQueue:
         The engine serves the rest of a run (``run``, ``run_pid``) before it takes
         again; raises WouldBlock when nothing is queued.
         """
-        ready = self._ready
+        ready = self.ready
         # (at most half the buffer, so a paused pipe resumes once its run is out)
         limit = min(limit, self._options.recv_buffer // 2)
         if len(ready) != 1 or limit < 2:
@@ -231,7 +231,7 @@ class FairQueue:
         return items
 
     def __bool__(self) -> bool:
-        return bool(self._ready)
+        return self.ready.best != 0  # (the hot paths test ``ready.best`` themselves: no call)
 
     def queued(self, pid: int | None = None) -> int:
         """Items queued (of pipe ``pid``, or all), a run not handed out included."""

@@ -101,7 +101,12 @@ class DirectRead(Generic[PipeT]):
         reader, state = begun
         steps = None
         try:
-            ready = self._direct_wait(reader.pid, reader.direct_conn, state.waker)
+            # (_direct_wait's cached case written out: the pipe's wait is made once)
+            cached = self._wait_cache
+            if cached is not None and cached[0] == reader.pid:
+                ready: ReadyWait | None = cached[1]
+            else:
+                ready = self._direct_wait(reader.pid, reader.direct_conn, state.waker)
             steps = self._direct_steps(reader, state, attempt, ready)
             # (next with a default: the loop's end raises no StopIteration here)
             left = next(steps, _DONE)
@@ -116,7 +121,12 @@ class DirectRead(Generic[PipeT]):
         finally:
             if steps is not None:
                 steps.close()
-            self._direct_end(reader, state)
+            # (_direct_end written out: one call fewer on every threaded receive)
+            if state.waiter is not None:
+                self.round._abandon(self.round.recv_q, state.waiter)
+            reader.release_role()
+            if not state.counted_out:
+                self._direct_done()
 
     async def arecv(
         self,
@@ -382,7 +392,13 @@ class DirectRead(Generic[PipeT]):
                     result = attempt()
                 except WouldBlock:
                     result = BLOCKED
-            actions = r._drain()
+            # The drain written out as try_recv_body writes it: an idle socket's round
+            # emits nothing and finds nobody waiting (a queue that waits for close
+            # never wakes from a drain), and then costs no call.
+            if r.core.actions or r.send_q.waiters or queue.waiters or r.watchers:
+                actions = r._drain()
+            else:
+                actions = None
             if result is not BLOCKED:
                 # The receive ends with this result: counted out of the direct receivers
                 # here, not in a lock round of its own (the socket is open: checked above,

@@ -108,6 +108,7 @@ class SocketDriver(Round[PipeT]):
         # The same objects as the runs part's (never rebound): Socket.recv pops ``run``.
         self.run = runs.run
         self.held = runs.held
+        self.body_ready = runs.body_ready  # (the body queue's ready pipes: Socket.recv's idle test)
         # What the socket, its pipes and the engine call of the parts, bound once.
         self.try_send = lanes.try_send
         self.send_batch = lanes.send_batch

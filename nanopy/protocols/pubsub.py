@@ -166,7 +166,7 @@ class _OverflowQueue(FairQueue):
             for _ in range(excess):
                 discard()
             if not q:
-                self._ready.deactivate(pid)
+                self.ready.deactivate(pid)
         return True
 
 
