@@ -193,13 +193,12 @@ class PipeDriver(Outbox):
                 return -1
             self.appended += 1
             outbox = self.outbox
-            if outbox or self.writing or self.tail is not None or self.control is not None:
-                # ``queue`` written out: a burst's per-message cost (docs/architecture.md,
-                # "Deliberate exceptions").
+            if outbox:
+                # A burst goes on: ``queue`` written out, its per-message cost
+                # (docs/architecture.md, "Deliberate exceptions"). ``first_at`` is
+                # stamped already, and ``flush_at`` (>= CALLER_BATCH) ends most sends here.
                 outbox.append(payload)
                 n = len(outbox)
-                if n == 1:
-                    self.first_at = self.now()  # (a write is in progress)
                 if n < self.flush_at or self.writing or self.tail is not None or not self.writes_directly:
                     return 0
                 if (
@@ -214,6 +213,12 @@ class PipeDriver(Outbox):
                 self.writing = True
                 batch = self.take_batch()
                 size = -1
+            elif self.writing or self.tail is not None or self.control is not None:
+                # A write is in progress: the first message queued behind it (one is
+                # below any ``flush_at``, so nothing falls due yet).
+                self.first_at = self.now()
+                outbox.append(payload)
+                return 0
             else:
                 now = self.now()
                 # Idle: nothing sent lately, or the socket received since our last send
