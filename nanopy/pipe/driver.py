@@ -132,7 +132,7 @@ class PipeDriver(Outbox):
             self.writes_directly = False
         self.now = engine.now
         self.last_tx = 0.0  # when this pipe last sent (engine clock)
-        self.appended = 0  # messages handed to transmit (tells the writer a burst goes on)
+        self.appended = 0  # messages handed to transmit off the send lane (writer.py)
         self.flush_at = CALLER_BATCH  # the outbox size at which a sender looks at writing it
         self.received_mark = 0  # the socket's receive count at our last idle-path send
         # Credit the socket granted this pipe for sends that skip its round (the
@@ -187,11 +187,12 @@ class PipeDriver(Outbox):
             if lane:
                 if self.lane_credit <= 0 or self.closed:
                     return -1
-                self.lane_credit -= 1
+                self.lane_credit -= 1  # (also the writer's sign that a burst goes on)
                 self.lane_bytes += len(payload)
-            elif self.closed:
-                return -1
-            self.appended += 1
+            else:
+                if self.closed:
+                    return -1
+                self.appended += 1
             outbox = self.outbox
             if outbox:
                 # A burst goes on: ``queue`` written out, its per-message cost
