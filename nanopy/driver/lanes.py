@@ -236,7 +236,7 @@ class SendLanes(Generic[PipeT]):
         """Send if the core can take it now; False if it would block."""
         r = self.round
         lane = r.lane
-        if lane is not None and not r.closed:
+        if lane is not None:  # (closed: no lane, see close_core; the lock checks below)
             done = lane.transmit(body, None, None, True)  # (positional: cheaper)
             if done >= 0:
                 if done:

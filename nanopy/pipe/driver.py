@@ -132,7 +132,7 @@ class PipeDriver(Outbox):
             self.writes_directly = False
         self.now = engine.now
         self.last_tx = 0.0  # when this pipe last sent (engine clock)
-        self.appended = 0  # messages handed to transmit (tells the writer a burst goes on)
+        self.appended = 0  # messages handed to transmit off the send lane (writer.py)
         self.flush_at = CALLER_BATCH  # the outbox size at which a sender looks at writing it
         self.received_mark = 0  # the socket's receive count at our last idle-path send
         # Credit the socket granted this pipe for sends that skip its round (the
@@ -187,19 +187,19 @@ class PipeDriver(Outbox):
             if lane:
                 if self.lane_credit <= 0 or self.closed:
                     return -1
-                self.lane_credit -= 1
+                self.lane_credit -= 1  # (also the writer's sign that a burst goes on)
                 self.lane_bytes += len(payload)
-            elif self.closed:
-                return -1
-            self.appended += 1
+            else:
+                if self.closed:
+                    return -1
+                self.appended += 1
             outbox = self.outbox
-            if outbox or self.writing or self.tail is not None or self.control is not None:
-                # ``queue`` written out: a burst's per-message cost (docs/architecture.md,
-                # "Deliberate exceptions").
+            if outbox:
+                # A burst goes on: ``queue`` written out, its per-message cost
+                # (docs/architecture.md, "Deliberate exceptions"). ``first_at`` is
+                # stamped already, and ``flush_at`` (>= CALLER_BATCH) ends most sends here.
                 outbox.append(payload)
                 n = len(outbox)
-                if n == 1:
-                    self.first_at = self.now()  # (a write is in progress)
                 if n < self.flush_at or self.writing or self.tail is not None or not self.writes_directly:
                     return 0
                 if (
@@ -214,6 +214,12 @@ class PipeDriver(Outbox):
                 self.writing = True
                 batch = self.take_batch()
                 size = -1
+            elif self.writing or self.tail is not None or self.control is not None:
+                # A write is in progress: the first message queued behind it (one is
+                # below any ``flush_at``, so nothing falls due yet).
+                self.first_at = self.now()
+                outbox.append(payload)
+                return 0
             else:
                 now = self.now()
                 # Idle: nothing sent lately, or the socket received since our last send

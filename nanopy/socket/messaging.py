@@ -64,9 +64,10 @@ class Messaging:
         if timeout is _DEFAULT:
             driver = self._driver
             lane = driver.lane
-            if lane is not None and not driver.closed:
+            if lane is not None:
                 # try_send's lane step (nanopy/driver/lanes.py) written out, a deliberate
                 # exception (docs/architecture.md): a call here costs ~11% of a send.
+                # (A closed socket has no lane: close_core revokes it under the lock.)
                 done = lane.transmit(data, None, None, True)
                 if done == 0:
                     return
