@@ -139,6 +139,11 @@ class PipeDriver(Outbox):
         # socket's send lane, see nanopy/driver/socket_driver.py), and the bytes they carried.
         self.lane_credit = 0
         self.lane_bytes = 0
+        # A lane send written directly and whole keeps its credit on the lane (no
+        # socket round to give it back): counted here as sent, reset by each revoke
+        # (``lane_epoch`` tells a write that began before a revoke).
+        self.lane_kept = 0
+        self.lane_epoch = 0
         self._writer_event: trio.Event | None = None
         # In-memory connections (inproc) take every payload at once, in order.
         self.hands_over = isinstance(conn, SinkAttachable)
@@ -213,7 +218,7 @@ class PipeDriver(Outbox):
                 self.flush_at = CALLER_BATCH
                 self.writing = True
                 batch = self.take_batch()
-                size = -1
+                size = epoch = -1
             elif self.writing or self.tail is not None or self.control is not None:
                 # A write is in progress: the first message queued behind it (one is
                 # below any ``flush_at``, so nothing falls due yet).
@@ -243,13 +248,14 @@ class PipeDriver(Outbox):
                     self.writing = True
                     batch = [payload]
                     size = len(payload)  # (its payload bytes, known: no payload_bytes call)
+                    epoch = self.lane_epoch if lane else -1
         finally:
             lock.release()
         if batch is None:
             self.sock.flush_later(self)
             return 0
         if framed is None:  # (an idle send: no fan-out chunk to share, one call fewer)
-            return self._write_claimed(batch, None, size)
+            return self._write_claimed(batch, None, size, epoch)
         return self._write_shared(batch, framed)
 
     # -- the socket's calls on its pipe (socket's lock held; once per batch) ----
@@ -258,12 +264,15 @@ class PipeDriver(Outbox):
         with self.lock:
             self.lane_credit += n
 
-    def revoke_lane(self) -> tuple[int, int]:
-        """Take the lane back: ``(unspent credit, bytes the spent credit carried)``."""
+    def revoke_lane(self) -> tuple[int, int, int]:
+        """Take the lane back: ``(unspent credit, bytes the spent credit carried,
+        messages sent on credit the lane kept)``."""
         with self.lock:
             n, self.lane_credit = self.lane_credit, 0
             spent, self.lane_bytes = self.lane_bytes, 0
-        return n, spent
+            kept, self.lane_kept = self.lane_kept, 0
+            self.lane_epoch += 1  # (a direct write under way gives its credit to the socket)
+        return n, spent, kept
 
     def withdraw(self, resend: bool) -> tuple[list[bytes], int] | None:
         """The socket withdraws this pipe (its lock held; see ``PipeHandle.withdraw``):
@@ -342,9 +351,10 @@ class PipeDriver(Outbox):
         framed[key] = (batch, (chunk, size))
         return self._write_claimed(batch, chunk, size)
 
-    def _write_claimed(self, batch: list[bytes], chunk: Any = None, size: int = -1) -> int:
+    def _write_claimed(self, batch: list[bytes], chunk: Any = None, size: int = -1, epoch: int = -1) -> int:
         """Write ``batch`` (already framed as ``chunk`` if given; ``size``: its
-        payload bytes, if known) without blocking
+        payload bytes, if known; ``epoch``: a lane send's ``lane_epoch``, -1 for
+        any other) without blocking
         from this thread, which claimed the channel (``writing``) with the pipe lock
         released -- an in-memory channel may deliver into a socket that sends
         straight back on this thread.
@@ -396,7 +406,15 @@ class PipeDriver(Outbox):
             self.writing = False
             self.last_tx = self.now()  # a long write is not a pause in the burst
             if n >= len(chunk):
-                done = len(batch)
+                if epoch == self.lane_epoch:
+                    # A lane send written whole while its lane is still open: the credit
+                    # stays with the lane (``lane_kept`` counts the send), not a socket
+                    # round to give back now and another to fold it in.
+                    self.lane_credit += 1
+                    self.lane_kept += 1
+                    done = 0
+                else:
+                    done = len(batch)
             else:
                 if counted:  # (counted again when the writer task writes the rest)
                     self.tx_msgs -= len(batch)
