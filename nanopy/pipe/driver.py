@@ -230,9 +230,11 @@ class PipeDriver(Outbox):
                 # Idle: nothing sent lately, or the socket received since our last send
                 # (an answer in a request/reply or ping-pong exchange, not a burst).
                 received = self.sock.received
-                fanout = idle is False and self.writes_directly
                 if idle is None:
                     idle = now - self.last_tx > DIRECT_IDLE or received != self.received_mark
+                    fanout = False
+                else:
+                    fanout = idle is False and self.writes_directly
                 self.last_tx = now
                 self.received_mark = received
                 if fanout or not (idle and self.writes_directly):
@@ -371,7 +373,7 @@ class PipeDriver(Outbox):
                 self.note_write(count, size)
             # Counted as sent before the peer can have it (see Outbox); taken back
             # below if the channel comes up short. (Only the claim holder writes these.)
-            self.tx_msgs += len(batch)
+            self.tx_msgs += count
             self.tx_bytes += size
             counted = True
             if self.hands_over:
@@ -414,7 +416,11 @@ class PipeDriver(Outbox):
                     self.lane_kept += 1
                     done = 0
                 else:
-                    done = len(batch)
+                    done = count
+                # (``tail`` is None: this claim's write left no rest, and only a claim
+                # holder sets it)
+                if self.outbox or self.control is not None or self._idle_event is not None:
+                    self._kick_writer()  # something is left (or a flush waits): the writer task goes on
             else:
                 if counted:  # (counted again when the writer task writes the rest)
                     self.tx_msgs -= len(batch)
@@ -424,8 +430,7 @@ class PipeDriver(Outbox):
                 self._tail_batch = batch
                 self.tail_bytes = size  # (counted as sent once the writer task wrote the rest)
                 done = 0
-            if self.tail is not None or self.outbox or self.control is not None or self._idle_event is not None:
-                self._kick_writer()  # something is left (or a flush waits): the writer task goes on
+                self._kick_writer()  # the rest is the writer task's
         finally:
             lock.release()
         return done
