@@ -29,7 +29,8 @@ never waits for it:
   buffer or inproc inbox, a TLS stream).
 
 A payload's credit goes back to the socket when the channel has taken its whole
-chunk: at once for a direct write (the sending thread's ``transmit`` returns it),
+chunk: at once for a direct write (the sending thread's ``transmit`` returns it,
+or, for a send on the socket's lane, puts it back on the lane: ``lane_kept``),
 after ``write_all`` for the writer task. So a peer that reads nothing stops the
 sender after its send buffer, the chunk in flight and what the channel holds.
 
