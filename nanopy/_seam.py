@@ -155,6 +155,11 @@ class PipeHandle(Protocol):
         ...
 
     @property
+    def lane_kept(self) -> int:
+        """Lane sends written whole at once whose credit went back to the lane."""
+        ...
+
+    @property
     def first_at(self) -> float:
         """When the outbox's oldest payload was queued (engine clock)."""
         ...
@@ -194,8 +199,8 @@ class PipeHandle(Protocol):
     # -- the send lane
     def grant_lane(self, n: int) -> None: ...
 
-    def revoke_lane(self) -> tuple[int, int]:
-        """``(unspent lane credit, bytes the spent credit carried)``, both reset."""
+    def revoke_lane(self) -> tuple[int, int, int]:
+        """``(unspent lane credit, bytes the spent credit carried, lane_kept)``, all reset."""
         ...
 
     # -- ending

@@ -80,7 +80,7 @@ class _InstantPipe:
         self.pid = pid
         self.instant = instant  # False: the payloads stay queued (no credit comes back)
         self.lock = threading.Lock()
-        self.lane_credit = self.lane_bytes = 0
+        self.lane_credit = self.lane_bytes = self.lane_kept = 0
         self.closed = self.withdrawn = False  # (a pipe found dead: nanopy/driver/endings.py)
         self.reader = _Reader()
 
@@ -97,10 +97,10 @@ class _InstantPipe:
     def grant_lane(self, n: int) -> None:
         self.lane_credit += n
 
-    def revoke_lane(self) -> tuple[int, int]:
+    def revoke_lane(self) -> tuple[int, int, int]:
         n, spent = self.lane_credit, self.lane_bytes
         self.lane_credit = self.lane_bytes = 0
-        return n, spent
+        return n, spent, 0
 
     def fan_out(self, pipes: Any, actions: list[Any], start: int) -> tuple[int, list[bytes], list[tuple[int, int]]]:
         """A fan-out burst's TRANSMITs, each through its pipe's ``transmit`` (as

@@ -269,3 +269,26 @@ def test_a_better_pipe_is_served_first_even_after_a_run_was_taken(
     assert got[:3] == [b"high0", b"high1", b"high2"]
     assert got[3:] == [b"low%d" % i for i in range(1, 10)]
     assert pull.stats().messages_received == 13
+
+
+def test_idle_lane_sends_keep_their_credit_and_stay_counted(make_socket: MakeSocket, transport: str) -> None:
+    # A ping-pong's sends are written directly and whole: their credit stays on the
+    # lane (no round gives it back) and ``lane_kept`` counts them, so the sent count
+    # is exact while the lane is open and after close takes the lane back.
+    echo = make_socket("pair", recv_timeout=10)
+    url = echo.bind(bind_url(transport, "kept")).url
+    caller = make_socket("pair", connect=url, recv_timeout=10)
+    wait_pipes(caller, 1)
+    n = 200
+    for i in range(n):
+        caller.send(numbered(i))
+        echo.send(echo.recv())
+        assert seqs([caller.recv()]) == [i]
+    lane = caller._driver.lane
+    assert lane is not None and lane.lane_kept > 0
+    total = sum(len(numbered(i)) for i in range(n))
+    stats = caller.stats()
+    assert stats.messages_sent == n and stats.bytes_sent == total
+    caller.close()
+    stats = caller.stats()
+    assert stats.messages_sent == n and stats.bytes_sent == total

@@ -7,6 +7,7 @@ back from the sender's own writes, and no connection calls into a socket.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 
@@ -398,3 +399,53 @@ def test_a_write_counts_as_sent_unless_it_waits_for_room() -> None:
     assert (box.queued_out(), box.sent_counts()) == (7, (6, 60))
     box.in_write = box.in_write_bytes = 0  # the write returned
     assert (box.queued_out(), box.sent_counts()) == (3, (10, 100))
+
+
+class _RetakingChannel(_TrickleChannel):
+    """Writes whole; ``on_write`` (once) runs inside the next direct write, as
+    another thread's round could run while this one writes."""
+
+    on_write: Callable[[], None] | None = None
+
+    def write_nowait(self, chunk: bytes | memoryview) -> int:
+        hook, self.on_write = self.on_write, None
+        if hook is not None:
+            hook()
+        return self.inner.write_nowait(chunk)
+
+
+def test_a_lane_taken_back_during_a_direct_write_counts_that_send_once(make_socket: Factory) -> None:
+    """An idle lane send written whole keeps its credit on the lane (``lane_kept``),
+    unless the lane was taken back while it wrote: then the credit goes to the
+    socket as before (none is left on a revoked lane, where the core could not
+    get it back), also when the lane was granted again meanwhile; every send is
+    counted once."""
+    with tcp_plugin("retaking", _RetakingChannel) as made:
+        echo = make_socket("pair", recv_timeout=10)
+        caller = make_socket("pair", recv_timeout=10)
+        caller.connect(echo.bind("retaking://127.0.0.1:0").url)
+        wait_until(lambda: len(caller.pipes) == 1 and len(echo.pipes) == 1, what="the pipe")
+        driver = caller._driver
+        pipe = caller.pipes[0]._driver
+        channel = pipe.channel
+        assert isinstance(channel, _RetakingChannel) and channel in made
+
+        def retake(grant_again: bool) -> None:
+            with driver.lock:
+                driver.lanes.revoke_lane()
+                if grant_again:
+                    driver.lanes._grant_lane()  # (to the same pipe)
+
+        n = 40
+        for i in range(n):
+            if i in (10, 25):
+                channel.on_write = functools.partial(retake, i == 10)
+            caller.send(b"%d" % i)
+            if i == 25:
+                assert driver.lane is None and pipe.lane_credit == 0 and pipe.lane_kept == 0
+            echo.send(echo.recv())
+            assert caller.recv() == b"%d" % i
+            assert caller.stats().messages_sent == i + 1
+        assert driver.lane is pipe and pipe.lane_kept > 0
+        caller.close()
+        assert caller.stats().messages_sent == n

@@ -84,13 +84,14 @@ class SendLanes(Generic[PipeT]):
 
     def sent_counts(self) -> tuple[int, int]:
         """(messages, bytes) sent: lane credit is counted when granted, so what the
-        lane has not spent is not sent yet, while its bytes are counted as it goes."""
+        lane has not spent is not sent yet (but for the sends whose credit it kept,
+        ``lane_kept``), while its bytes are counted as it goes."""
         r = self.round
         with r.lock:
             lane = r.lane
             if lane is None:
                 return r.sent, r.bytes_sent
-            return r.sent - lane.lane_credit, r.bytes_sent + lane.lane_bytes
+            return r.sent - lane.lane_credit + lane.lane_kept, r.bytes_sent + lane.lane_bytes
 
     def queued_out(self) -> int:
         """Messages sent and not yet written, on every pipe (one look at each)."""
@@ -114,8 +115,8 @@ class SendLanes(Generic[PipeT]):
         if pipe is None:
             return
         r.lane = None
-        n, spent_bytes = pipe.revoke_lane()
-        r.sent -= n
+        n, spent_bytes, kept = pipe.revoke_lane()
+        r.sent -= n - kept  # (kept: sent on credit the lane got back, see PipeDriver.lane_kept)
         r.bytes_sent += spent_bytes
         if n:
             r.core.pipe_credit(pipe.pid, n)

@@ -29,7 +29,8 @@ never waits for it:
   buffer or inproc inbox, a TLS stream).
 
 A payload's credit goes back to the socket when the channel has taken its whole
-chunk: at once for a direct write (the sending thread's ``transmit`` returns it),
+chunk: at once for a direct write (the sending thread's ``transmit`` returns it,
+or, for a send on the socket's lane, puts it back on the lane: ``lane_kept``),
 after ``write_all`` for the writer task. So a peer that reads nothing stops the
 sender after its send buffer, the chunk in flight and what the channel holds.
 
@@ -139,6 +140,11 @@ class PipeDriver(Outbox):
         # socket's send lane, see nanopy/driver/socket_driver.py), and the bytes they carried.
         self.lane_credit = 0
         self.lane_bytes = 0
+        # A lane send written directly and whole keeps its credit on the lane (no
+        # socket round to give it back): counted here as sent, reset by each revoke
+        # (``lane_epoch`` tells a write that began before a revoke).
+        self.lane_kept = 0
+        self.lane_epoch = 0
         self._writer_event: trio.Event | None = None
         # In-memory connections (inproc) take every payload at once, in order.
         self.hands_over = isinstance(conn, SinkAttachable)
@@ -213,7 +219,7 @@ class PipeDriver(Outbox):
                 self.flush_at = CALLER_BATCH
                 self.writing = True
                 batch = self.take_batch()
-                size = -1
+                size = epoch = -1
             elif self.writing or self.tail is not None or self.control is not None:
                 # A write is in progress: the first message queued behind it (one is
                 # below any ``flush_at``, so nothing falls due yet).
@@ -225,9 +231,11 @@ class PipeDriver(Outbox):
                 # Idle: nothing sent lately, or the socket received since our last send
                 # (an answer in a request/reply or ping-pong exchange, not a burst).
                 received = self.sock.received
-                fanout = idle is False and self.writes_directly
                 if idle is None:
                     idle = now - self.last_tx > DIRECT_IDLE or received != self.received_mark
+                    fanout = False
+                else:
+                    fanout = idle is False and self.writes_directly
                 self.last_tx = now
                 self.received_mark = received
                 if fanout or not (idle and self.writes_directly):
@@ -243,13 +251,14 @@ class PipeDriver(Outbox):
                     self.writing = True
                     batch = [payload]
                     size = len(payload)  # (its payload bytes, known: no payload_bytes call)
+                    epoch = self.lane_epoch if lane else -1
         finally:
             lock.release()
         if batch is None:
             self.sock.flush_later(self)
             return 0
         if framed is None:  # (an idle send: no fan-out chunk to share, one call fewer)
-            return self._write_claimed(batch, None, size)
+            return self._write_claimed(batch, None, size, epoch)
         return self._write_shared(batch, framed)
 
     # -- the socket's calls on its pipe (socket's lock held; once per batch) ----
@@ -258,12 +267,15 @@ class PipeDriver(Outbox):
         with self.lock:
             self.lane_credit += n
 
-    def revoke_lane(self) -> tuple[int, int]:
-        """Take the lane back: ``(unspent credit, bytes the spent credit carried)``."""
+    def revoke_lane(self) -> tuple[int, int, int]:
+        """Take the lane back: ``(unspent credit, bytes the spent credit carried,
+        messages sent on credit the lane kept)``."""
         with self.lock:
             n, self.lane_credit = self.lane_credit, 0
             spent, self.lane_bytes = self.lane_bytes, 0
-        return n, spent
+            kept, self.lane_kept = self.lane_kept, 0
+            self.lane_epoch += 1  # (a direct write under way gives its credit to the socket)
+        return n, spent, kept
 
     def withdraw(self, resend: bool) -> tuple[list[bytes], int] | None:
         """The socket withdraws this pipe (its lock held; see ``PipeHandle.withdraw``):
@@ -342,9 +354,10 @@ class PipeDriver(Outbox):
         framed[key] = (batch, (chunk, size))
         return self._write_claimed(batch, chunk, size)
 
-    def _write_claimed(self, batch: list[bytes], chunk: Any = None, size: int = -1) -> int:
+    def _write_claimed(self, batch: list[bytes], chunk: Any = None, size: int = -1, epoch: int = -1) -> int:
         """Write ``batch`` (already framed as ``chunk`` if given; ``size``: its
-        payload bytes, if known) without blocking
+        payload bytes, if known; ``epoch``: a lane send's ``lane_epoch``, -1 for
+        any other) without blocking
         from this thread, which claimed the channel (``writing``) with the pipe lock
         released -- an in-memory channel may deliver into a socket that sends
         straight back on this thread.
@@ -361,7 +374,7 @@ class PipeDriver(Outbox):
                 self.note_write(count, size)
             # Counted as sent before the peer can have it (see Outbox); taken back
             # below if the channel comes up short. (Only the claim holder writes these.)
-            self.tx_msgs += len(batch)
+            self.tx_msgs += count
             self.tx_bytes += size
             counted = True
             if self.hands_over:
@@ -396,7 +409,19 @@ class PipeDriver(Outbox):
             self.writing = False
             self.last_tx = self.now()  # a long write is not a pause in the burst
             if n >= len(chunk):
-                done = len(batch)
+                if epoch == self.lane_epoch:
+                    # A lane send written whole while its lane is still open: the credit
+                    # stays with the lane (``lane_kept`` counts the send), not a socket
+                    # round to give back now and another to fold it in.
+                    self.lane_credit += 1
+                    self.lane_kept += 1
+                    done = 0
+                else:
+                    done = count
+                # (``tail`` is None: this claim's write left no rest, and only a claim
+                # holder sets it)
+                if self.outbox or self.control is not None or self._idle_event is not None:
+                    self._kick_writer()  # something is left (or a flush waits): the writer task goes on
             else:
                 if counted:  # (counted again when the writer task writes the rest)
                     self.tx_msgs -= len(batch)
@@ -406,8 +431,7 @@ class PipeDriver(Outbox):
                 self._tail_batch = batch
                 self.tail_bytes = size  # (counted as sent once the writer task wrote the rest)
                 done = 0
-            if self.tail is not None or self.outbox or self.control is not None or self._idle_event is not None:
-                self._kick_writer()  # something is left (or a flush waits): the writer task goes on
+                self._kick_writer()  # the rest is the writer task's
         finally:
             lock.release()
         return done

@@ -43,9 +43,9 @@ async def write_loop(pipe: PipeDriver) -> None:
     # (Read without the lock: a stale view never holds a payload past MAX_HOLD.)
     linger = (
         # Sends so far: ``appended`` counts those off the send lane, a lane send
-        # spends one ``lane_credit`` instead (a grant moves it too: one more sleep
-        # at most, within ``due``).
-        lambda: pipe.appended - pipe.lane_credit,
+        # spends one ``lane_credit`` instead, or counts in ``lane_kept`` (a grant
+        # moves it too: one more sleep at most, within ``due``).
+        lambda: pipe.appended - pipe.lane_credit + pipe.lane_kept,
         lambda: pipe.first_at + MAX_HOLD if pipe.outbox else None,
         pipe.now,
         lambda: pipe.tail is not None or pipe.control is not None or len(pipe.outbox) >= CALLER_BATCH_MAX,

@@ -69,7 +69,7 @@ class Messaging:
                 # exception (docs/architecture.md): a call here costs ~11% of a send.
                 # (A closed socket has no lane: close_core revokes it under the lock.)
                 done = lane.transmit(data, None, None, True)
-                if done == 0:
+                if not done:  # (queued, or written with the credit kept on the lane)
                     return
                 if done > 0:
                     driver.credit(lane.pid, done)
