@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from .._seam import ReadConnection, ReadRole
     from ..platform import ReadyWait, Waker
     from .round import Round
+    from .runs import ReceiveRuns
 
 T = TypeVar("T")
 
@@ -49,22 +50,19 @@ _DONE: Any = object()
 class DirectRead(Generic[PipeT]):
     """The direct receive (see the module docstring)."""
 
-    def __init__(
-        self,
-        driver: Round[PipeT],
-        pop_attempt: Callable[[], Any],
-        nothing_queued: Callable[[], bool],
-        hand_over: Callable[[int, list[bytes], int], bytes | None],
-    ) -> None:
-        """``pop_attempt``, ``nothing_queued``: the body pop (an attempt) and its exact
-        test, under the lock, that it would raise WouldBlock now (nanopy/driver/runs.py):
-        a round that parks the waiter of an idle receive spares the raise.
-        ``hand_over``: the delivery of what was read and that pop in one step, when
-        the core can tell the result is the one message read (``ReceiveRuns.hand_over``)."""
+    def __init__(self, driver: Round[PipeT], runs: ReceiveRuns) -> None:
+        """``runs``: the receive runs part (nanopy/driver/runs.py), whose body pop (an
+        attempt) a round may spare when it would raise WouldBlock (nothing ready,
+        nothing held, no run: ``ReceiveRuns.nothing_queued``, asked here as those
+        fields, which the part never rebinds), and the core's ``hand_over``: what
+        was read goes straight to the caller when the core can tell it is the one
+        message (see :meth:`_direct_round`)."""
         self.round = driver  # the lock, the core, the wait queues and the round's calls
-        self._pop_attempt = pop_attempt
-        self._nothing_queued = nothing_queued
-        self._hand_over = hand_over
+        self._pop_attempt = runs.recv_body_attempt
+        self._body_ready = runs.body_ready  # (None: a core without runs, whose pop is asked)
+        self._held = runs.held
+        self._run = runs.run
+        self._hand = driver.core.hand_over  # (None: the core has no such step)
         self._waker_box: list[Waker | None] = [None]  # wakes a thread (or task) that reads a pipe directly
         self.users = 0  # threads and tasks inside a direct receive
         self._wait_cache: tuple[int, ReadyWait] | None = None  # (pid, its wait) of the direct reader
@@ -196,16 +194,27 @@ class DirectRead(Generic[PipeT]):
                 waker = self._waker()
             self.users += 1
             state = _DirectState(pipe.pid, waker, deadline)
-            if r._due:
+            due = r._due
+            if due:
                 # The credit of this caller's own send, given back without the lock:
                 # folded here, as the next round would, so it does not keep an idle
                 # receive from parking now (what it leaves in ``core.actions`` keeps
                 # the waiter unparked, and the receive's next round drains it).
-                r._fold_due()
+                # (Round._fold_due written out: a round trip's receive folds its send's
+                # credit here, one call fewer)
+                credit = r.core.pipe_credit
+                while due:
+                    pid, n = due.popleft()
+                    credit(pid, n)
+            ready = self._body_ready
             if (
                 attempt is self._pop_attempt
                 and not r.core.actions
-                and self._nothing_queued()
+                # (ReceiveRuns.nothing_queued written out: nothing ready, held or in a run)
+                and ready is not None
+                and not ready.best
+                and not self._held
+                and not self._run
                 and (deadline is None or deadline > time.monotonic())
             ):
                 # The steps' look at the kernel, taken here when the pipe's wait is made
@@ -376,17 +385,30 @@ class DirectRead(Generic[PipeT]):
                 r._fold_due()
             result: T | _Blocked
             body = None
+            pop = attempt is self._pop_attempt
             if payloads:
-                if attempt is self._pop_attempt:
-                    # An idle socket's one message goes straight to this caller, counted
-                    # as the core's push and the pop would (the core says when it may).
-                    body = self._hand_over(state.pid, payloads, size)
+                hand = self._hand
+                if pop and hand is not None and not self._held:
+                    # An idle socket's one message goes straight to this caller: the core
+                    # says when it may (nothing queued, no run: Core.hand_over), and it is
+                    # counted as take_delivery then the pop would count it -- delivered on
+                    # the pipe and received.
+                    body = hand(state.pid, payloads)
+                    if body is not None:
+                        pipe = r.pipes.get(state.pid)
+                        if pipe is not None:
+                            pipe.reader.count_delivery(1, size, False)
+                        r.received += 1
+                        r.bytes_received += size
                 if body is None:
                     r.take_delivery(state.pid, payloads, size)
+            ready = self._body_ready
             if body is not None:
                 result = body  # type: ignore[assignment]  # (attempt is the body pop: T is bytes)
-            elif attempt is self._pop_attempt and self._nothing_queued():
-                result = BLOCKED  # (the pop would raise WouldBlock: an idle receive spares it)
+            elif pop and ready is not None and not ready.best and not self._held and not self._run:
+                # (the pop would raise WouldBlock, ReceiveRuns.nothing_queued says: an
+                # idle receive spares it)
+                result = BLOCKED
             else:
                 try:
                     result = attempt()
