@@ -43,6 +43,7 @@ T = TypeVar("T")
 _NOTHING = object()
 _PARTIAL = object()
 _FAILED = object()
+_UNREAD = object()  # (no read made yet whose outcome the loop has not taken)
 # The end of a direct receive's loop, as ``next(steps, _DONE)`` reports it.
 _DONE: Any = object()
 
@@ -105,7 +106,18 @@ class DirectRead(Generic[PipeT]):
                 ready: ReadyWait | None = cached[1]
             else:
                 ready = self._direct_wait(reader.pid, reader.direct_conn, state.waker)
-            steps = self._direct_steps(reader, state, attempt, ready)
+            first: Any = _UNREAD
+            if state.peeked and state.waiter is None:
+                # _direct_begin's look found bytes (a round trip's reply is often there
+                # when its caller receives): the steps' first read, made here, and its
+                # result returned without making the loop (one call fewer); anything
+                # else goes on in the loop as if it had read it.
+                first = self._direct_read(reader, state, attempt)
+                if first is _FAILED:
+                    return BLOCKED
+                if first is not _NOTHING and first is not _PARTIAL and first is not BLOCKED:
+                    return first  # type: ignore[no-any-return]
+            steps = self._direct_steps(reader, state, attempt, ready, first)
             # (next with a default: the loop's end raises no StopIteration here)
             left = next(steps, _DONE)
             if left is not _DONE:
@@ -246,7 +258,12 @@ class DirectRead(Generic[PipeT]):
             self._direct_done()
 
     def _direct_steps(
-        self, reader: ReadRole, state: _DirectState, attempt: Callable[[], T], ready: ReadyWait | None
+        self,
+        reader: ReadRole,
+        state: _DirectState,
+        attempt: Callable[[], T],
+        ready: ReadyWait | None,
+        outcome: Any = _UNREAD,
     ) -> Generator[float | None, None, None]:
         """The loop of a direct receive, without its waits (threads and tasks share it).
 
@@ -266,30 +283,38 @@ class DirectRead(Generic[PipeT]):
         ``state.result``, or BLOCKED there at the deadline or when the pipe stops
         being readable here (a generator that returns None raises no StopIteration
         in ``next(steps, default)``: a receive pays no exception).
+        ``outcome``: what the first read found when :meth:`recv` made it (then
+        :meth:`_direct_begin` had seen bytes and parked no waiter).
         """
         r = self.round
         result: T | _Blocked = BLOCKED
         tried = state.waiter is not None  # a round has tried the attempt (_direct_begin's, for an idle one)
         conn = reader.direct_conn
         # nothing to read now (an idle pipe): wait before the first read
-        if state.peeked:  # (_direct_begin looked: it parked the waiter if nothing was there)
+        if outcome is not _UNREAD:
+            read = False  # (the first read was made: its outcome is taken below)
+        elif state.peeked:  # (_direct_begin looked: it parked the waiter if nothing was there)
             read = state.waiter is not None
         else:
             read = ready is not None and conn is not None and not conn.read_more and not ready.wait(0)
         while True:
-            if tried:
-                if not isinstance(result, _Blocked) or state.waiter is None:
-                    state.result = result  # a result, or BLOCKED at the deadline (the caller times out)
-                    return
-                if reader.paused or reader.owner.closed or reader.pid not in r.pipes or len(r.recv_q.waiters) > 1:
-                    return  # BLOCKED (more receivers now: let the engine share messages out)
-            if not read:
-                outcome = self._direct_read(reader, state, attempt)
+            if outcome is _UNREAD:
+                if tried:
+                    if not isinstance(result, _Blocked) or state.waiter is None:
+                        state.result = result  # a result, or BLOCKED at the deadline (the caller times out)
+                        return
+                    if reader.paused or reader.owner.closed or reader.pid not in r.pipes or len(r.recv_q.waiters) > 1:
+                        return  # BLOCKED (more receivers now: let the engine share messages out)
+                if not read:
+                    outcome = self._direct_read(reader, state, attempt)
+                    continue
+            else:  # what the last read found
                 if outcome is _FAILED:
                     return  # BLOCKED
-                if outcome is not _NOTHING:
-                    if outcome is not _PARTIAL:
-                        result, tried = outcome, True
+                got, outcome = outcome, _UNREAD
+                if got is not _NOTHING:
+                    if got is not _PARTIAL:
+                        result, tried = got, True
                     continue  # read something (maybe a partial frame): look again at once
                 read = True
             if state.waiter is None:
