@@ -205,7 +205,12 @@ class DirectRead(Generic[PipeT]):
             if waker is None:
                 waker = self._waker()
             self.users += 1
-            state = _DirectState(pipe.pid, waker, deadline)
+            # (the state's fields set here: _DirectState has no __init__ to call, one
+            # call fewer per direct receive; the rest start at the class's defaults)
+            state = _DirectState()
+            state.pid = pipe.pid
+            state.waker = waker
+            state.deadline = deadline
             due = r._due
             if due:
                 # The credit of this caller's own send, given back without the lock:
@@ -476,18 +481,17 @@ def _close_waker_box(box: list[Waker | None]) -> None:
 
 
 class _DirectState:
-    """What one direct receive carries between its rounds."""
+    """What one direct receive carries between its rounds (made by
+    :meth:`DirectRead._direct_begin`, which sets ``pid``, ``waker`` and ``deadline``)."""
 
-    __slots__ = ("counted_out", "deadline", "peeked", "pid", "result", "waiter", "waker")
-
-    def __init__(self, pid: int, waker: Waker, deadline: float | None) -> None:
-        self.pid = pid
-        self.waker = waker
-        self.deadline = deadline
-        self.waiter: _FdWaiter | None = None
-        self.result: Any = BLOCKED  # what the receive returns (see DirectRead._direct_steps)
-        self.counted_out = False  # the round that found the result counted this receiver out
-        self.peeked = False  # _direct_begin asked the pipe's wait whether anything is readable
+    pid: int
+    waker: Waker
+    deadline: float | None
+    # Defaults read from the class until a round sets them on the instance.
+    waiter: _FdWaiter | None = None
+    result: Any = BLOCKED  # what the receive returns (see DirectRead._direct_steps)
+    counted_out = False  # the round that found the result counted this receiver out
+    peeked = False  # _direct_begin asked the pipe's wait whether anything is readable
 
 
 class _FdWaiter:
