@@ -100,11 +100,13 @@ class ReadRole(Protocol):
         """Held across a read and the delivery of what it parsed."""
         ...
 
-    # Messages and bytes delivered from this pipe (the pipe view, ``Socket.pipes()``),
-    # added to under the socket's lock (count_delivery; ReceiveRuns.hand_over adds
-    # its one message itself).
-    rx_msgs: int
-    rx_bytes: int
+    @property
+    def rx_msgs(self) -> int:
+        """Messages delivered from this pipe (the pipe view, ``Socket.pipes()``)."""
+        ...
+
+    @property
+    def rx_bytes(self) -> int: ...
 
     def take_role(self, waker: Any) -> bool:
         """A receiving thread asks for the read role; False if it cannot have it now."""
