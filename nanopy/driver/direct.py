@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from .._seam import ReadConnection, ReadRole
     from ..platform import ReadyWait, Waker
     from .round import Round
+    from .runs import ReceiveRuns
 
 T = TypeVar("T")
 
@@ -42,6 +43,7 @@ T = TypeVar("T")
 _NOTHING = object()
 _PARTIAL = object()
 _FAILED = object()
+_UNREAD = object()  # (no read made yet whose outcome the loop has not taken)
 # The end of a direct receive's loop, as ``next(steps, _DONE)`` reports it.
 _DONE: Any = object()
 
@@ -49,22 +51,19 @@ _DONE: Any = object()
 class DirectRead(Generic[PipeT]):
     """The direct receive (see the module docstring)."""
 
-    def __init__(
-        self,
-        driver: Round[PipeT],
-        pop_attempt: Callable[[], Any],
-        nothing_queued: Callable[[], bool],
-        hand_over: Callable[[int, list[bytes], int], bytes | None],
-    ) -> None:
-        """``pop_attempt``, ``nothing_queued``: the body pop (an attempt) and its exact
-        test, under the lock, that it would raise WouldBlock now (nanopy/driver/runs.py):
-        a round that parks the waiter of an idle receive spares the raise.
-        ``hand_over``: the delivery of what was read and that pop in one step, when
-        the core can tell the result is the one message read (``ReceiveRuns.hand_over``)."""
+    def __init__(self, driver: Round[PipeT], runs: ReceiveRuns) -> None:
+        """``runs``: the receive runs part (nanopy/driver/runs.py), whose body pop (an
+        attempt) a round may spare when it would raise WouldBlock (nothing ready,
+        nothing held, no run: ``ReceiveRuns.nothing_queued``, asked here as those
+        fields, which the part never rebinds), and the core's ``hand_over``: what
+        was read goes straight to the caller when the core can tell it is the one
+        message (see :meth:`_direct_round`)."""
         self.round = driver  # the lock, the core, the wait queues and the round's calls
-        self._pop_attempt = pop_attempt
-        self._nothing_queued = nothing_queued
-        self._hand_over = hand_over
+        self._pop_attempt = runs.recv_body_attempt
+        self._body_ready = runs.body_ready  # (None: a core without runs, whose pop is asked)
+        self._held = runs.held
+        self._run = runs.run
+        self._hand = driver.core.hand_over  # (None: the core has no such step)
         self._waker_box: list[Waker | None] = [None]  # wakes a thread (or task) that reads a pipe directly
         self.users = 0  # threads and tasks inside a direct receive
         self._wait_cache: tuple[int, ReadyWait] | None = None  # (pid, its wait) of the direct reader
@@ -107,7 +106,18 @@ class DirectRead(Generic[PipeT]):
                 ready: ReadyWait | None = cached[1]
             else:
                 ready = self._direct_wait(reader.pid, reader.direct_conn, state.waker)
-            steps = self._direct_steps(reader, state, attempt, ready)
+            first: Any = _UNREAD
+            if state.peeked and state.waiter is None:
+                # _direct_begin's look found bytes (a round trip's reply is often there
+                # when its caller receives): the steps' first read, made here, and its
+                # result returned without making the loop (one call fewer); anything
+                # else goes on in the loop as if it had read it.
+                first = self._direct_read(reader, state, attempt)
+                if first is _FAILED:
+                    return BLOCKED
+                if first is not _NOTHING and first is not _PARTIAL and first is not BLOCKED:
+                    return first  # type: ignore[no-any-return]
+            steps = self._direct_steps(reader, state, attempt, ready, first)
             # (next with a default: the loop's end raises no StopIteration here)
             left = next(steps, _DONE)
             if left is not _DONE:
@@ -195,17 +205,33 @@ class DirectRead(Generic[PipeT]):
             if waker is None:
                 waker = self._waker()
             self.users += 1
-            state = _DirectState(pipe.pid, waker, deadline)
-            if r._due:
+            # (the state's fields set here: _DirectState has no __init__ to call, one
+            # call fewer per direct receive; the rest start at the class's defaults)
+            state = _DirectState()
+            state.pid = pipe.pid
+            state.waker = waker
+            state.deadline = deadline
+            due = r._due
+            if due:
                 # The credit of this caller's own send, given back without the lock:
                 # folded here, as the next round would, so it does not keep an idle
                 # receive from parking now (what it leaves in ``core.actions`` keeps
                 # the waiter unparked, and the receive's next round drains it).
-                r._fold_due()
+                # (Round._fold_due written out: a round trip's receive folds its send's
+                # credit here, one call fewer)
+                credit = r.core.pipe_credit
+                while due:
+                    pid, n = due.popleft()
+                    credit(pid, n)
+            ready = self._body_ready
             if (
                 attempt is self._pop_attempt
                 and not r.core.actions
-                and self._nothing_queued()
+                # (ReceiveRuns.nothing_queued written out: nothing ready, held or in a run)
+                and ready is not None
+                and not ready.best
+                and not self._held
+                and not self._run
                 and (deadline is None or deadline > time.monotonic())
             ):
                 # The steps' look at the kernel, taken here when the pipe's wait is made
@@ -237,7 +263,12 @@ class DirectRead(Generic[PipeT]):
             self._direct_done()
 
     def _direct_steps(
-        self, reader: ReadRole, state: _DirectState, attempt: Callable[[], T], ready: ReadyWait | None
+        self,
+        reader: ReadRole,
+        state: _DirectState,
+        attempt: Callable[[], T],
+        ready: ReadyWait | None,
+        outcome: Any = _UNREAD,
     ) -> Generator[float | None, None, None]:
         """The loop of a direct receive, without its waits (threads and tasks share it).
 
@@ -257,30 +288,38 @@ class DirectRead(Generic[PipeT]):
         ``state.result``, or BLOCKED there at the deadline or when the pipe stops
         being readable here (a generator that returns None raises no StopIteration
         in ``next(steps, default)``: a receive pays no exception).
+        ``outcome``: what the first read found when :meth:`recv` made it (then
+        :meth:`_direct_begin` had seen bytes and parked no waiter).
         """
         r = self.round
         result: T | _Blocked = BLOCKED
         tried = state.waiter is not None  # a round has tried the attempt (_direct_begin's, for an idle one)
         conn = reader.direct_conn
         # nothing to read now (an idle pipe): wait before the first read
-        if state.peeked:  # (_direct_begin looked: it parked the waiter if nothing was there)
+        if outcome is not _UNREAD:
+            read = False  # (the first read was made: its outcome is taken below)
+        elif state.peeked:  # (_direct_begin looked: it parked the waiter if nothing was there)
             read = state.waiter is not None
         else:
             read = ready is not None and conn is not None and not conn.read_more and not ready.wait(0)
         while True:
-            if tried:
-                if not isinstance(result, _Blocked) or state.waiter is None:
-                    state.result = result  # a result, or BLOCKED at the deadline (the caller times out)
-                    return
-                if reader.paused or reader.owner.closed or reader.pid not in r.pipes or len(r.recv_q.waiters) > 1:
-                    return  # BLOCKED (more receivers now: let the engine share messages out)
-            if not read:
-                outcome = self._direct_read(reader, state, attempt)
+            if outcome is _UNREAD:
+                if tried:
+                    if not isinstance(result, _Blocked) or state.waiter is None:
+                        state.result = result  # a result, or BLOCKED at the deadline (the caller times out)
+                        return
+                    if reader.paused or reader.owner.closed or reader.pid not in r.pipes or len(r.recv_q.waiters) > 1:
+                        return  # BLOCKED (more receivers now: let the engine share messages out)
+                if not read:
+                    outcome = self._direct_read(reader, state, attempt)
+                    continue
+            else:  # what the last read found
                 if outcome is _FAILED:
                     return  # BLOCKED
-                if outcome is not _NOTHING:
-                    if outcome is not _PARTIAL:
-                        result, tried = outcome, True
+                got, outcome = outcome, _UNREAD
+                if got is not _NOTHING:
+                    if got is not _PARTIAL:
+                        result, tried = got, True
                     continue  # read something (maybe a partial frame): look again at once
                 read = True
             if state.waiter is None:
@@ -376,17 +415,30 @@ class DirectRead(Generic[PipeT]):
                 r._fold_due()
             result: T | _Blocked
             body = None
+            pop = attempt is self._pop_attempt
             if payloads:
-                if attempt is self._pop_attempt:
-                    # An idle socket's one message goes straight to this caller, counted
-                    # as the core's push and the pop would (the core says when it may).
-                    body = self._hand_over(state.pid, payloads, size)
+                hand = self._hand
+                if pop and hand is not None and not self._held:
+                    # An idle socket's one message goes straight to this caller: the core
+                    # says when it may (nothing queued, no run: Core.hand_over), and it is
+                    # counted as take_delivery then the pop would count it -- delivered on
+                    # the pipe and received.
+                    body = hand(state.pid, payloads)
+                    if body is not None:
+                        pipe = r.pipes.get(state.pid)
+                        if pipe is not None:
+                            pipe.reader.count_delivery(1, size, False)
+                        r.received += 1
+                        r.bytes_received += size
                 if body is None:
                     r.take_delivery(state.pid, payloads, size)
+            ready = self._body_ready
             if body is not None:
                 result = body  # type: ignore[assignment]  # (attempt is the body pop: T is bytes)
-            elif attempt is self._pop_attempt and self._nothing_queued():
-                result = BLOCKED  # (the pop would raise WouldBlock: an idle receive spares it)
+            elif pop and ready is not None and not ready.best and not self._held and not self._run:
+                # (the pop would raise WouldBlock, ReceiveRuns.nothing_queued says: an
+                # idle receive spares it)
+                result = BLOCKED
             else:
                 try:
                     result = attempt()
@@ -429,18 +481,17 @@ def _close_waker_box(box: list[Waker | None]) -> None:
 
 
 class _DirectState:
-    """What one direct receive carries between its rounds."""
+    """What one direct receive carries between its rounds (made by
+    :meth:`DirectRead._direct_begin`, which sets ``pid``, ``waker`` and ``deadline``)."""
 
-    __slots__ = ("counted_out", "deadline", "peeked", "pid", "result", "waiter", "waker")
-
-    def __init__(self, pid: int, waker: Waker, deadline: float | None) -> None:
-        self.pid = pid
-        self.waker = waker
-        self.deadline = deadline
-        self.waiter: _FdWaiter | None = None
-        self.result: Any = BLOCKED  # what the receive returns (see DirectRead._direct_steps)
-        self.counted_out = False  # the round that found the result counted this receiver out
-        self.peeked = False  # _direct_begin asked the pipe's wait whether anything is readable
+    pid: int
+    waker: Waker
+    deadline: float | None
+    # Defaults read from the class until a round sets them on the instance.
+    waiter: _FdWaiter | None = None
+    result: Any = BLOCKED  # what the receive returns (see DirectRead._direct_steps)
+    counted_out = False  # the round that found the result counted this receiver out
+    peeked = False  # _direct_begin asked the pipe's wait whether anything is readable
 
 
 class _FdWaiter:

@@ -49,9 +49,11 @@ class ReceiveRuns:
         # The body queue's ready pipes (never replaced): ``not ready.best`` is the queue's
         # "nothing queued" as a field test, where ``not body_queue`` costs two calls.
         self.body_ready = body_queue.ready if body_queue is not None else None
-        self._hand_over = driver.core.hand_over  # (None: the core has no such step)
         self.run_token: Any = None  # the pipe token of the bodies in ``run`` (recv_msg)
         self.held: deque[bytes] = deque()  # a refused multipart message, first in line (see the docstring)
+        # The body pop as an attempt, bound once: the direct read and Socket.recv hand
+        # this one object around, and a round knows it by identity (DirectRead).
+        self.recv_body_attempt: Callable[[], bytes] = self._pop_body
         # The condition of the receive wait queue: a core without runs is asked alone.
         self.recv_ready: Callable[[], bool] = self.readable if body_queue is not None else driver.core.can_recv
 
@@ -129,26 +131,6 @@ class ReceiveRuns:
         ready = self.body_ready
         return ready is not None and not ready.best and not self.held and not self.run
 
-    def hand_over(self, pid: int, payloads: list[bytes], size: int) -> bytes | None:
-        """What ``take_delivery(pid, payloads, size)`` then ``_pop_body()`` would
-        return, in one step, when the core can tell it is the one message just read
-        (nothing held, no run, an empty queue: ``Core.hand_over``); counted as
-        delivered on the pipe and received, as that pair counts it. None: nothing
-        done, feed the core the usual way (lock held)."""
-        hand = self._hand_over
-        if hand is None or self.held:
-            return None
-        body = hand(pid, payloads)
-        if body is None:
-            return None
-        r = self.round
-        pipe = r.pipes.get(pid)
-        if pipe is not None:
-            pipe.reader.count_delivery(1, size, False)
-        r.received += 1
-        r.bytes_received += size
-        return body
-
     def _pop_body(self) -> bytes:
         """The next body (lock held): the run's next, else the first of a new run
         (counted as received here, all of it); WouldBlock if nothing is queued."""
@@ -179,8 +161,6 @@ class ReceiveRuns:
         self.run_token = info.token if info is not None else None
         run.extend(itertools.islice(bodies, 1, None))
         return body
-
-    recv_body_attempt = _pop_body
 
     def recv_bodies(self, limit: int) -> list[bytes]:
         """Up to ``limit`` queued bodies in one round (never waits)."""

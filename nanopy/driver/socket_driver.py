@@ -97,8 +97,8 @@ class SocketDriver(Round[PipeT]):
         lanes = self.lanes = SendLanes(self)
         runs = self.runs = ReceiveRuns(self)
         endings = self.endings = PipeEndings(self, lanes)
-        self.recv_body_attempt = runs.recv_body_attempt  # (one bound method: the direct read knows it)
-        direct = self.direct = DirectRead(self, self.recv_body_attempt, runs.nothing_queued, runs.hand_over)
+        self.recv_body_attempt = runs.recv_body_attempt  # (the runs' one bound method: the direct read knows it)
+        direct = self.direct = DirectRead(self, runs)
         waiting = self.waiting = Waiting(self, direct)
         ids = self.ids = PerIds(self)
         self.hand_back = endings.hand_back
@@ -126,6 +126,7 @@ class SocketDriver(Round[PipeT]):
         self.received_counts = runs.received_counts
         self.pipe_ending = endings.pipe_ending
         self.call = waiting.call
+        self.retry = waiting.retry  # (Socket.recv's idle receive: the wait past its direct read)
         self.acall = waiting.acall
         self.start_id = ids.start_id
         self.forget_id = ids.forget_id
