@@ -274,7 +274,6 @@ class LoadBalancing(Core):
     def __init__(self, options: Any, raw: bool = False) -> None:
         super().__init__(options, raw)
         self._lb = LoadBalancer()
-        _plain_credit(self)
         if type(self).send is LoadBalancing.send:
             self.send_lane = True
             self.take_sole = self._lb.take_sole  # type: ignore[method-assign]
@@ -326,7 +325,6 @@ class LoadBalancing(Core):
             self.pipe_credit = self._credit_to_held  # type: ignore[method-assign]
         elif not holding and self.holding:
             del self.send, self.pipe_credit
-            _plain_credit(self)
         self.holding = holding
 
     def _send_after_held(self, body: bytes, header: bytes = b"") -> None:
@@ -361,15 +359,6 @@ class LoadBalancing(Core):
             self.actions.append((TRANSMIT, pid, payload))
         else:
             self.count_drop(QUEUE_FULL if pid in self._lb else UNROUTABLE, 1, pid)
-
-
-def _plain_credit(core: LoadBalancing) -> None:
-    """``core.pipe_credit`` is the balancer's ``give`` itself, bound on the instance,
-    when its class keeps ``LoadBalancing.pipe_credit`` (whose whole body that call is):
-    every round that folds credit back (a round trip's receive folds its send's) pays
-    one call, not two. (A function, not a method: the cores' method counts stay.)"""
-    if type(core).pipe_credit is LoadBalancing.pipe_credit:
-        core.pipe_credit = core._lb.give  # type: ignore[method-assign]
 
 
 class Distributing(Core):

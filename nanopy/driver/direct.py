@@ -54,15 +54,14 @@ class DirectRead(Generic[PipeT]):
     def __init__(self, driver: Round[PipeT], runs: ReceiveRuns) -> None:
         """``runs``: the receive runs part (nanopy/driver/runs.py), whose body pop (an
         attempt) a round may spare when it would raise WouldBlock (nothing ready,
-        nothing held, no run: ``ReceiveRuns.nothing_queued``, asked here as those
-        fields, which the part never rebinds), and the core's ``hand_over``: what
+        nothing held, no run: ``ReceiveRuns.nothing_queued``), and the core's
+        ``hand_over``: what
         was read goes straight to the caller when the core can tell it is the one
         message (see :meth:`_direct_round`)."""
         self.round = driver  # the lock, the core, the wait queues and the round's calls
         self._pop_attempt = runs.recv_body_attempt
-        self._body_ready = runs.body_ready  # (None: a core without runs, whose pop is asked)
+        self._nothing_queued = runs.nothing_queued  # (the pop's exact WouldBlock test)
         self._held = runs.held
-        self._run = runs.run
         self._hand = driver.core.hand_over  # (None: the core has no such step)
         self._waker_box: list[Waker | None] = [None]  # wakes a thread (or task) that reads a pipe directly
         self.users = 0  # threads and tasks inside a direct receive
@@ -100,12 +99,7 @@ class DirectRead(Generic[PipeT]):
         reader, state = begun
         steps = None
         try:
-            # (_direct_wait's cached case written out: the pipe's wait is made once)
-            cached = self._wait_cache
-            if cached is not None and cached[0] == reader.pid:
-                ready: ReadyWait | None = cached[1]
-            else:
-                ready = self._direct_wait(reader.pid, reader.direct_conn, state.waker)
+            ready = self._direct_wait(reader.pid, reader.direct_conn, state.waker)
             first: Any = _UNREAD
             if state.peeked and state.waiter is None:
                 # _direct_begin's look found bytes (a round trip's reply is often there
@@ -131,12 +125,7 @@ class DirectRead(Generic[PipeT]):
         finally:
             if steps is not None:
                 steps.close()
-            # (_direct_end written out: one call fewer on every threaded receive)
-            if state.waiter is not None:
-                self.round._abandon(self.round.recv_q, state.waiter)
-            reader.release_role()
-            if not state.counted_out:
-                self._direct_done()
+            self._direct_end(reader, state)
 
     async def arecv(
         self,
@@ -211,27 +200,17 @@ class DirectRead(Generic[PipeT]):
             state.pid = pipe.pid
             state.waker = waker
             state.deadline = deadline
-            due = r._due
-            if due:
+            if r._due:
                 # The credit of this caller's own send, given back without the lock:
                 # folded here, as the next round would, so it does not keep an idle
                 # receive from parking now (what it leaves in ``core.actions`` keeps
                 # the waiter unparked, and the receive's next round drains it).
-                # (Round._fold_due written out: a round trip's receive folds its send's
-                # credit here, one call fewer)
-                credit = r.core.pipe_credit
-                while due:
-                    pid, n = due.popleft()
-                    credit(pid, n)
-            ready = self._body_ready
+                # (Rare in a round trip: a lane send written whole keeps its credit.)
+                r._fold_due()
             if (
                 attempt is self._pop_attempt
                 and not r.core.actions
-                # (ReceiveRuns.nothing_queued written out: nothing ready, held or in a run)
-                and ready is not None
-                and not ready.best
-                and not self._held
-                and not self._run
+                and self._nothing_queued()
                 and (deadline is None or deadline > time.monotonic())
             ):
                 # The steps' look at the kernel, taken here when the pipe's wait is made
@@ -432,13 +411,10 @@ class DirectRead(Generic[PipeT]):
                         r.bytes_received += size
                 if body is None:
                     r.take_delivery(state.pid, payloads, size)
-            ready = self._body_ready
             if body is not None:
                 result = body  # type: ignore[assignment]  # (attempt is the body pop: T is bytes)
-            elif pop and ready is not None and not ready.best and not self._held and not self._run:
-                # (the pop would raise WouldBlock, ReceiveRuns.nothing_queued says: an
-                # idle receive spares it)
-                result = BLOCKED
+            elif pop and self._nothing_queued():
+                result = BLOCKED  # (the pop would raise WouldBlock: an idle receive spares it)
             else:
                 try:
                     result = attempt()

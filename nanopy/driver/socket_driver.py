@@ -97,7 +97,7 @@ class SocketDriver(Round[PipeT]):
         lanes = self.lanes = SendLanes(self)
         runs = self.runs = ReceiveRuns(self)
         endings = self.endings = PipeEndings(self, lanes)
-        self.recv_body_attempt = runs.recv_body_attempt  # (the runs' one bound method: the direct read knows it)
+        self.recv_body_attempt = runs.recv_body_attempt  # (one bound method: the direct read knows it)
         direct = self.direct = DirectRead(self, runs)
         waiting = self.waiting = Waiting(self, direct)
         ids = self.ids = PerIds(self)
@@ -108,7 +108,7 @@ class SocketDriver(Round[PipeT]):
         # The same objects as the runs part's (never rebound): Socket.recv pops ``run``.
         self.run = runs.run
         self.held = runs.held
-        self.body_ready = runs.body_ready  # (the body queue's ready pipes: Socket.recv's idle test)
+        self.nothing_queued = runs.nothing_queued  # (Socket.recv's idle look, without the lock)
         # What the socket, its pipes and the engine call of the parts, bound once.
         self.try_send = lanes.try_send
         self.send_batch = lanes.send_batch
@@ -126,7 +126,6 @@ class SocketDriver(Round[PipeT]):
         self.received_counts = runs.received_counts
         self.pipe_ending = endings.pipe_ending
         self.call = waiting.call
-        self.retry = waiting.retry  # (Socket.recv's idle receive: the wait past its direct read)
         self.acall = waiting.acall
         self.start_id = ids.start_id
         self.forget_id = ids.forget_id

@@ -75,13 +75,6 @@ class Waiting:
             result = self.direct.recv(attempt, deadline)
             if not isinstance(result, _Blocked):
                 return result
-        return self.retry(attempt, queue, deadline, what)
-
-    def retry(self, attempt: Callable[[], T], queue: WaitQueue, deadline: float | None, what: str) -> T:
-        """:meth:`call` past its direct receive: try ``attempt`` in rounds, parking this
-        thread between them, until it stops raising WouldBlock or ``deadline`` passes
-        (``Socket.recv`` comes here itself when its direct receive did not answer)."""
-        r = self.round
 
         def park() -> ThreadWaiter | None:  # (made only when the direct receive did not answer)
             waiter: ThreadWaiter | None = _park(queue, deadline, ThreadWaiter)

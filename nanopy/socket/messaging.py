@@ -9,13 +9,12 @@ May call: the socket's driver only (nanopy/driver/socket_driver.py and its parts
 
 from __future__ import annotations
 
-from time import monotonic
 from typing import TYPE_CHECKING, Any
 
 from trio.lowlevel import cancel_shielded_checkpoint
 
 from ..core.message import Message
-from ..driver.socket_driver import BLOCKED, _Blocked, cancellation_point, in_trio
+from ..driver.socket_driver import _Blocked, cancellation_point, in_trio
 from ..transports._base import SubscriptionForwarding
 from .util import DEFAULT as _DEFAULT
 from .util import as_bytes, async_twin_of, check_timeout
@@ -122,21 +121,11 @@ class Messaging:
                     return run.popleft()
                 except IndexError:
                     pass
-            ready = driver.body_ready
-            if ready is not None and not ready.best and not driver.held and not run:
-                # try_recv_body's idle look written out too (nothing queued, seen without
-                # the lock): straight to the wait, whose first try, under the lock, finds
-                # a body queued meanwhile -- two calls fewer per idle receive. The wait's
-                # entry (Waiting.call) is written out as well: the socket's only pipe is
-                # read from this thread (DirectRead.recv), else the wait's rounds
-                # (Waiting.retry) -- one call fewer (docs/architecture.md, "Deliberate
-                # exceptions").
-                timeout = self._options.recv_timeout
-                deadline = None if timeout is None else monotonic() + timeout
-                attempt = driver.recv_body_attempt
-                body = driver.direct.recv(attempt, deadline) if len(driver.pipes) == 1 else BLOCKED
-                if isinstance(body, _Blocked):
-                    body = driver.retry(attempt, driver.recv_q, deadline, "recv")
+            if not run and driver.nothing_queued():
+                # try_recv_body's idle look made here (nothing queued, seen without the
+                # lock): straight to the wait, whose first try, under the lock, finds a
+                # body queued meanwhile (docs/architecture.md, "Deliberate exceptions").
+                body = driver.call(driver.recv_body_attempt, driver.recv_q, self._options.recv_timeout, "recv")
                 return body if body.__class__ is bytes else self._refuse_multipart(body)
         return _next_plain_body(self, timeout)  # (it checks a timeout given)
 
